@@ -1,0 +1,71 @@
+// The `snapkv` command: parses the subcommand and its flags, runs it, maps errors to exit codes.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+
+#include "command.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv::cli {
+
+std::vector<CommandSpec>& command_registry() {
+  static std::vector<CommandSpec> registry;
+  return registry;
+}
+
+RegisterCommand::RegisterCommand(std::string name, std::string help, Setup setup) {
+  command_registry().push_back({std::move(name), std::move(help), std::move(setup)});
+}
+
+bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
+
+}  // namespace snapkv::cli
+
+int main(int argc, char** argv) {
+  using namespace snapkv::cli;
+  CLI::App app{"snapkv: SnapKV KV-cache compression and a small GGUF Llama engine"};
+  app.name("snapkv");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "snapkv 0.1.0");
+
+  auto& registry = command_registry();
+  std::sort(registry.begin(), registry.end(),
+            [](const CommandSpec& a, const CommandSpec& b) { return a.name < b.name; });
+  std::vector<std::pair<CLI::App*, Action>> actions;
+  for (auto& spec : registry) {
+    CLI::App* sub = app.add_subcommand(spec.name, spec.help);
+    actions.emplace_back(sub, spec.setup(*sub));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "snapkv: error: %s\n", e.what());
+    std::fprintf(stderr, "run 'snapkv --help' or 'snapkv <command> --help' for usage\n");
+    return 2;
+  }
+
+  for (auto& [sub, action] : actions) {
+    if (!sub->parsed()) continue;
+    try {
+      return action();
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "snapkv: error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "snapkv: error: %s\n", e.what());
+      return 1;
+    }
+  }
+  return 2;
+}

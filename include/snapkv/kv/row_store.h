@@ -1,0 +1,51 @@
+// RowStore: how the kept rows of ONE KV head's keys (or values) are stored. The codec half of the
+// policy/codec split: a policy decides which rows live, a RowStore holds them (fp16, KIVI, ...).
+// A store never reorders rows; row i is the i-th retained row in position order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "snapkv/kv/config.h"
+
+namespace snapkv {
+
+enum class RowRole { key, value };
+
+class RowStore {
+ public:
+  virtual ~RowStore() = default;
+
+  virtual size_t rows() const = 0;
+  virtual size_t head_dim() const = 0;
+
+  // Appends n rows. rows: [n][head_dim] fp32, all finite (the cache checks before calling).
+  virtual void append(const float* rows, size_t n) = 0;
+
+  // Keeps exactly the listed rows, in order, and drops the others for good.
+  // keep: strictly increasing indices < rows().
+  virtual void retain(std::span<const uint32_t> keep) = 0;
+
+  // Decodes rows [begin, end) into out: [end - begin][head_dim].
+  virtual void read(float* out, size_t begin, size_t end) const = 0;
+
+  // For n_q query vectors at once (the query heads of one GQA group):
+  // out[j][i] = dot(q[j], row i).  q: [n_q][head_dim], out: [n_q][rows()].
+  virtual void dot_rows(float* out, const float* q, size_t n_q) const = 0;
+
+  // out[j][:] += sum_i w[j][i] * row i.  w: [n_q][rows()], out: [n_q][head_dim].
+  virtual void accumulate_rows(float* out, const float* w, size_t n_q) const = 0;
+
+  // True bytes held for the rows (payload, scales, zero points, residual), not capacity.
+  virtual size_t bytes() const = 0;
+
+  virtual std::unique_ptr<RowStore> clone() const = 0;
+};
+
+// Makes the store for config.codec. Throws std::invalid_argument for an unknown codec or bad
+// codec parameters.
+std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role, size_t head_dim);
+
+}  // namespace snapkv

@@ -1,0 +1,23 @@
+// make_row_store: maps CacheConfig::codec to a RowStore implementation.
+#include <string>
+
+#include "kv/stores.h"
+#include "snapkv/kv/row_store.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+
+std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role, size_t head_dim) {
+  if (head_dim == 0) throw_invalid("codec", "head_dim must be positive", "0", ">= 1");
+  switch (config.codec) {
+    case CodecKind::fp16:
+      return make_fp16_row_store(head_dim);
+    case CodecKind::kivi2:
+    case CodecKind::kivi4:
+      return make_kivi_row_store(config, role, head_dim);
+  }
+  throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
+                "fp16|kivi2|kivi4");
+}
+
+}  // namespace snapkv
