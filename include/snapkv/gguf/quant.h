@@ -1,0 +1,91 @@
+// Tensor element types of GGUF files and their block layouts, byte-size arithmetic with overflow
+// checks, and row conversion (quantize / dequantize) between fp32 and each type.
+//
+// Covers F32, F16, BF16, Q8_0 and Q4_0 exactly as ggml lays them out; every other ggml type is
+// "unknown" here. Scalar code only: these are the reference conversions. Engines that want SIMD
+// dot products over Q8_0/F16 rows write them elsewhere and test them against these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "snapkv/util/fp16.h"
+
+namespace snapkv::gguf {
+
+// ggml type ids as stored in the tensor-info section.
+enum class TensorType : int32_t {
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q8_0 = 8,
+  bf16 = 30,
+};
+
+// Elements per block of a quantized type.
+inline constexpr size_t kQK8_0 = 32;
+inline constexpr size_t kQK4_0 = 32;
+
+// Q8_0: value[j] = qs[j] * d, d = amax / 127 (fp16). 34 bytes per 32 values.
+struct block_q8_0 {
+  fp16_t d;           // scale
+  int8_t qs[kQK8_0];  // quants
+};
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match ggml's 34-byte layout");
+
+// Q4_0: value[j] = ((qs[j] & 0xF) - 8) * d and value[j + 16] = ((qs[j] >> 4) - 8) * d for j < 16.
+// 18 bytes per 32 values.
+struct block_q4_0 {
+  fp16_t d;                // scale
+  uint8_t qs[kQK4_0 / 2];  // nibbles: element j low, element j + 16 high
+};
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match ggml's 18-byte layout");
+
+using bf16_t = uint16_t;  // raw bfloat16 bits (upper half of an IEEE binary32)
+
+// "f32", "f16", "q4_0", "q8_0", "bf16"; "unknown" for other ids.
+std::string_view tensor_type_name(TensorType type);
+// The type with this ggml id, or nullopt when the id is not one of the five above.
+std::optional<TensorType> tensor_type_from_id(int32_t id);
+// The type named "f32" / "F32" / "q8_0" / "Q8_0" ..., or nullopt.
+std::optional<TensorType> tensor_type_from_name(std::string_view name);
+
+// Elements per block (1 for f32/f16/bf16, 32 for q8_0/q4_0) and bytes per block (4, 2, 2, 34, 18).
+size_t block_size(TensorType type);
+size_t type_size(TensorType type);
+
+// Product of ne (empty: 1). Throws std::invalid_argument when an entry is negative or the product
+// does not fit in int64.
+int64_t element_count(std::span<const int64_t> ne);
+
+// Bytes of a row-major tensor with dims ne (ne[0] contiguous), as ggml_nbytes computes them:
+// ne[0] / block_size * type_size * ne[1] * ne[2] * ne[3]. Throws std::invalid_argument when
+// ne.size() is not 1..4, an entry is negative, ne[0] is not a multiple of the block size, or the
+// result overflows int64.
+uint64_t tensor_n_bytes(TensorType type, std::span<const int64_t> ne);
+// Bytes of one row of n elements (n a multiple of the block size, else std::invalid_argument).
+size_t row_n_bytes(TensorType type, size_t n);
+
+// ---- row conversion (outputs first, sizes last) ----------------------------------------------
+// n is the number of elements and must be a multiple of block_size(type) (std::invalid_argument).
+
+// out[n] = values encoded in `in` (row_n_bytes(type, n) bytes, any alignment).
+void dequantize_row(float* out, const void* in, TensorType type, size_t n);
+// out (row_n_bytes(type, n) bytes) = encoding of in[n]. f16/bf16 round to nearest even.
+void quantize_row(void* out, const float* in, TensorType type, size_t n);
+
+// Typed forms of the above. Quantized ones take n values = n / 32 blocks.
+void dequantize_row_q8_0(float* out, const block_q8_0* in, size_t n);
+void quantize_row_q8_0(block_q8_0* out, const float* in, size_t n);
+void dequantize_row_q4_0(float* out, const block_q4_0* in, size_t n);
+void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n);
+void dequantize_row_bf16(float* out, const bf16_t* in, size_t n);
+void quantize_row_bf16(bf16_t* out, const float* in, size_t n);
+
+float bf16_to_fp32(bf16_t h);
+bf16_t fp32_to_bf16(float f);  // round to nearest even; NaN stays NaN
+
+}  // namespace snapkv::gguf
