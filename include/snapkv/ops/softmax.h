@@ -1,0 +1,23 @@
+// Numerically stable softmax and a vectorisable exp for it. softmax subtracts the maximum before
+// exponentiating, so any finite input is safe (no overflow; the largest entry contributes 1).
+// softmax_scalar (std::exp, one accumulator) is the reference the fast version is tested against.
+#pragma once
+
+#include <cstddef>
+
+namespace snapkv {
+
+// exp(x) by range reduction x = n*ln2 + r, |r| <= ln2/2, and a degree-6 polynomial for e^r.
+// Relative error <= 4 * 2^-24 for x in [-87.3, 88.7]; returns 0 below -87.3 (e^x < 2^-126 there,
+// beneath the normal range), +inf above 88.7. NaN in gives an unspecified value (callers reject
+// non-finite data before calling).
+float exp_approx(float x);
+
+// y[i] = exp_approx(x[i]).  y, x: [n] (may alias)
+void exp_n(float* y, const float* x, size_t n);
+
+// In place: x[i] = exp(x[i] - max_j x[j]) / sum_j exp(x[j] - max).  x: [n], n >= 1, finite.
+void softmax(float* x, size_t n);
+void softmax_scalar(float* x, size_t n);
+
+}  // namespace snapkv

@@ -1,0 +1,150 @@
+// CacheConfig::validate and the enum <-> name conversions used by the CLI and reports.
+#include "snapkv/kv/config.h"
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+template <typename Enum, size_t N>
+Enum parse_enum(std::string_view s, const std::array<std::pair<std::string_view, Enum>, N>& names,
+                std::string_view what) {
+  std::string accepted;
+  for (const auto& [name, value] : names) {
+    if (s == name) return value;
+    if (!accepted.empty()) accepted += '|';
+    accepted += name;
+  }
+  std::string got(1, '\'');  // built by appends: GCC 12 misfires -Wrestrict on "'" + string
+  got += s;
+  got += '\'';
+  throw_invalid("config", "unknown " + std::string(what), got, accepted);
+}
+
+template <typename Enum, size_t N>
+std::string_view enum_name(Enum k, const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  for (const auto& [name, value] : names) {
+    if (value == k) return name;
+  }
+  return "unknown";
+}
+
+constexpr std::array<std::pair<std::string_view, PolicyKind>, 6> kPolicyNames{{
+    {"full", PolicyKind::full},
+    {"snapkv", PolicyKind::snapkv},
+    {"streaming", PolicyKind::streaming},
+    {"random", PolicyKind::random},
+    {"knorm", PolicyKind::knorm},
+    {"chunkkv", PolicyKind::chunkkv},
+}};
+constexpr std::array<std::pair<std::string_view, PoolKind>, 3> kPoolNames{{
+    {"none", PoolKind::none},
+    {"max", PoolKind::max},
+    {"avg", PoolKind::avg},
+}};
+constexpr std::array<std::pair<std::string_view, QuerySource>, 3> kQuerySourceNames{{
+    {"auto", QuerySource::auto_select},
+    {"queries", QuerySource::queries},
+    {"keys", QuerySource::keys},
+}};
+constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{{
+    {"every_chunk", ChunkMode::every_chunk},
+    {"end_of_prompt", ChunkMode::end_of_prompt},
+}};
+constexpr std::array<std::pair<std::string_view, CodecKind>, 3> kCodecNames{{
+    {"fp16", CodecKind::fp16},
+    {"kivi2", CodecKind::kivi2},
+    {"kivi4", CodecKind::kivi4},
+}};
+
+template <typename Enum, size_t N>
+void check_enum(Enum k, const std::array<std::pair<std::string_view, Enum>, N>& names,
+                std::string_view field) {
+  for (const auto& entry : names) {
+    if (entry.second == k) return;
+  }
+  std::string accepted;
+  for (const auto& entry : names) {
+    if (!accepted.empty()) accepted += '|';
+    accepted += entry.first;
+  }
+  throw_invalid("config", std::string(field) + " is not a known value",
+                std::to_string(static_cast<int>(k)), accepted);
+}
+
+}  // namespace
+
+void CacheConfig::validate() const {
+  check_enum(policy, kPolicyNames, "policy");
+  check_enum(codec, kCodecNames, "codec");
+  check_enum(pool, kPoolNames, "pool");
+  check_enum(query_source, kQuerySourceNames, "query_source");
+  check_enum(chunk_mode, kChunkModeNames, "chunk_mode");
+
+  if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
+  if (kernel == 0 || kernel % 2 == 0) {
+    throw_invalid("config", "kernel must be odd", num(kernel), "an odd number >= 1");
+  }
+  if (chunk_size == 0) throw_invalid("config", "chunk_size must be positive", "0", ">= 1");
+  if (policy != PolicyKind::full) {
+    if (budget == 0) throw_invalid("config", "budget must be positive", "0", ">= 1");
+    if (budget < n_sink) {
+      throw_invalid("config", "budget must hold the sinks", "budget " + num(budget),
+                    ">= n_sink = " + num(n_sink));
+    }
+    if (keep_window && budget < n_sink + window) {
+      throw_invalid("config", "budget must hold the sinks and the kept window",
+                    "budget " + num(budget),
+                    ">= n_sink + window = " + num(n_sink) + " + " + num(window));
+    }
+  }
+  // Codec fields are checked whatever the codec, so a config stays valid when the codec changes.
+  if (kivi_group == 0) throw_invalid("config", "kivi_group must be positive", "0", ">= 1");
+  if (kivi_residual % kivi_group != 0) {
+    throw_invalid("config", "kivi_residual must be a multiple of kivi_group",
+                  "kivi_residual " + num(kivi_residual),
+                  "a multiple of kivi_group = " + num(kivi_group));
+  }
+}
+
+std::string_view to_string(PolicyKind k) {
+  return enum_name(k, kPolicyNames);
+}
+std::string_view to_string(PoolKind k) {
+  return enum_name(k, kPoolNames);
+}
+std::string_view to_string(QuerySource k) {
+  return enum_name(k, kQuerySourceNames);
+}
+std::string_view to_string(ChunkMode k) {
+  return enum_name(k, kChunkModeNames);
+}
+std::string_view to_string(CodecKind k) {
+  return enum_name(k, kCodecNames);
+}
+
+PolicyKind parse_policy(std::string_view s) {
+  return parse_enum(s, kPolicyNames, "policy");
+}
+PoolKind parse_pool(std::string_view s) {
+  return parse_enum(s, kPoolNames, "pool");
+}
+QuerySource parse_query_source(std::string_view s) {
+  return parse_enum(s, kQuerySourceNames, "query source");
+}
+ChunkMode parse_chunk_mode(std::string_view s) {
+  return parse_enum(s, kChunkModeNames, "chunk mode");
+}
+CodecKind parse_codec(std::string_view s) {
+  return parse_enum(s, kCodecNames, "codec");
+}
+
+}  // namespace snapkv

@@ -1,0 +1,94 @@
+// The fp16 RowStore: rows kept as IEEE binary16, contiguous [rows][head_dim]. Reads go through
+// the F16C kernels of ops/dot.h (dot_f16, axpy_f16), so attention never builds an fp32 copy.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kv/stores.h"
+#include "snapkv/ops/dot.h"
+#include "snapkv/util/error.h"
+#include "snapkv/util/fp16.h"
+
+namespace snapkv {
+namespace {
+
+class Fp16RowStore final : public RowStore {
+ public:
+  explicit Fp16RowStore(size_t head_dim) : head_dim_(head_dim) {}
+
+  size_t rows() const override { return rows_; }
+  size_t head_dim() const override { return head_dim_; }
+
+  void append(const float* rows, size_t n) override {
+    if (n == 0) return;
+    const size_t old = data_.size();
+    data_.resize(old + n * head_dim_);
+    fp32_to_fp16_n(data_.data() + old, rows, n * head_dim_);
+    rows_ += n;
+  }
+
+  void retain(std::span<const uint32_t> keep) override {
+    size_t write = 0;
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const size_t row = keep[i];
+      if (row >= rows_ || (i > 0 && row <= keep[i - 1])) {
+        throw_invalid("fp16_store", "retain indices must be strictly increasing and < rows",
+                      "index " + std::to_string(row) + " at " + std::to_string(i),
+                      "< " + std::to_string(rows_) + " and above the previous one");
+      }
+    }
+    for (const uint32_t row : keep) {
+      if (row != write) {
+        std::copy_n(data_.begin() + static_cast<std::ptrdiff_t>(row * head_dim_), head_dim_,
+                    data_.begin() + static_cast<std::ptrdiff_t>(write * head_dim_));
+      }
+      ++write;
+    }
+    rows_ = keep.size();
+    data_.resize(rows_ * head_dim_);
+    data_.shrink_to_fit();  // eviction is meant to give memory back
+  }
+
+  void read(float* out, size_t begin, size_t end) const override {
+    if (begin > end || end > rows_) {
+      throw_invalid("fp16_store", "read range out of bounds",
+                    "[" + std::to_string(begin) + ", " + std::to_string(end) + ")",
+                    "a range within [0, " + std::to_string(rows_) + ")");
+    }
+    fp16_to_fp32_n(out, data_.data() + begin * head_dim_, (end - begin) * head_dim_);
+  }
+
+  void dot_rows(float* out, const float* q, size_t n_q) const override {
+    for (size_t i = 0; i < rows_; ++i) {
+      const fp16_t* row = data_.data() + i * head_dim_;
+      for (size_t j = 0; j < n_q; ++j)
+        out[j * rows_ + i] = dot_f16(q + j * head_dim_, row, head_dim_);
+    }
+  }
+
+  void accumulate_rows(float* out, const float* w, size_t n_q) const override {
+    for (size_t i = 0; i < rows_; ++i) {
+      const fp16_t* row = data_.data() + i * head_dim_;
+      for (size_t j = 0; j < n_q; ++j)
+        axpy_f16(out + j * head_dim_, w[j * rows_ + i], row, head_dim_);
+    }
+  }
+
+  size_t bytes() const override { return data_.size() * sizeof(fp16_t); }
+
+  std::unique_ptr<RowStore> clone() const override { return std::make_unique<Fp16RowStore>(*this); }
+
+ private:
+  size_t head_dim_;
+  size_t rows_ = 0;
+  std::vector<fp16_t> data_;  // [rows_][head_dim_]
+};
+
+}  // namespace
+
+std::unique_ptr<RowStore> make_fp16_row_store(size_t head_dim) {
+  if (head_dim == 0) throw_invalid("fp16_store", "head_dim must be positive", "0", ">= 1");
+  return std::make_unique<Fp16RowStore>(head_dim);
+}
+
+}  // namespace snapkv

@@ -1,0 +1,359 @@
+// LayerCache: bookkeeping (positions, tokens seen, when to compress) around one key and one value
+// RowStore per KV head; the policy decides which rows live, the stores hold them.
+#include "snapkv/kv/layer_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "snapkv/ops/dot.h"
+#include "snapkv/ops/softmax.h"
+#include "snapkv/util/error.h"
+#include "snapkv/util/parallel.h"
+
+namespace snapkv {
+namespace {
+
+constexpr const char* kComponent = "layer_cache";
+// Query rows per attention work unit (bounds the logits scratch to kAttendBlock * rows floats).
+constexpr size_t kAttendBlock = 32;
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+void check_dims(const CacheDims& dims) {
+  if (dims.n_heads == 0 || dims.n_kv_heads == 0 || dims.head_dim == 0) {
+    throw_invalid(kComponent, "dimensions must be positive",
+                  "n_heads " + num(dims.n_heads) + ", n_kv_heads " + num(dims.n_kv_heads) +
+                      ", head_dim " + num(dims.head_dim),
+                  "all >= 1");
+  }
+  if (dims.n_heads % dims.n_kv_heads != 0) {
+    throw_invalid(kComponent, "n_heads must be a multiple of n_kv_heads",
+                  "n_heads " + num(dims.n_heads),
+                  "a multiple of n_kv_heads = " + num(dims.n_kv_heads));
+  }
+}
+
+void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* dim0_name,
+                  size_t head_dim) {
+  if (t.dim0 != dim0) {
+    throw_invalid(kComponent, std::string(name) + " head count", num(t.dim0),
+                  std::string(dim0_name) + " = " + num(dim0));
+  }
+  if (t.dim2 != head_dim) {
+    throw_invalid(kComponent, std::string(name) + " head_dim", num(t.dim2),
+                  "head_dim = " + num(head_dim));
+  }
+  if (t.dim1 == 0) {
+    throw_invalid(kComponent, std::string(name) + " has no tokens", "S = 0", "S >= 1");
+  }
+  if (t.data == nullptr)
+    throw_invalid(kComponent, std::string(name) + " data", "null", "a pointer");
+}
+
+void check_finite(const Tensor3& t, const char* name) {
+  const size_t n = t.dim0 * t.dim1 * t.dim2;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(t.data[i])) {
+      const size_t row = i / t.dim2;
+      throw_invalid(kComponent,
+                    std::string(name) + " holds a non-finite value at [" + num(row / t.dim1) +
+                        "][" + num(row % t.dim1) + "][" + num(i % t.dim2) + "]",
+                    std::to_string(t.data[i]), "finite values (NaN/Inf are rejected)");
+    }
+  }
+}
+
+bool policy_scores(PolicyKind kind) {
+  return kind == PolicyKind::snapkv || kind == PolicyKind::chunkkv;
+}
+
+// Stable softmax over two segments taken as one row: a [na], b [nb], na + nb >= 1.
+void softmax_two(float* a, size_t na, float* b, size_t nb) {
+  float max_value = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < na; ++i) max_value = std::max(max_value, a[i]);
+  for (size_t i = 0; i < nb; ++i) max_value = std::max(max_value, b[i]);
+  float sum = 0.0f;
+  for (size_t i = 0; i < na; ++i) {
+    a[i] = exp_approx(a[i] - max_value);
+    sum += a[i];
+  }
+  for (size_t i = 0; i < nb; ++i) {
+    b[i] = exp_approx(b[i] - max_value);
+    sum += b[i];
+  }
+  const float inv = 1.0f / sum;
+  for (size_t i = 0; i < na; ++i) a[i] *= inv;
+  for (size_t i = 0; i < nb; ++i) b[i] *= inv;
+}
+
+}  // namespace
+
+double CacheStats::eviction_ratio() const {
+  if (tokens_seen == 0 || tokens_kept == 0) return 1.0;
+  return static_cast<double>(tokens_seen) / static_cast<double>(tokens_kept);
+}
+
+double CacheStats::keep_rate() const {
+  if (tokens_seen == 0) return 1.0;
+  return static_cast<double>(tokens_kept) / static_cast<double>(tokens_seen);
+}
+
+CacheStats& CacheStats::operator+=(const CacheStats& other) {
+  tokens_seen += other.tokens_seen;
+  tokens_kept += other.tokens_kept;
+  bytes_stored += other.bytes_stored;
+  bytes_full_fp16 += other.bytes_full_fp16;
+  return *this;
+}
+
+LayerCache::LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_index)
+    : dims_(dims), config_(config) {
+  check_dims(dims_);
+  config_.validate();
+  policy_ = make_policy(config_, layer_index);
+  for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
+    key_stores_.push_back(make_row_store(config_, RowRole::key, dims_.head_dim));
+    value_stores_.push_back(make_row_store(config_, RowRole::value, dims_.head_dim));
+  }
+  positions_.resize(dims_.n_kv_heads);
+  last_scores_.resize(dims_.n_kv_heads);
+}
+
+LayerCache::~LayerCache() = default;
+LayerCache::LayerCache(LayerCache&&) noexcept = default;
+LayerCache& LayerCache::operator=(LayerCache&&) noexcept = default;
+
+LayerCache LayerCache::clone() const {
+  LayerCache copy(dims_, config_);
+  copy.policy_ = policy_->clone();
+  for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
+    copy.key_stores_[h] = key_stores_[h]->clone();
+    copy.value_stores_[h] = value_stores_[h]->clone();
+  }
+  copy.positions_ = positions_;
+  copy.last_scores_ = last_scores_;
+  copy.pending_queries_ = pending_queries_;
+  copy.pending_window_ = pending_window_;
+  copy.tokens_seen_ = tokens_seen_;
+  copy.compressions_ = compressions_;
+  copy.prompt_open_ = prompt_open_;
+  return copy;
+}
+
+void LayerCache::validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) const {
+  check_tensor(k, "k", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
+  check_tensor(v, "v", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
+  if (v.dim1 != k.dim1) {
+    throw_invalid(kComponent, "v token count differs from k", num(v.dim1), "S = " + num(k.dim1));
+  }
+  check_finite(k, "k");
+  check_finite(v, "v");
+  if (q_window != nullptr) {
+    check_tensor(*q_window, "q_window", dims_.n_heads, "n_heads", dims_.head_dim);
+    if (q_window->dim1 > k.dim1) {
+      throw_invalid(kComponent, "q_window has more rows than the chunk", num(q_window->dim1),
+                    "<= S = " + num(k.dim1));
+    }
+    check_finite(*q_window, "q_window");
+  }
+}
+
+void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKind kind) {
+  validate_update(k, v, q_window);
+  const size_t n_new = k.dim1;
+  const size_t head_dim = dims_.head_dim;
+  const bool decode = kind == UpdateKind::decode || (kind == UpdateKind::automatic && n_new == 1);
+  const bool evicts = config_.policy != PolicyKind::full;
+  const bool wants_queries =
+      evicts && policy_scores(config_.policy) && config_.query_source != QuerySource::keys;
+  if (!decode && wants_queries && config_.query_source == QuerySource::queries &&
+      q_window == nullptr) {
+    throw_invalid(kComponent, "q_window missing on a prefill update", "none",
+                  "[n_heads][w][head_dim] queries (query_source = queries)");
+  }
+
+  // The last min(w, window) query rows of every head: [n_heads][n_window][head_dim].
+  std::vector<float> window_queries;
+  size_t n_window = 0;
+  if (!decode && wants_queries && q_window != nullptr) {
+    const size_t w = q_window->dim1;
+    n_window = std::min(w, config_.window);
+    window_queries.resize(dims_.n_heads * n_window * head_dim);
+    for (size_t h = 0; h < dims_.n_heads; ++h) {
+      const float* src = q_window->data + (h * w + (w - n_window)) * head_dim;
+      std::copy_n(src, n_window * head_dim, window_queries.data() + h * n_window * head_dim);
+    }
+  }
+
+  // Generation starts: a prompt held back for end_of_prompt is compressed before the new row.
+  if (decode && prompt_open_) end_prompt();
+
+  for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
+    key_stores_[h]->append(k.data + h * n_new * head_dim, n_new);
+    value_stores_[h]->append(v.data + h * n_new * head_dim, n_new);
+    for (size_t i = 0; i < n_new; ++i) {
+      positions_[h].push_back(static_cast<int64_t>(tokens_seen_ + i));
+    }
+  }
+  tokens_seen_ += n_new;
+  if (decode || !evicts) return;
+
+  if (config_.chunk_mode == ChunkMode::every_chunk) {
+    if (size() > config_.budget)
+      compress(window_queries.empty() ? nullptr : window_queries.data(), n_window);
+  } else {
+    prompt_open_ = true;
+    pending_queries_ = std::move(window_queries);
+    pending_window_ = n_window;
+  }
+}
+
+void LayerCache::end_prompt() {
+  if (!prompt_open_) return;
+  prompt_open_ = false;
+  if (config_.policy != PolicyKind::full && size() > config_.budget) {
+    compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_);
+  }
+  pending_queries_.clear();
+  pending_queries_.shrink_to_fit();
+  pending_window_ = 0;
+}
+
+void LayerCache::compress(const float* queries, size_t n_window) {
+  const size_t n_kv = dims_.n_kv_heads;
+  const size_t head_dim = dims_.head_dim;
+  const size_t n_group = dims_.n_heads / n_kv;
+  std::vector<SelectionResult> results(n_kv);
+  parallel_for(n_kv, [&](size_t h) {
+    const size_t n_rows = key_stores_[h]->rows();
+    std::vector<float> keys(n_rows * head_dim);  // [n_rows][head_dim]
+    key_stores_[h]->read(keys.data(), 0, n_rows);
+    SelectionInput in;
+    in.kv_head = h;
+    in.head_dim = head_dim;
+    in.n_rows = n_rows;
+    in.keys = keys.data();
+    in.positions = positions_[h].data();
+    if (queries != nullptr) {
+      in.queries = queries + h * n_group * n_window * head_dim;  // this KV head's group
+      in.n_group = n_group;
+      in.n_window = n_window;
+    }
+    results[h] = policy_->select(in);
+  });
+  for (size_t h = 0; h < n_kv; ++h) {
+    const std::vector<uint32_t>& keep = results[h].keep;
+    SNAPKV_CHECK(keep.size() == std::min(config_.budget, positions_[h].size()));
+    key_stores_[h]->retain(keep);
+    value_stores_[h]->retain(keep);
+    std::vector<int64_t> kept_positions(keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) kept_positions[i] = positions_[h][keep[i]];
+    positions_[h] = std::move(kept_positions);
+    last_scores_[h] = std::move(results[h].scores);
+  }
+  ++compressions_;
+}
+
+void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
+  check_tensor(q, "q", dims_.n_heads, "n_heads", dims_.head_dim);
+  check_tensor(k, "k", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
+  check_tensor(v, "v", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
+  if (k.dim1 != q.dim1 || v.dim1 != q.dim1) {
+    throw_invalid(kComponent, "attend token counts differ",
+                  "q " + num(q.dim1) + ", k " + num(k.dim1) + ", v " + num(v.dim1),
+                  "the same S for q, k and v");
+  }
+  if (out == nullptr) throw_invalid(kComponent, "attend output", "null", "a pointer");
+  check_finite(q, "q");
+  check_finite(k, "k");
+  check_finite(v, "v");
+
+  const size_t n_new = q.dim1;
+  const size_t head_dim = dims_.head_dim;
+  const size_t n_group = dims_.n_heads / dims_.n_kv_heads;
+  const size_t n_kept = size();
+  const size_t n_blocks = (n_new + kAttendBlock - 1) / kAttendBlock;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  parallel_for(dims_.n_heads * n_blocks, [&](size_t unit) {
+    const size_t head = unit / n_blocks;
+    const size_t s0 = (unit % n_blocks) * kAttendBlock;
+    const size_t m = std::min(kAttendBlock, n_new - s0);
+    const size_t kv = head / n_group;
+    const float* q_rows = q.data + (head * n_new + s0) * head_dim;  // [m][head_dim]
+    const float* k_new = k.data + kv * n_new * head_dim;            // [S][head_dim]
+    const float* v_new = v.data + kv * n_new * head_dim;            // [S][head_dim]
+    float* out_rows = out + (head * n_new + s0) * head_dim;         // [m][head_dim]
+
+    std::vector<float> w_kept(m * n_kept);  // [m][n_kept]
+    std::vector<float> w_new(m * n_new);    // [m][S], row i uses its first s0 + i + 1 entries
+    if (n_kept > 0) key_stores_[kv]->dot_rows(w_kept.data(), q_rows, m);
+    for (size_t i = 0; i < m; ++i) {
+      float* kept_row = w_kept.data() + i * n_kept;
+      float* new_row = w_new.data() + i * n_new;
+      const size_t visible = s0 + i + 1;  // causal inside the chunk
+      for (size_t j = 0; j < n_kept; ++j) kept_row[j] *= scale;
+      for (size_t j = 0; j < visible; ++j) {
+        new_row[j] = scale * dot(q_rows + i * head_dim, k_new + j * head_dim, head_dim);
+      }
+      softmax_two(kept_row, n_kept, new_row, visible);
+    }
+    std::fill(out_rows, out_rows + m * head_dim, 0.0f);
+    if (n_kept > 0) value_stores_[kv]->accumulate_rows(out_rows, w_kept.data(), m);
+    for (size_t i = 0; i < m; ++i) {
+      const float* new_row = w_new.data() + i * n_new;
+      for (size_t j = 0; j <= s0 + i; ++j) {
+        axpy(out_rows + i * head_dim, new_row[j], v_new + j * head_dim, head_dim);
+      }
+    }
+  });
+}
+
+std::span<const int64_t> LayerCache::positions(size_t kv_head) const {
+  if (kv_head >= dims_.n_kv_heads) {
+    throw_invalid(kComponent, "kv_head out of range", num(kv_head), "< " + num(dims_.n_kv_heads));
+  }
+  return positions_[kv_head];
+}
+
+const RowStore& LayerCache::keys(size_t kv_head) const {
+  positions(kv_head);  // range check
+  return *key_stores_[kv_head];
+}
+
+const RowStore& LayerCache::values(size_t kv_head) const {
+  positions(kv_head);
+  return *value_stores_[kv_head];
+}
+
+void LayerCache::read_keys(size_t kv_head, float* out) const {
+  const RowStore& store = keys(kv_head);
+  store.read(out, 0, store.rows());
+}
+
+void LayerCache::read_values(size_t kv_head, float* out) const {
+  const RowStore& store = values(kv_head);
+  store.read(out, 0, store.rows());
+}
+
+std::span<const float> LayerCache::last_scores(size_t kv_head) const {
+  positions(kv_head);
+  return last_scores_[kv_head];
+}
+
+CacheStats LayerCache::stats() const {
+  CacheStats s;
+  s.tokens_seen = tokens_seen_;
+  s.tokens_kept = size();
+  for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
+    s.bytes_stored += key_stores_[h]->bytes() + value_stores_[h]->bytes();
+  }
+  // K and V, n_kv_heads * head_dim halves (2 bytes) each, per seen token.
+  s.bytes_full_fp16 = tokens_seen_ * dims_.n_kv_heads * dims_.head_dim * 2 * sizeof(uint16_t);
+  return s;
+}
+
+}  // namespace snapkv

@@ -1,0 +1,193 @@
+// SnapKV window scores (sgemm logits + stable softmax per window row), pooling and selection.
+#include "snapkv/kv/snapkv_score.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "snapkv/ops/pool.h"
+#include "snapkv/ops/softmax.h"
+#include "snapkv/ops/topk.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+// Query rows per sgemm call: bounds the logits scratch to kBlock * n_rows floats (8 MiB at 64K).
+constexpr size_t kBlock = 32;
+
+void check_score_args(size_t n_rows, size_t head_dim, size_t n_group, size_t n_window) {
+  if (n_rows == 0 || head_dim == 0 || n_group == 0 || n_window == 0) {
+    throw_invalid("snapkv_score", "sizes must be positive",
+                  "n_rows " + std::to_string(n_rows) + ", head_dim " + std::to_string(head_dim) +
+                      ", n_group " + std::to_string(n_group) + ", n_window " +
+                      std::to_string(n_window),
+                  "all >= 1");
+  }
+  if (n_rows > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+    throw_invalid("snapkv_score", "too many rows for BLAS", std::to_string(n_rows), "< 2^30");
+  }
+}
+
+// Scores from window rows [row_begin, row_begin + w) of each group head, where the query block of
+// one head holds `rows_per_head` rows. Row row_begin + r is the r-th of the w used rows.
+void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t head_dim,
+                        const float* queries, size_t n_group, size_t rows_per_head,
+                        size_t row_begin, size_t w, bool causal) {
+  std::fill(out, out + n_rows, 0.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const size_t block = std::min(kBlock, w);
+  std::vector<float> logits(block * n_rows);  // [block][n_rows]
+  const int n = static_cast<int>(n_rows);
+  const int k = static_cast<int>(head_dim);
+  for (size_t g = 0; g < n_group; ++g) {
+    const float* q_head = queries + (g * rows_per_head + row_begin) * head_dim;  // [w][head_dim]
+    for (size_t r0 = 0; r0 < w; r0 += block) {
+      const size_t m = std::min(block, w - r0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), n, k, scale,
+                  q_head + r0 * head_dim, k, keys, k, 0.0f, logits.data(), n);
+      for (size_t i = 0; i < m; ++i) {
+        float* row = logits.data() + i * n_rows;
+        // Window row r0 + i sits at key index n_rows - w + r0 + i and sees keys up to it.
+        const size_t visible = causal ? n_rows - w + r0 + i + 1 : n_rows;
+        softmax(row, visible);
+        for (size_t j = 0; j < visible; ++j) out[j] += row[j];
+      }
+    }
+  }
+  const float inv = 1.0f / static_cast<float>(n_group * w);
+  for (size_t j = 0; j < n_rows; ++j) out[j] *= inv;
+}
+
+}  // namespace
+
+void window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
+                   const float* queries, size_t n_group, size_t n_window, bool causal) {
+  check_score_args(n_rows, head_dim, n_group, n_window);
+  const size_t w = std::min(n_window, n_rows);
+  window_scores_rows(out, keys, n_rows, head_dim, queries, n_group, n_window, n_window - w, w,
+                     causal);
+}
+
+void proxy_window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
+                         size_t window, bool causal) {
+  check_score_args(n_rows, head_dim, 1, window);
+  const size_t w = std::min(window, n_rows);
+  window_scores_rows(out, keys, n_rows, head_dim, keys + (n_rows - w) * head_dim, 1, w, 0, w,
+                     causal);
+}
+
+void window_scores_ref(double* out, const float* keys, size_t n_rows, size_t head_dim,
+                       const float* queries, size_t n_group, size_t n_window, bool causal) {
+  check_score_args(n_rows, head_dim, n_group, n_window);
+  const size_t w = std::min(n_window, n_rows);
+  std::fill(out, out + n_rows, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<double> logits(n_rows);
+  for (size_t g = 0; g < n_group; ++g) {
+    for (size_t r = 0; r < w; ++r) {
+      const float* q = queries + (g * n_window + (n_window - w) + r) * head_dim;
+      const size_t visible = causal ? n_rows - w + r + 1 : n_rows;
+      double max_logit = -std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < visible; ++j) {
+        double s = 0.0;
+        for (size_t d = 0; d < head_dim; ++d) {
+          s += static_cast<double>(q[d]) * static_cast<double>(keys[j * head_dim + d]);
+        }
+        logits[j] = s * scale;
+        max_logit = std::max(max_logit, logits[j]);
+      }
+      double sum = 0.0;
+      for (size_t j = 0; j < visible; ++j) {
+        logits[j] = std::exp(logits[j] - max_logit);
+        sum += logits[j];
+      }
+      for (size_t j = 0; j < visible; ++j) out[j] += logits[j] / sum;
+    }
+  }
+  for (size_t j = 0; j < n_rows; ++j) out[j] /= static_cast<double>(n_group * w);
+}
+
+void pool_scores(float* out, const float* in, size_t n, PoolKind kind, size_t kernel) {
+  switch (kind) {
+    case PoolKind::none:
+      std::copy_n(in, n, out);
+      return;
+    case PoolKind::max:
+      max_pool1d(out, in, n, kernel);
+      return;
+    case PoolKind::avg:
+      avg_pool1d(out, in, n, kernel);
+      return;
+  }
+  throw_invalid("snapkv_score", "unknown pool kind", std::to_string(static_cast<int>(kind)),
+                "none|max|avg");
+}
+
+std::vector<uint32_t> select_rows(const float* scores, size_t n_rows, size_t budget, size_t n_sink,
+                                  size_t n_forced_tail) {
+  if (n_rows > std::numeric_limits<uint32_t>::max()) {
+    throw_invalid("select_rows", "too many rows", std::to_string(n_rows), "<= 2^32 - 1");
+  }
+  const size_t n_keep = std::min(budget, n_rows);
+  std::vector<uint8_t> forced(n_rows, 0);
+  for (size_t i = 0; i < std::min(n_sink, n_rows); ++i) forced[i] = 1;
+  for (size_t i = n_rows - std::min(n_forced_tail, n_rows); i < n_rows; ++i) forced[i] = 1;
+  size_t n_forced = 0;
+  for (const uint8_t f : forced) n_forced += f;
+  if (n_forced > n_keep) {
+    throw_invalid("select_rows", "budget cannot hold the sinks and the kept window",
+                  "budget " + std::to_string(budget),
+                  ">= " + std::to_string(n_forced) + " forced rows");
+  }
+  // Forced rows rank above every score: +inf, and ties among them go to the earlier row.
+  std::vector<float> ranked(scores, scores + n_rows);
+  for (size_t i = 0; i < n_rows; ++i) {
+    if (forced[i])
+      ranked[i] = std::numeric_limits<float>::infinity();
+    else if (std::isnan(ranked[i])) {
+      throw_invalid("select_rows", "NaN score at row " + std::to_string(i), "NaN", "a number");
+    } else if (ranked[i] == std::numeric_limits<float>::infinity()) {
+      ranked[i] = std::numeric_limits<float>::max();  // keep forced rows strictly first
+    }
+  }
+  std::vector<uint32_t> keep = topk_indices(ranked.data(), n_rows, n_keep);
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+size_t kept_window_rows(const CacheConfig& config, size_t n_rows) {
+  return config.keep_window ? std::min(config.window, n_rows) : 0;
+}
+
+std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const CacheConfig& config) {
+  if (in.keys == nullptr || in.n_rows == 0 || in.head_dim == 0) {
+    throw_invalid(
+        "snapkv_score", "selection input has no keys",
+        "n_rows " + std::to_string(in.n_rows) + ", head_dim " + std::to_string(in.head_dim),
+        "keys with n_rows, head_dim >= 1");
+  }
+  std::vector<float> raw(in.n_rows);
+  if (in.queries != nullptr) {
+    if (in.n_group == 0 || in.n_window == 0) {
+      throw_invalid(
+          "snapkv_score", "queries given without their shape",
+          "n_group " + std::to_string(in.n_group) + ", n_window " + std::to_string(in.n_window),
+          "both >= 1");
+    }
+    const size_t w = std::min({in.n_window, config.window, in.n_rows});
+    window_scores_rows(raw.data(), in.keys, in.n_rows, in.head_dim, in.queries, in.n_group,
+                       in.n_window, in.n_window - w, w, config.causal);
+  } else {
+    proxy_window_scores(raw.data(), in.keys, in.n_rows, in.head_dim, config.window, config.causal);
+  }
+  if (config.pool == PoolKind::none || config.kernel == 1) return raw;
+  std::vector<float> pooled(in.n_rows);
+  pool_scores(pooled.data(), raw.data(), in.n_rows, config.pool, config.kernel);
+  return pooled;
+}
+
+}  // namespace snapkv
