@@ -1,0 +1,336 @@
+// Weight-format-aware GEMV/GEMM: F32, F16 and Q8_0 rows decoded inside the kernels.
+// SIMD: one AVX2+F16C path per inner loop under SNAPKV_GEMM_AVX2, a scalar loop otherwise.
+#include "snapkv/ops/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "snapkv/util/error.h"
+#include "snapkv/util/parallel.h"
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define SNAPKV_GEMM_AVX2 1
+#endif
+
+namespace snapkv {
+namespace {
+
+constexpr size_t kTileBytes = size_t{4} << 20;  // fp32 scratch per dequantized tile
+
+const uint8_t* row_ptr(const WeightMatrix& w, size_t r) {
+  return static_cast<const uint8_t*>(w.data) + r * w.row_bytes();
+}
+
+#if SNAPKV_GEMM_AVX2
+float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 shuf = _mm_movehdup_ps(lo);
+  __m128 sums = _mm_add_ps(lo, shuf);
+  shuf = _mm_movehl_ps(shuf, sums);
+  sums = _mm_add_ss(sums, shuf);
+  return _mm_cvtss_f32(sums);
+}
+// 8 int8 at p -> 8 floats
+__m256 load_i8x8(const int8_t* p) {
+  int64_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bits)));
+}
+#endif
+
+// dot(row, x) for one row of n elements, fp32 accumulation.
+float dot_f32(const float* row, const float* x, size_t n) {
+  size_t c = 0;
+  float sum = 0.0f;
+#if SNAPKV_GEMM_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; c + 16 <= n; c += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x + c), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c + 8), _mm256_loadu_ps(x + c + 8), acc1);
+  }
+  for (; c + 8 <= n; c += 8) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x + c), acc0);
+  }
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; c < n; ++c) sum += row[c] * x[c];
+  return sum;
+}
+
+float dot_f16(const fp16_t* row, const float* x, size_t n) {
+  size_t c = 0;
+  float sum = 0.0f;
+#if SNAPKV_GEMM_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; c + 16 <= n; c += 16) {
+    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c)));
+    const __m256 w1 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c + 8)));
+    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), acc0);
+    acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), acc1);
+  }
+  for (; c + 8 <= n; c += 8) {
+    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c)));
+    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), acc0);
+  }
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; c < n; ++c) sum += fp16_to_fp32(row[c]) * x[c];
+  return sum;
+}
+
+float dot_q8_0(const BlockQ8_0* blocks, const float* x, size_t n) {
+  const size_t n_blocks = n / kQ8BlockSize;
+#if SNAPKV_GEMM_AVX2
+  __m256 total = _mm256_setzero_ps();
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const int8_t* qs = blocks[b].qs;
+    const float* xb = x + b * kQ8BlockSize;
+    __m256 acc = _mm256_mul_ps(load_i8x8(qs), _mm256_loadu_ps(xb));
+    acc = _mm256_fmadd_ps(load_i8x8(qs + 8), _mm256_loadu_ps(xb + 8), acc);
+    acc = _mm256_fmadd_ps(load_i8x8(qs + 16), _mm256_loadu_ps(xb + 16), acc);
+    acc = _mm256_fmadd_ps(load_i8x8(qs + 24), _mm256_loadu_ps(xb + 24), acc);
+    total = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(blocks[b].d)), acc, total);
+  }
+  return hsum(total);
+#else
+  float sum = 0.0f;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    float block_sum = 0.0f;
+    for (size_t j = 0; j < kQ8BlockSize; ++j) {
+      block_sum += static_cast<float>(blocks[b].qs[j]) * x[b * kQ8BlockSize + j];
+    }
+    sum += fp16_to_fp32(blocks[b].d) * block_sum;
+  }
+  return sum;
+#endif
+}
+
+void dequant_q8_0_row(float* out, const BlockQ8_0* blocks, size_t n) {
+  const size_t n_blocks = n / kQ8BlockSize;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const float d = fp16_to_fp32(blocks[b].d);
+    float* ob = out + b * kQ8BlockSize;
+#if SNAPKV_GEMM_AVX2
+    const __m256 vd = _mm256_set1_ps(d);
+    for (size_t j = 0; j < kQ8BlockSize; j += 8) {
+      _mm256_storeu_ps(ob + j, _mm256_mul_ps(vd, load_i8x8(blocks[b].qs + j)));
+    }
+#else
+    for (size_t j = 0; j < kQ8BlockSize; ++j) ob[j] = d * static_cast<float>(blocks[b].qs[j]);
+#endif
+  }
+}
+
+void check_rows(const WeightMatrix& w, size_t row_begin, size_t row_end) {
+  if (row_begin > row_end || row_end > w.rows) {
+    throw_invalid("gemm", "row range out of bounds",
+                  "[" + std::to_string(row_begin) + ", " + std::to_string(row_end) + ")",
+                  "within [0, " + std::to_string(w.rows) + "]");
+  }
+}
+
+// Rows per parallel task: enough work per task to amortise scheduling, enough tasks to balance.
+size_t rows_per_task(size_t rows, size_t cols) {
+  const size_t threads = static_cast<size_t>(std::max(1, num_threads()));
+  const size_t min_rows = std::max<size_t>(1, 16384 / std::max<size_t>(cols, 1));
+  const size_t balanced = (rows + threads * 4 - 1) / (threads * 4);
+  return std::max(min_rows, balanced);
+}
+
+}  // namespace
+
+size_t weight_row_bytes(WeightType type, size_t cols) {
+  switch (type) {
+    case WeightType::f32:
+      return cols * sizeof(float);
+    case WeightType::f16:
+      return cols * sizeof(fp16_t);
+    case WeightType::q8_0:
+      if (cols % kQ8BlockSize != 0) {
+        throw_invalid("gemm", "q8_0 row length not a multiple of the block size",
+                      std::to_string(cols), "a multiple of 32");
+      }
+      return cols / kQ8BlockSize * sizeof(BlockQ8_0);
+  }
+  throw_invalid("gemm", "unknown weight type", std::to_string(static_cast<int>(type)),
+                "f32, f16 or q8_0");
+}
+
+size_t WeightMatrix::row_bytes() const {
+  return weight_row_bytes(type, cols);
+}
+
+const char* to_string(WeightType type) {
+  switch (type) {
+    case WeightType::f32:
+      return "f32";
+    case WeightType::f16:
+      return "f16";
+    case WeightType::q8_0:
+      return "q8_0";
+  }
+  return "?";
+}
+
+void validate_weight(const WeightMatrix& w, const char* what) {
+  if (w.data == nullptr) throw_invalid("gemm", std::string(what) + ": null data", "null", "data");
+  if (w.rows == 0 || w.cols == 0) {
+    throw_invalid("gemm", std::string(what) + ": empty matrix",
+                  std::to_string(w.rows) + "x" + std::to_string(w.cols), "rows, cols > 0");
+  }
+  (void)w.row_bytes();  // throws for a bad Q8_0 width
+}
+
+void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end) {
+  check_rows(w, row_begin, row_end);
+  const size_t n = row_end - row_begin;
+  switch (w.type) {
+    case WeightType::f32:
+      std::memcpy(out, row_ptr(w, row_begin), n * w.cols * sizeof(float));
+      return;
+    case WeightType::f16:
+      fp16_to_fp32_n(out, reinterpret_cast<const fp16_t*>(row_ptr(w, row_begin)), n * w.cols);
+      return;
+    case WeightType::q8_0:
+      for (size_t r = 0; r < n; ++r) {
+        dequant_q8_0_row(out + r * w.cols,
+                         reinterpret_cast<const BlockQ8_0*>(row_ptr(w, row_begin + r)), w.cols);
+      }
+      return;
+  }
+}
+
+void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end) {
+  check_rows(w, row_begin, row_end);
+  for (size_t r = row_begin; r < row_end; ++r) {
+    float* o = out + (r - row_begin) * w.cols;
+    const uint8_t* p = row_ptr(w, r);
+    for (size_t c = 0; c < w.cols; ++c) {
+      switch (w.type) {
+        case WeightType::f32: {
+          float v;
+          std::memcpy(&v, p + c * sizeof(float), sizeof v);
+          o[c] = v;
+          break;
+        }
+        case WeightType::f16: {
+          fp16_t h;
+          std::memcpy(&h, p + c * sizeof(fp16_t), sizeof h);
+          o[c] = fp16_to_fp32(h);
+          break;
+        }
+        case WeightType::q8_0: {
+          BlockQ8_0 block;
+          std::memcpy(&block, p + (c / kQ8BlockSize) * sizeof(BlockQ8_0), sizeof block);
+          o[c] = fp16_to_fp32(block.d) * static_cast<float>(block.qs[c % kQ8BlockSize]);
+          break;
+        }
+      }
+    }
+  }
+}
+
+void gemv(float* out, const float* x, const WeightMatrix& w) {
+  validate_weight(w, "gemv weight");
+  const size_t per_task = rows_per_task(w.rows, w.cols);
+  const size_t n_tasks = (w.rows + per_task - 1) / per_task;
+  parallel_for(n_tasks, [&](size_t task) {
+    const size_t r0 = task * per_task;
+    const size_t r1 = std::min(w.rows, r0 + per_task);
+    for (size_t r = r0; r < r1; ++r) {
+      const uint8_t* p = row_ptr(w, r);
+      switch (w.type) {
+        case WeightType::f32:
+          out[r] = dot_f32(reinterpret_cast<const float*>(p), x, w.cols);
+          break;
+        case WeightType::f16:
+          out[r] = dot_f16(reinterpret_cast<const fp16_t*>(p), x, w.cols);
+          break;
+        case WeightType::q8_0:
+          out[r] = dot_q8_0(reinterpret_cast<const BlockQ8_0*>(p), x, w.cols);
+          break;
+      }
+    }
+  });
+}
+
+void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
+  validate_weight(w, "matmul weight");
+  if (n_tokens == 0) return;
+  if (n_tokens < kGemmMinTokens) {
+    for (size_t t = 0; t < n_tokens; ++t) gemv(out + t * w.rows, x + t * w.cols, w);
+    return;
+  }
+  const int m = static_cast<int>(n_tokens), k = static_cast<int>(w.cols);
+  if (w.type == WeightType::f32) {  // used in place, one sgemm
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(w.rows), k, 1.0f, x, k,
+                static_cast<const float*>(w.data), k, 0.0f, out, static_cast<int>(w.rows));
+    return;
+  }
+  // Tile of rows: dequantize (threaded) into scratch [tile][cols], then one sgemm into the
+  // matching columns of out.
+  const size_t tile = std::clamp<size_t>(kTileBytes / (w.cols * sizeof(float)), 16, w.rows);
+  thread_local std::vector<float> scratch;
+  scratch.resize(tile * w.cols);
+  for (size_t r0 = 0; r0 < w.rows; r0 += tile) {
+    const size_t n_rows = std::min(tile, w.rows - r0);
+    const size_t per_task = rows_per_task(n_rows, w.cols);
+    const size_t n_tasks = (n_rows + per_task - 1) / per_task;
+    float* dst = scratch.data();
+    parallel_for(n_tasks, [&](size_t task) {
+      const size_t a = task * per_task;
+      const size_t b = std::min(n_rows, a + per_task);
+      dequantize_rows(dst + a * w.cols, w, r0 + a, r0 + b);
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(n_rows), k, 1.0f, x, k,
+                dst, k, 0.0f, out + r0, static_cast<int>(w.rows));
+  }
+}
+
+void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
+  validate_weight(w, "matmul_ref weight");
+  std::vector<float> row(w.cols);
+  for (size_t r = 0; r < w.rows; ++r) {
+    dequantize_rows_ref(row.data(), w, r, r + 1);
+    for (size_t t = 0; t < n_tokens; ++t) {
+      double sum = 0.0;
+      for (size_t c = 0; c < w.cols; ++c) {
+        sum += static_cast<double>(row[c]) * static_cast<double>(x[t * w.cols + c]);
+      }
+      out[t * w.rows + r] = static_cast<float>(sum);
+    }
+  }
+}
+
+void quantize_q8_0(BlockQ8_0* out, const float* x, size_t n) {
+  if (n % kQ8BlockSize != 0) {
+    throw_invalid("gemm", "quantize_q8_0 length not a multiple of the block size",
+                  std::to_string(n), "a multiple of 32");
+  }
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const float* xb = x + b * kQ8BlockSize;
+    float amax = 0.0f;
+    for (size_t j = 0; j < kQ8BlockSize; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    for (size_t j = 0; j < kQ8BlockSize; ++j) {
+      out[b].qs[j] = static_cast<int8_t>(std::lround(xb[j] * id));
+    }
+  }
+}
+
+void set_blas_threads(int n) {
+  openblas_set_num_threads(std::max(1, n));
+}
+
+}  // namespace snapkv

@@ -1,0 +1,95 @@
+// RoPE NORM: table version vs double reference, the adjacent-pair convention, the relative
+// position identity <rope(q, i), rope(k, j)> = f(i - j), and the untouched tail past n_rot.
+#include "snapkv/ops/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+namespace snapkv {
+namespace {
+
+constexpr float kEps = std::numeric_limits<float>::epsilon();
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(Rope, TableMatchesDoubleReference) {
+  const size_t n_heads = 3, head_dim = 64, n_rot = 64;
+  const std::vector<int64_t> positions = {0, 1, 17, 1000, 16383, 100000};
+  auto x = random_vec(positions.size() * n_heads * head_dim, 2);
+  auto expected = x;
+  for (size_t t = 0; t < positions.size(); ++t) {
+    for (size_t h = 0; h < n_heads; ++h) {
+      rope_norm_ref(expected.data() + (t * n_heads + h) * head_dim, head_dim, n_rot, positions[t],
+                    10000.0);
+    }
+  }
+  RopeTable table(positions.data(), positions.size(), n_rot, 10000.0);
+  table.apply(x.data(), n_heads, head_dim);
+  // cos/sin rounded to fp32 (eps/2 each), two products and a sum: |err| <= 3 eps * |pair norm|.
+  for (size_t i = 0; i < x.size(); i += 2) {
+    const double pair_norm = std::hypot(expected[i], expected[i + 1]);
+    EXPECT_LE(std::fabs(x[i] - expected[i]), 3 * kEps * pair_norm);
+    EXPECT_LE(std::fabs(x[i + 1] - expected[i + 1]), 3 * kEps * pair_norm);
+  }
+}
+
+TEST(Rope, AdjacentPairConventionByHand) {
+  // head_dim 4: pair 0 rotates by pos, pair 1 by pos * base^(-1/2).
+  std::vector<float> x = {1, 0, 0, 1};
+  const int64_t pos = 3;
+  RopeTable table(&pos, 1, 4, 100.0);
+  table.apply(x.data(), 1, 4);
+  EXPECT_NEAR(x[0], std::cos(3.0), 1e-6);
+  EXPECT_NEAR(x[1], std::sin(3.0), 1e-6);
+  EXPECT_NEAR(x[2], -std::sin(0.3), 1e-6);
+  EXPECT_NEAR(x[3], std::cos(0.3), 1e-6);
+}
+
+TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
+  const size_t d = 32;
+  const auto q = random_vec(d, 5), k = random_vec(d, 6);
+  auto dot_at = [&](int64_t i, int64_t j) {
+    auto qi = q, kj = k;
+    rope_norm_ref(qi.data(), d, d, i, 10000.0);
+    rope_norm_ref(kj.data(), d, d, j, 10000.0);
+    double s = 0.0;
+    for (size_t c = 0; c < d; ++c) s += static_cast<double>(qi[c]) * kj[c];
+    return s;
+  };
+  double norm = 0.0;
+  for (size_t c = 0; c < d; ++c) norm += std::fabs(q[c] * k[c]);
+  EXPECT_NEAR(dot_at(10, 3), dot_at(1007, 1000), 8 * d * kEps * norm);
+  EXPECT_NEAR(dot_at(5, 5), dot_at(0, 0), 8 * d * kEps * norm);
+}
+
+TEST(Rope, PartialRotaryLeavesTail) {
+  auto x = random_vec(8, 9);
+  const auto before = x;
+  const int64_t pos = 7;
+  RopeTable(&pos, 1, 4, 10000.0).apply(x.data(), 1, 8);
+  for (size_t i = 4; i < 8; ++i) EXPECT_EQ(x[i], before[i]);
+  EXPECT_NE(x[0], before[0]);
+}
+
+TEST(Rope, RejectsBadArguments) {
+  const int64_t pos = 0, neg = -1;
+  EXPECT_THROW(RopeTable(&pos, 1, 3, 10000.0), std::invalid_argument);
+  EXPECT_THROW(RopeTable(&pos, 1, 4, 0.0), std::invalid_argument);
+  EXPECT_THROW(RopeTable(&neg, 1, 4, 10000.0), std::invalid_argument);
+  float x[4] = {};
+  EXPECT_THROW(RopeTable(&pos, 1, 8, 10000.0).apply(x, 1, 4), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace snapkv
