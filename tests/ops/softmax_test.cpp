@@ -1,0 +1,105 @@
+// exp_approx and softmax against double-precision references. The softmax bound per entry is
+// relative: p_i * u * (2 * spread + n + 24), from the rounding of x_i - max (|x_i - max| u), the
+// exp error (4u), the sum (n u) and the final scaling, where spread = max_i |x_i - max|.
+#include "snapkv/ops/softmax.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace snapkv {
+namespace {
+
+constexpr double kU = 1.0 / 16777216.0;
+
+std::vector<double> softmax_double(const std::vector<float>& x) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (float v : x) m = std::max(m, static_cast<double>(v));
+  std::vector<double> p(x.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) sum += (p[i] = std::exp(x[i] - m));
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+TEST(ExpApprox, RelativeErrorWithinFourUlpsOverTheNormalRange) {
+  double worst = 0.0;
+  for (double x = -87.0; x <= 88.5; x += 0.0013) {
+    const float xf = static_cast<float>(x);
+    const double ref = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::fabs(exp_approx(xf) - ref) / ref);
+  }
+  EXPECT_LE(worst, 4 * kU);
+  EXPECT_EQ(exp_approx(0.0f), 1.0f);
+}
+
+TEST(ExpApprox, UnderflowIsZeroAndOverflowIsInfinity) {
+  EXPECT_EQ(exp_approx(-88.0f), 0.0f);
+  EXPECT_EQ(exp_approx(-1e30f), 0.0f);
+  EXPECT_EQ(exp_approx(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isinf(exp_approx(89.0f)));
+  EXPECT_GT(exp_approx(88.7f), 1e38f);
+  EXPECT_GT(exp_approx(-87.3f), 0.0f);
+}
+
+TEST(ExpApprox, BulkMatchesScalar) {
+  std::vector<float> x(1001), y(1001);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = -90.0f + 0.179f * static_cast<float>(i);
+  exp_n(y.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], exp_approx(x[i])) << x[i];
+}
+
+void expect_close_to_reference(const std::vector<float>& input, bool fast) {
+  std::vector<float> p = input;
+  if (fast)
+    softmax(p.data(), p.size());
+  else
+    softmax_scalar(p.data(), p.size());
+  const auto ref = softmax_double(input);
+  double m = -std::numeric_limits<double>::infinity();
+  for (float v : input) m = std::max(m, static_cast<double>(v));
+  double spread = 0.0;
+  for (float v : input) spread = std::max(spread, m - v);
+  const double rel = kU * (2.0 * spread + static_cast<double>(input.size()) + 24.0);
+  double sum = 0.0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_LE(std::fabs(p[i] - ref[i]), ref[i] * rel + 1e-37) << "i=" << i << " fast=" << fast;
+    sum += p[i];
+  }
+  EXPECT_NEAR(sum, 1.0, rel);
+}
+
+TEST(Softmax, FastAndScalarMatchDoubleReference) {
+  std::mt19937 rng(7);
+  for (const size_t n : {1u, 2u, 7u, 8u, 9u, 33u, 1000u, 4097u}) {
+    for (const float scale : {0.1f, 3.0f, 20.0f}) {
+      std::normal_distribution<float> dist(0.0f, scale);
+      std::vector<float> x(n);
+      for (float& v : x) v = dist(rng);
+      expect_close_to_reference(x, true);
+      expect_close_to_reference(x, false);
+    }
+  }
+}
+
+TEST(Softmax, StableForHugeInputsAndShiftInvariant) {
+  std::vector<float> x = {1000.0f, 1000.0f, 999.0f, -1e30f};
+  softmax(x.data(), x.size());
+  const double e = std::exp(-1.0);
+  EXPECT_NEAR(x[0], 1.0 / (2.0 + e), 8 * kU);
+  EXPECT_EQ(x[0], x[1]);
+  EXPECT_NEAR(x[2], e / (2.0 + e), 8 * kU);
+  EXPECT_EQ(x[3], 0.0f);
+  std::vector<float> y = {0.0f, 0.0f, -1.0f};
+  softmax(y.data(), y.size());
+  EXPECT_NEAR(y[0], x[0], 8 * kU);
+  std::vector<float> one = {-5.0f};
+  softmax(one.data(), 1);
+  EXPECT_EQ(one[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace snapkv
