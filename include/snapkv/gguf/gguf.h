@@ -241,6 +241,7 @@ class Writer {
   // Adds a tensor whose encoded bytes are given. bytes.size() must equal tensor_n_bytes(type, ne);
   // the name must be 1..63 bytes and unused; ne 1..4 entries, each >= 0 (std::invalid_argument).
   // copy = true copies the bytes; false keeps a view that must outlive write()/to_bytes().
+  // Trailing 1s of ne are dropped as ggml_n_dims does ({64, 1} is written as {64}).
   void add_tensor(std::string_view name, TensorType type, std::vector<int64_t> ne,
                   std::span<const uint8_t> bytes, bool copy = true);
   // Adds a tensor from fp32 values [ne[3]][ne[2]][ne[1]][ne[0]], encoded to `type` row by row.

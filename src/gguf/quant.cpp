@@ -1,0 +1,331 @@
+// Tensor types: names, block sizes, byte-size arithmetic with overflow checks, and the scalar
+// reference conversions between fp32 and F16 / BF16 / Q8_0 / Q4_0 rows.
+#include "snapkv/gguf/quant.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "snapkv/util/error.h"
+
+namespace snapkv::gguf {
+namespace {
+
+constexpr std::string_view kComponent = "gguf";
+
+std::string ne_string(std::span<const int64_t> ne) {
+  std::string s = "{";
+  for (size_t i = 0; i < ne.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ne[i]);
+  }
+  return s + "}";
+}
+
+void check_row_length(TensorType type, size_t n, std::string_view who) {
+  const size_t bs = block_size(type);
+  if (n % bs != 0) {
+    throw_invalid(kComponent, std::string(who) + ": row length not a multiple of the block size",
+                  std::to_string(n), "a multiple of " + std::to_string(bs));
+  }
+}
+
+// Nearest integer of v clamped to [lo, hi]; NaN gives 0 (never a float->int conversion of an
+// out-of-range value, which would be undefined behaviour).
+int clamp_round(float v, int lo, int hi) {
+  if (!(v == v)) return 0;
+  const float r = std::round(v);
+  if (r <= static_cast<float>(lo)) return lo;
+  if (r >= static_cast<float>(hi)) return hi;
+  return static_cast<int>(r);
+}
+
+}  // namespace
+
+std::string_view tensor_type_name(TensorType type) {
+  switch (type) {
+    case TensorType::f32:
+      return "f32";
+    case TensorType::f16:
+      return "f16";
+    case TensorType::q4_0:
+      return "q4_0";
+    case TensorType::q8_0:
+      return "q8_0";
+    case TensorType::bf16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+std::optional<TensorType> tensor_type_from_id(int32_t id) {
+  switch (id) {
+    case 0:
+      return TensorType::f32;
+    case 1:
+      return TensorType::f16;
+    case 2:
+      return TensorType::q4_0;
+    case 8:
+      return TensorType::q8_0;
+    case 30:
+      return TensorType::bf16;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<TensorType> tensor_type_from_name(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (TensorType t :
+       {TensorType::f32, TensorType::f16, TensorType::q4_0, TensorType::q8_0, TensorType::bf16}) {
+    if (tensor_type_name(t) == lower) return t;
+  }
+  return std::nullopt;
+}
+
+size_t block_size(TensorType type) {
+  switch (type) {
+    case TensorType::q8_0:
+      return kQK8_0;
+    case TensorType::q4_0:
+      return kQK4_0;
+    case TensorType::f32:
+    case TensorType::f16:
+    case TensorType::bf16:
+      return 1;
+  }
+  throw_invalid(kComponent, "unknown tensor type", std::to_string(static_cast<int32_t>(type)),
+                "f32, f16, q4_0, q8_0 or bf16");
+}
+
+size_t type_size(TensorType type) {
+  switch (type) {
+    case TensorType::f32:
+      return 4;
+    case TensorType::f16:
+    case TensorType::bf16:
+      return 2;
+    case TensorType::q8_0:
+      return sizeof(block_q8_0);
+    case TensorType::q4_0:
+      return sizeof(block_q4_0);
+  }
+  throw_invalid(kComponent, "unknown tensor type", std::to_string(static_cast<int32_t>(type)),
+                "f32, f16, q4_0, q8_0 or bf16");
+}
+
+int64_t element_count(std::span<const int64_t> ne) {
+  int64_t n = 1;
+  for (const int64_t d : ne) {
+    if (d < 0) throw_invalid(kComponent, "negative dimension", ne_string(ne), "every entry >= 0");
+    if (__builtin_mul_overflow(n, d, &n)) {
+      throw_invalid(kComponent, "element count overflows int64", ne_string(ne),
+                    "a product below 2^63");
+    }
+  }
+  return n;
+}
+
+uint64_t tensor_n_bytes(TensorType type, std::span<const int64_t> ne) {
+  if (ne.empty() || ne.size() > 4) {
+    throw_invalid(kComponent, "wrong number of dimensions", std::to_string(ne.size()), "1..4");
+  }
+  element_count(ne);  // validates signs and the element-count product
+  const int64_t bs = static_cast<int64_t>(block_size(type));
+  if (ne[0] % bs != 0) {
+    throw_invalid(kComponent,
+                  std::string("ne[0] not a multiple of the ") +
+                      std::string(tensor_type_name(type)) + " block size",
+                  std::to_string(ne[0]), "a multiple of " + std::to_string(bs));
+  }
+  int64_t bytes = ne[0] / bs;
+  bool overflow = __builtin_mul_overflow(bytes, static_cast<int64_t>(type_size(type)), &bytes);
+  for (size_t i = 1; i < ne.size() && !overflow; ++i) {
+    overflow = __builtin_mul_overflow(bytes, ne[i], &bytes);
+  }
+  if (overflow) {
+    throw_invalid(kComponent, "tensor byte size overflows int64", ne_string(ne),
+                  "a size below 2^63 bytes");
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+size_t row_n_bytes(TensorType type, size_t n) {
+  check_row_length(type, n, "row_n_bytes");
+  return n / block_size(type) * type_size(type);
+}
+
+// ---- bf16 ----------------------------------------------------------------------------------
+
+float bf16_to_fp32(bf16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+bf16_t fp32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<bf16_t>((u >> 16) | 0x0040u);  // quiet
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round half to even; overflow correctly becomes inf
+  return static_cast<bf16_t>(u >> 16);
+}
+
+void dequantize_row_bf16(float* out, const bf16_t* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(in[i]);
+}
+
+void quantize_row_bf16(bf16_t* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = fp32_to_bf16(in[i]);
+}
+
+// ---- q8_0 ----------------------------------------------------------------------------------
+
+void dequantize_row_q8_0(float* out, const block_q8_0* in, size_t n) {
+  check_row_length(TensorType::q8_0, n, "dequantize_row_q8_0");
+  for (size_t b = 0; b < n / kQK8_0; ++b) {
+    const float d = fp16_to_fp32(in[b].d);
+    for (size_t j = 0; j < kQK8_0; ++j) out[b * kQK8_0 + j] = static_cast<float>(in[b].qs[j]) * d;
+  }
+}
+
+// d = amax / 127, q = round(x / d); an all-zero block stores d = 0 and q = 0 (no division by 0).
+void quantize_row_q8_0(block_q8_0* out, const float* in, size_t n) {
+  check_row_length(TensorType::q8_0, n, "quantize_row_q8_0");
+  for (size_t b = 0; b < n / kQK8_0; ++b) {
+    const float* x = in + b * kQK8_0;
+    float amax = 0.0f;
+    for (size_t j = 0; j < kQK8_0; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    for (size_t j = 0; j < kQK8_0; ++j) {
+      out[b].qs[j] = static_cast<int8_t>(clamp_round(x[j] * inv_d, -127, 127));
+    }
+  }
+}
+
+// ---- q4_0 ----------------------------------------------------------------------------------
+
+void dequantize_row_q4_0(float* out, const block_q4_0* in, size_t n) {
+  check_row_length(TensorType::q4_0, n, "dequantize_row_q4_0");
+  constexpr size_t half = kQK4_0 / 2;
+  for (size_t b = 0; b < n / kQK4_0; ++b) {
+    const float d = fp16_to_fp32(in[b].d);
+    for (size_t j = 0; j < half; ++j) {
+      out[b * kQK4_0 + j] = static_cast<float>((in[b].qs[j] & 0x0F) - 8) * d;
+      out[b * kQK4_0 + j + half] = static_cast<float>((in[b].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// ggml's Q4_0 rule: the element of largest magnitude (with its sign), m, maps to nibble 0, so
+// d = m / -8 and nibble = clamp(round(x / d) + 8, 0, 15). Every x but -m is within |d| / 2.
+void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n) {
+  check_row_length(TensorType::q4_0, n, "quantize_row_q4_0");
+  constexpr size_t half = kQK4_0 / 2;
+  for (size_t b = 0; b < n / kQK4_0; ++b) {
+    const float* x = in + b * kQK4_0;
+    float amax = 0.0f;
+    float extreme = 0.0f;
+    for (size_t j = 0; j < kQK4_0; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        extreme = x[j];
+      }
+    }
+    const float d = extreme / -8.0f;
+    const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    for (size_t j = 0; j < half; ++j) {
+      const int lo = clamp_round(x[j] * inv_d, -8, 7) + 8;
+      const int hi = clamp_round(x[j + half] * inv_d, -8, 7) + 8;
+      out[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// ---- generic rows (any input alignment) ----------------------------------------------------
+
+void dequantize_row(float* out, const void* in, TensorType type, size_t n) {
+  check_row_length(type, n, "dequantize_row");
+  const auto* src = static_cast<const uint8_t*>(in);
+  switch (type) {
+    case TensorType::f32:
+      std::memcpy(out, src, n * sizeof(float));
+      return;
+    case TensorType::f16:
+      for (size_t i = 0; i < n; ++i) {
+        fp16_t h;
+        std::memcpy(&h, src + 2 * i, sizeof h);
+        out[i] = fp16_to_fp32(h);
+      }
+      return;
+    case TensorType::bf16:
+      for (size_t i = 0; i < n; ++i) {
+        bf16_t h;
+        std::memcpy(&h, src + 2 * i, sizeof h);
+        out[i] = bf16_to_fp32(h);
+      }
+      return;
+    case TensorType::q8_0:
+      for (size_t b = 0; b < n / kQK8_0; ++b) {
+        block_q8_0 blk;
+        std::memcpy(&blk, src + b * sizeof blk, sizeof blk);
+        dequantize_row_q8_0(out + b * kQK8_0, &blk, kQK8_0);
+      }
+      return;
+    case TensorType::q4_0:
+      for (size_t b = 0; b < n / kQK4_0; ++b) {
+        block_q4_0 blk;
+        std::memcpy(&blk, src + b * sizeof blk, sizeof blk);
+        dequantize_row_q4_0(out + b * kQK4_0, &blk, kQK4_0);
+      }
+      return;
+  }
+  block_size(type);  // throws for an unknown type
+}
+
+void quantize_row(void* out, const float* in, TensorType type, size_t n) {
+  check_row_length(type, n, "quantize_row");
+  auto* dst = static_cast<uint8_t*>(out);
+  switch (type) {
+    case TensorType::f32:
+      std::memcpy(dst, in, n * sizeof(float));
+      return;
+    case TensorType::f16:
+      for (size_t i = 0; i < n; ++i) {
+        const fp16_t h = fp32_to_fp16(in[i]);
+        std::memcpy(dst + 2 * i, &h, sizeof h);
+      }
+      return;
+    case TensorType::bf16:
+      for (size_t i = 0; i < n; ++i) {
+        const bf16_t h = fp32_to_bf16(in[i]);
+        std::memcpy(dst + 2 * i, &h, sizeof h);
+      }
+      return;
+    case TensorType::q8_0:
+      for (size_t b = 0; b < n / kQK8_0; ++b) {
+        block_q8_0 blk;
+        quantize_row_q8_0(&blk, in + b * kQK8_0, kQK8_0);
+        std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
+      }
+      return;
+    case TensorType::q4_0:
+      for (size_t b = 0; b < n / kQK4_0; ++b) {
+        block_q4_0 blk;
+        quantize_row_q4_0(&blk, in + b * kQK4_0, kQK4_0);
+        std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
+      }
+      return;
+  }
+  block_size(type);  // throws for an unknown type
+}
+
+}  // namespace snapkv::gguf
