@@ -1,0 +1,324 @@
+"""Trains a small Llama on the project's long-context tasks with a context-length curriculum.
+
+One command (resumes from RUN/ckpt.pt when it exists):
+  OMP_NUM_THREADS=1 nohup nice -n 10 /usr/bin/python3 training/train.py --name tiny4 &
+
+Recipe (issue 5, measured on this kind of machine): word-sized SentencePiece tokens, part of every
+batch a copy task (a random span repeated later, loss on the repeat), AdamW lr 1e-3 betas
+(0.9, 0.95), 200-step warm-up, gradient clipping 1.0, then the context is lengthened stage by stage
+with smaller batches. Task rows come from the C++ generator (`snapkv tasks gen --split train`);
+answers carry more loss weight than the prompt. Natural text (fortunes, licenses) is mixed in.
+
+Writes RUN/log.txt (loss, held-out teacher-forced answer accuracy per task), RUN/ckpt.pt
+(every --ckpt-minutes and at stage ends), RUN/export/ (raw export of the latest checkpoint) and
+RUN/export-<T>/ at the end of each stage. Held-out samples use the eval split (disjoint seeds).
+"""
+import argparse
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import corpus  # noqa: E402
+from model import Config, Llama, export_raw  # noqa: E402
+
+BOS, EOS = 1, 2
+
+
+def log(run_dir, msg):
+    line = time.strftime("%H:%M:%S ") + msg
+    print(line, flush=True)
+    with open(os.path.join(run_dir, "log.txt"), "a") as f:
+        f.write(line + "\n")
+
+
+def parse_stages(spec):
+    """'128:32:600,256:16:300' -> [(T, batch, steps), ...]"""
+    out = []
+    for part in spec.split(","):
+        t, b, s = (int(x) for x in part.split(":"))
+        out.append((t, b, s))
+    return out
+
+
+def task_counts(context):
+    """Needles / hops that fit a context (eval uses the defaults 4 / 4 at >= 512)."""
+    if context < 256:
+        return 2, 1
+    if context < 512:
+        return 3, 2
+    return 4, 4
+
+
+class Tokenized:
+    def __init__(self, sp, sample):
+        prompt = sample["context"] + sample["question"] + sample["answer_prefix"]
+        completion = " " + ", ".join(sample["answers"]) + "."
+        p = sp.encode(prompt)
+        # SentencePiece adds the dummy prefix to the completion too; encode the whole and split.
+        full = sp.encode(prompt + completion)
+        if full[:len(p)] != p:  # token boundary moved: fall back to separate pieces
+            full = p + sp.encode(completion)
+        self.ids = [BOS] + full
+        self.n_prompt = 1 + len(p)
+        self.task = sample.get("task", "")
+
+
+def make_pool(sp, context, n_per_task, seed, split, snapkv, tasks=corpus.TASKS):
+    """{task: [Tokenized]} fitting in `context` tokens (with BOS); generator asked for 95%."""
+    needles, hops = task_counts(context)
+    pool = {}
+    for task in tasks:
+        try:
+            raw = corpus.generate_tasks(task, n_per_task, int(context * 0.95), seed, split, snapkv,
+                                        extra=("--needles", str(needles), "--hops", str(hops)))
+        except Exception:  # context too small for this task
+            continue
+        items = [Tokenized(sp, s) for s in raw]
+        items = [x for x in items if len(x.ids) <= context + 1]
+        if items:
+            pool[task] = items
+    return pool
+
+
+class Batcher:
+    """Builds (x, y, w) rows of length T: x input ids, y next-token targets, w loss weights."""
+
+    def __init__(self, sp, natural_ids, filler_ids, pool, T, answer_weight, mix):
+        self.sp = sp
+        self.natural = natural_ids  # one long token stream
+        self.filler = filler_ids    # haystack text token stream (from train samples)
+        self.pool = pool
+        self.T = T
+        self.answer_weight = answer_weight
+        self.mix = mix  # (copy, task, natural) fractions
+
+    def _stream_window(self, rng, stream):
+        start = int(rng.integers(0, len(stream) - self.T - 2))
+        return np.array(stream[start:start + self.T + 1], dtype=np.int64)
+
+    def natural_row(self, rng):
+        row = self._stream_window(rng, self.natural)
+        row[0] = BOS
+        return row, np.ones(self.T, dtype=np.float32)
+
+    def copy_row(self, rng):
+        src_stream = self.natural if rng.random() < 0.5 else self.filler
+        row = self._stream_window(rng, src_stream)
+        row[0] = BOS
+        T = self.T
+        span = int(rng.integers(8, min(33, T // 4)))
+        s = int(rng.integers(1, T // 2 - span))
+        t = int(rng.integers(s + span + 1, T + 1 - span))
+        row[t:t + span] = row[s:s + span]
+        w = np.zeros(T, dtype=np.float32)
+        w[t:t + span - 1] = 1.0  # logits at t..t+span-2 predict row[t+1..t+span-1]
+        return row, w
+
+    def task_row(self, rng, task=None):
+        tasks = sorted(self.pool)
+        task = task or tasks[int(rng.integers(0, len(tasks)))]
+        item = self.pool[task][int(rng.integers(0, len(self.pool[task])))]
+        return self.render(item)
+
+    def render(self, item):
+        T = self.T
+        ids = item.ids[:T + 1]
+        row = np.full(T + 1, EOS, dtype=np.int64)
+        row[:len(ids)] = ids
+        w = np.zeros(T, dtype=np.float32)
+        # prompt: every 4th position at weight 0.25 (language signal, cheap); answer: full weight
+        w[0:item.n_prompt - 1:4] = 0.25
+        w[item.n_prompt - 1:len(ids) - 1] = self.answer_weight
+        return row, w
+
+    def batch(self, rng, B):
+        rows, ws = [], []
+        copy_f, task_f, _ = self.mix
+        for _ in range(B):
+            u = rng.random()
+            if u < copy_f:
+                r, w = self.copy_row(rng)
+            elif u < copy_f + task_f and self.pool:
+                r, w = self.task_row(rng)
+            else:
+                r, w = self.natural_row(rng)
+            rows.append(r)
+            ws.append(w)
+        rows = torch.from_numpy(np.stack(rows))
+        return rows[:, :-1], rows[:, 1:], torch.from_numpy(np.stack(ws))
+
+
+def loss_fn(model, x, y, w):
+    """Weighted CE; the output layer runs only on positions that carry loss."""
+    h = model.tok_embd(x)
+    cos, sin = model.rope(x.shape[1])
+    mask = torch.full((x.shape[1], x.shape[1]), float("-inf")).triu(1)
+    for blk in model.blocks:
+        h = blk(h, cos, sin, mask)
+    sel = w > 0
+    logits = model.output(model.out_norm(h[sel]))
+    ce = F.cross_entropy(logits, y[sel], reduction="none")
+    return (ce * w[sel]).sum() / w[sel].sum()
+
+
+@torch.no_grad()
+def evaluate(model, eval_pool, T):
+    """Teacher-forced answer accuracy per task: token accuracy and exact (all answer tokens right,
+    which is exactly when greedy decoding reproduces the reference completion)."""
+    model.eval()
+    res = {}
+    for task, items in sorted(eval_pool.items()):
+        tok_ok = tok_n = exact = 0
+        for i in range(0, len(items), 4):
+            chunk = items[i:i + 4]
+            L = max(len(it.ids) for it in chunk)
+            x = torch.full((len(chunk), L), EOS, dtype=torch.long)
+            for j, it in enumerate(chunk):
+                x[j, :len(it.ids)] = torch.tensor(it.ids)
+            pred = model(x).argmax(-1)
+            for j, it in enumerate(chunk):
+                a0, a1 = it.n_prompt, len(it.ids) - 1  # answer tokens, final "." excluded
+                ok = (pred[j, a0 - 1:a1 - 1] == x[j, a0:a1])
+                tok_ok += int(ok.sum())
+                tok_n += int(ok.numel())
+                exact += int(bool(ok.all()))
+        res[task] = (tok_ok / max(tok_n, 1), exact / len(items))
+    model.train()
+    return res
+
+
+def lr_at(step, args, total_steps):
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    if args.decay_steps > 0 and step >= total_steps - args.decay_steps:
+        frac = (total_steps - step) / args.decay_steps
+        return args.lr * (0.1 + 0.9 * frac)
+    return args.lr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default="tiny4")
+    ap.add_argument("--runs", default=os.path.join(os.path.dirname(__file__), "runs"))
+    ap.add_argument("--tokenizer", default=None, help="dir with spm.model + tokenizer.json")
+    ap.add_argument("--snapkv", default=None)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-head-kv", type=int, default=2)
+    ap.add_argument("--stages", default="128:32:600,256:16:300,512:8:300,1024:4:1200")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--decay-steps", type=int, default=300)
+    ap.add_argument("--answer-weight", type=float, default=4.0)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-n", type=int, default=16)
+    ap.add_argument("--ckpt-minutes", type=float, default=4.0)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    run_dir = os.path.join(args.runs, args.name)
+    os.makedirs(run_dir, exist_ok=True)
+    tok_dir = args.tokenizer or os.path.join(args.runs, "tok")
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(tok_dir, "spm.model"))
+    stages = parse_stages(args.stages)
+    total_steps = sum(s for _, _, s in stages)
+
+    torch.manual_seed(args.seed)
+    cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
+                 n_head=args.n_head, n_head_kv=args.n_head_kv,
+                 context_length=max(2048, max(t for t, _, _ in stages)))
+    model = Llama(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    step = 0
+    ckpt_path = os.path.join(run_dir, "ckpt.pt")
+    if os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step = ck["step"]
+        log(run_dir, f"resumed from {ckpt_path} at step {step}")
+    else:
+        n_params = sum(p.numel() for p in model.parameters())
+        log(run_dir, f"start: {' '.join(sys.argv)}")
+        log(run_dir, f"config {cfg.to_dict()} params {n_params/1e6:.2f}M stages {stages}")
+
+    def save(tag=None):
+        tmp = ckpt_path + ".tmp"
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                    "config": cfg.to_dict(), "args": vars(args)}, tmp)
+        os.replace(tmp, ckpt_path)
+        export_raw(model, os.path.join(tok_dir, "tokenizer.json"), os.path.join(run_dir, "export"),
+                   f"snapkv-{args.name}")
+        if tag:
+            export_raw(model, os.path.join(tok_dir, "tokenizer.json"),
+                       os.path.join(run_dir, f"export-{tag}"), f"snapkv-{args.name}")
+
+    # Token streams for copy/natural rows (deterministic).
+    paras = corpus.natural_paragraphs()
+    random.Random(args.seed).shuffle(paras)
+    natural_ids = [t for p in paras for t in [BOS] + sp.encode(p)]
+    filler_raw = corpus.generate_tasks("niah_single", 200, 1024, seed=99, split="train",
+                                       snapkv=args.snapkv)
+    filler_ids = [t for s in filler_raw for t in sp.encode(s["context"])]
+
+    stage_start = 0
+    for si, (T, B, n_steps) in enumerate(stages):
+        stage_end = stage_start + n_steps
+        if step >= stage_end:
+            stage_start = stage_end
+            continue
+        t0 = time.time()
+        n_pool = min(2000, max(200, (n_steps * B) // 8))
+        pool = make_pool(sp, T, n_pool, seed=1000 + si, split="train", snapkv=args.snapkv)
+        eval_pool = make_pool(sp, T, args.eval_n, seed=1, split="eval", snapkv=args.snapkv)
+        copy_f = 0.5 if T <= 128 else 0.25
+        mix = (copy_f, 0.85 * (1 - copy_f) if T > 128 else 0.35, 0.0)
+        batcher = Batcher(sp, natural_ids, filler_ids, pool, T, args.answer_weight, mix)
+        log(run_dir, f"stage {si} T={T} B={B} steps {stage_start}..{stage_end} pool "
+            f"{ {k: len(v) for k, v in pool.items()} } built in {time.time()-t0:.0f}s")
+        last_ckpt = time.time()
+        run_loss, run_n, t_step = 0.0, 0, time.time()
+        while step < stage_end:
+            rng = np.random.default_rng([args.seed, step])
+            x, y, w = batcher.batch(rng, B)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, args, total_steps)
+            loss = loss_fn(model, x, y, w)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            run_loss += float(loss)
+            run_n += 1
+            if step % 20 == 0:
+                dt = (time.time() - t_step) / run_n
+                log(run_dir, f"step {step} T={T} loss {run_loss/run_n:.4f} lr "
+                    f"{lr_at(step, args, total_steps):.2e} {dt:.2f}s/step")
+                run_loss, run_n, t_step = 0.0, 0, time.time()
+            if step % (args.eval_every * max(1, T // 512)) == 0 or step == stage_end:
+                res = evaluate(model, eval_pool, T)
+                msg = " ".join(f"{k}={a:.2f}/{e:.2f}" for k, (a, e) in res.items())
+                log(run_dir, f"eval step {step} T={T} (token-acc/exact) {msg}")
+            if time.time() - last_ckpt > args.ckpt_minutes * 60:
+                save()
+                last_ckpt = time.time()
+        save(tag=str(T))
+        log(run_dir, f"stage {si} done at step {step}; exported {run_dir}/export-{T}")
+        stage_start = stage_end
+    log(run_dir, "training complete")
+
+
+if __name__ == "__main__":
+    main()
