@@ -26,7 +26,9 @@
 // it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -104,7 +106,9 @@ class Tokenizer {
   // Id of a piece (exact text, spaces as U+2581), or -1 when the vocabulary has no such piece.
   TokenId find(std::string_view piece) const;
 
-  // Byte-fallback token of a byte, or -1 when the vocabulary has none.
+  // Byte-fallback token of a byte, as llama.cpp's byte_to_token: the piece "<0xXX>" (upper-case
+  // hex), else the one-byte piece holding that byte, else -1. When some byte of a character that
+  // is no piece has no fallback, encode() emits unk() once for that character (llama.cpp throws).
   TokenId byte_token(uint8_t byte) const { return byte_to_id_[byte]; }
 
   const Vocab& vocab() const { return vocab_; }
@@ -118,8 +122,14 @@ class Tokenizer {
   void check_id(TokenId id) const;
   void encode_spm(std::string_view text, std::vector<TokenId>& out) const;
 
+  // Hash for lookups by std::string_view without building a std::string.
+  struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
   Vocab vocab_;
-  std::unordered_map<std::string, TokenId> piece_to_id_;
+  std::unordered_map<std::string, TokenId, PieceHash, std::equal_to<>> piece_to_id_;
   TokenId byte_to_id_[256];
   std::vector<TokenId> user_defined_by_length_;  // USER_DEFINED ids, longest text first
 };

@@ -1,0 +1,500 @@
+// GGUF "llama" (SentencePiece-style) tokenizer: vocabulary checks, llama.cpp's SPM encode, decode.
+// Semantics are documented in include/snapkv/model/tokenizer.h; this file follows llama.cpp's
+// llm_tokenizer_spm / llama_vocab::tokenize / token_to_piece behaviour, written from its
+// description.
+#include "snapkv/model/tokenizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <queue>
+#include <string>
+#include <utility>
+
+#include "snapkv/gguf/gguf.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+constexpr std::string_view kComponent = "tokenizer";
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+
+// Byte length of the UTF-8 sequence a lead byte announces, by its high nibble, as llama.cpp's
+// unicode_len_utf8: continuation or invalid bytes count as one-byte characters.
+size_t utf8_char_length(unsigned char lead) {
+  static constexpr size_t kByHighNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kByHighNibble[lead >> 4];
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The byte of a "<0xXX>" piece, or nullopt when the text has another form.
+std::optional<uint8_t> parse_byte_piece(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return std::nullopt;
+  const int hi = hex_value(text[3]);
+  const int lo = hex_value(text[4]);
+  if (hi < 0 || lo < 0) return std::nullopt;
+  return static_cast<uint8_t>(hi * 16 + lo);
+}
+
+std::string byte_piece_name(uint8_t byte) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "<0x%02X>", static_cast<unsigned>(byte));
+  return buf;
+}
+
+// Printable rendering of a piece for messages (control bytes escaped, long pieces cut).
+std::string quoted(std::string_view text) {
+  std::string out = "'";
+  for (size_t i = 0; i < text.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02X", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > 40) out += "...";
+  out += "'";
+  return out;
+}
+
+void replace_spaces(std::string_view text, std::string& out) {
+  for (char c : text) {
+    if (c == ' ') {
+      out += kSpaceMark;
+    } else {
+      out += c;
+    }
+  }
+}
+
+std::string unescape_spaces(std::string_view piece) {
+  std::string out;
+  out.reserve(piece.size());
+  size_t i = 0;
+  while (i < piece.size()) {
+    if (piece.substr(i, kSpaceMark.size()) == kSpaceMark) {
+      out += ' ';
+      i += kSpaceMark.size();
+    } else {
+      out += piece[i];
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(TokenType type) {
+  switch (type) {
+    case TokenType::normal:
+      return "normal";
+    case TokenType::unknown:
+      return "unknown";
+    case TokenType::control:
+      return "control";
+    case TokenType::user_defined:
+      return "user_defined";
+    case TokenType::unused:
+      return "unused";
+    case TokenType::byte:
+      return "byte";
+  }
+  return "invalid";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vocab
+
+void Vocab::validate() const {
+  const size_t n = tokens.size();
+  if (n == 0) throw_invalid(kComponent, "empty vocabulary", "0 tokens", "at least 1");
+  if (n > static_cast<size_t>(INT32_MAX)) {
+    throw_invalid(kComponent, "vocabulary too large", std::to_string(n), "at most 2^31-1 tokens");
+  }
+  if (scores.size() != n) {
+    throw_invalid(kComponent, "scores length differs from tokens", std::to_string(scores.size()),
+                  std::to_string(n));
+  }
+  if (types.size() != n) {
+    throw_invalid(kComponent, "token types length differs from tokens",
+                  std::to_string(types.size()), std::to_string(n));
+  }
+  std::unordered_map<std::string_view, size_t> seen;
+  seen.reserve(n);
+  std::vector<int> byte_owner(256, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string id = "token " + std::to_string(i);
+    if (tokens[i].empty()) throw_invalid(kComponent, id + " is empty", "''", "a non-empty piece");
+    const auto [it, inserted] = seen.emplace(tokens[i], i);
+    if (!inserted) {
+      throw_invalid(kComponent, id + " duplicates token " + std::to_string(it->second),
+                    quoted(tokens[i]), "distinct pieces");
+    }
+    if (!std::isfinite(scores[i])) {
+      throw_invalid(kComponent, id + " score is not finite", std::to_string(scores[i]),
+                    "a finite float");
+    }
+    const auto t = static_cast<int32_t>(types[i]);
+    if (t < 1 || t > 6) {
+      throw_invalid(kComponent, id + " has an invalid token type", std::to_string(t),
+                    "1 (normal) .. 6 (byte)");
+    }
+    if (types[i] == TokenType::byte) {
+      const auto byte = parse_byte_piece(tokens[i]);
+      if (!byte) {
+        throw_invalid(kComponent, id + " is a BYTE token with a bad name", quoted(tokens[i]),
+                      "<0xXX> with two hex digits");
+      }
+      if (byte_owner[*byte] >= 0) {
+        throw_invalid(
+            kComponent, id + " is a second BYTE token for one byte", quoted(tokens[i]),
+            "one token per byte (first: token " + std::to_string(byte_owner[*byte]) + ")");
+      }
+      byte_owner[*byte] = static_cast<int>(i);
+    }
+  }
+  const auto check_special = [&](const char* name, TokenId value) {
+    if (value < 0 || static_cast<size_t>(value) >= n) {
+      throw_invalid(kComponent, std::string(name) + " out of range", std::to_string(value),
+                    "0 <= id < " + std::to_string(n));
+    }
+  };
+  check_special("bos_id", bos_id);
+  check_special("eos_id", eos_id);
+  check_special("unk_id", unk_id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer: construction
+
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
+  vocab_.validate();
+  const size_t n = vocab_.tokens.size();
+  piece_to_id_.reserve(n);
+  for (size_t i = 0; i < n; ++i) piece_to_id_.emplace(vocab_.tokens[i], static_cast<TokenId>(i));
+  // Byte fallback as llama.cpp's byte_to_token: the piece "<0xXX>" (whatever its type), else the
+  // one-byte piece holding that byte, else none.
+  for (int b = 0; b < 256; ++b) {
+    const auto byte = static_cast<uint8_t>(b);
+    TokenId id = find(byte_piece_name(byte));
+    if (id < 0) id = find(std::string_view(reinterpret_cast<const char*>(&byte), 1));
+    byte_to_id_[b] = id;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (vocab_.types[i] == TokenType::user_defined) {
+      user_defined_by_length_.push_back(static_cast<TokenId>(i));
+    }
+  }
+  std::stable_sort(
+      user_defined_by_length_.begin(), user_defined_by_length_.end(),
+      [&](TokenId a, TokenId b) { return vocab_.tokens[a].size() > vocab_.tokens[b].size(); });
+}
+
+TokenId Tokenizer::find(std::string_view piece) const {
+  const auto it = piece_to_id_.find(piece);
+  return it == piece_to_id_.end() ? -1 : it->second;
+}
+
+void Tokenizer::check_id(TokenId id) const {
+  if (id < 0 || static_cast<size_t>(id) >= vocab_.tokens.size()) {
+    throw_invalid(kComponent, "token id out of range", std::to_string(id),
+                  "0 <= id < " + std::to_string(vocab_.tokens.size()));
+  }
+}
+
+TokenType Tokenizer::type(TokenId id) const {
+  check_id(id);
+  return vocab_.types[id];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encode
+
+namespace {
+
+// One symbol of the SPM merge: a byte range of the escaped text, linked to its live neighbours.
+struct Symbol {
+  int prev = -1;
+  int next = -1;
+  size_t offset = 0;  // into the escaped text
+  size_t n = 0;       // bytes; 0 once merged into its left neighbour
+};
+
+// A candidate merge of two adjacent symbols whose joined text is a piece.
+struct Bigram {
+  int left = 0;
+  int right = 0;
+  float score = 0.0f;
+  size_t size = 0;  // bytes of the joined text when the candidate was made
+};
+
+// Highest score first; equal scores: the leftmost pair first (llama.cpp's llm_bigram_spm order).
+struct BigramOrder {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+}  // namespace
+
+void Tokenizer::encode_spm(std::string_view text, std::vector<TokenId>& out) const {
+  // text: already escaped (spaces as U+2581, dummy prefix added by the caller).
+  std::vector<Symbol> symbols;
+  symbols.reserve(text.size());
+  for (size_t offset = 0; offset < text.size();) {
+    Symbol sym;
+    sym.offset = offset;
+    sym.n =
+        std::min(utf8_char_length(static_cast<unsigned char>(text[offset])), text.size() - offset);
+    offset += sym.n;
+    const int index = static_cast<int>(symbols.size());
+    sym.prev = index - 1;
+    sym.next = offset == text.size() ? -1 : index + 1;
+    symbols.push_back(sym);
+  }
+
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+  const auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const size_t size = symbols[left].n + symbols[right].n;
+    const TokenId id = find(text.substr(symbols[left].offset, size));
+    if (id < 0) return;
+    queue.push(Bigram{left, right, vocab_.scores[id], size});
+  };
+  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
+
+  while (!queue.empty()) {
+    const Bigram bigram = queue.top();
+    queue.pop();
+    Symbol& left = symbols[bigram.left];
+    Symbol& right = symbols[bigram.right];
+    // Stale candidate: one side was merged away or grew since the candidate was made.
+    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;
+    left.n += right.n;
+    right.n = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = bigram.left;
+    try_add(left.prev, bigram.left);
+    try_add(bigram.left, left.next);
+  }
+
+  // Every merged symbol is a piece (merges only make pieces), so a final symbol is either a piece
+  // or one unmerged character that is not: llama.cpp's rev_merge re-split never applies to the
+  // latter, which falls back to one byte token per byte.
+  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
+    const std::string_view piece = text.substr(symbols[i].offset, symbols[i].n);
+    const TokenId id = find(piece);
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    const bool all_bytes = std::all_of(piece.begin(), piece.end(), [&](char c) {
+      return byte_to_id_[static_cast<unsigned char>(c)] >= 0;
+    });
+    if (!all_bytes) {  // no byte fallback in this vocabulary: one unknown token per character
+      out.push_back(vocab_.unk_id);
+      continue;
+    }
+    for (char c : piece) out.push_back(byte_to_id_[static_cast<unsigned char>(c)]);
+  }
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos) const {
+  // Fragments: raw text ranges and USER_DEFINED tokens matched literally (longest piece first,
+  // leftmost occurrences), as llama.cpp's tokenizer_st_partition with parse_special = false.
+  struct Fragment {
+    TokenId token = -1;  // >= 0: a matched USER_DEFINED token
+    size_t offset = 0;
+    size_t length = 0;
+  };
+  std::vector<Fragment> fragments;
+  if (!text.empty()) fragments.push_back({-1, 0, text.size()});
+  for (const TokenId special : user_defined_by_length_) {
+    const std::string& piece = vocab_.tokens[special];
+    std::vector<Fragment> split;
+    split.reserve(fragments.size() + 2);
+    for (const Fragment& f : fragments) {
+      if (f.token >= 0) {
+        split.push_back(f);
+        continue;
+      }
+      const size_t end = f.offset + f.length;
+      size_t pos = f.offset;
+      while (pos < end) {
+        const size_t match = text.substr(0, end).find(piece, pos);
+        if (match == std::string_view::npos) break;
+        if (match > pos) split.push_back({-1, pos, match - pos});
+        split.push_back({special, match, piece.size()});
+        pos = match + piece.size();
+      }
+      if (pos < end) split.push_back({-1, pos, end - pos});
+    }
+    fragments = std::move(split);
+  }
+
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 2 + 2);
+  if (add_bos) out.push_back(vocab_.bos_id);
+  bool previous_was_special = true;  // the first fragment gets the dummy prefix
+  std::string escaped;
+  for (const Fragment& f : fragments) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      previous_was_special = true;
+      continue;
+    }
+    escaped.clear();
+    escaped.reserve(f.length + 8);
+    if (vocab_.add_space_prefix && previous_was_special) escaped += kSpaceMark;
+    replace_spaces(text.substr(f.offset, f.length), escaped);
+    encode_spm(escaped, out);
+    previous_was_special = false;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+std::string Tokenizer::token_to_piece(TokenId id) const {
+  check_id(id);
+  const std::string& text = vocab_.tokens[id];
+  switch (vocab_.types[id]) {
+    case TokenType::normal:
+      return unescape_spaces(text);
+    case TokenType::byte:
+      return std::string(1, static_cast<char>(*parse_byte_piece(text)));
+    case TokenType::user_defined:
+      return text;
+    case TokenType::unknown:
+    case TokenType::control:
+    case TokenType::unused:
+      return {};
+  }
+  return {};
+}
+
+std::string Tokenizer::decode(std::span<const TokenId> ids) const {
+  for (const TokenId id : ids) check_id(id);
+  std::string out;
+  bool first_text = true;
+  for (const TokenId id : ids) {
+    std::string piece = token_to_piece(id);
+    if (piece.empty()) continue;
+    if (first_text && vocab_.add_space_prefix && piece.front() == ' ') piece.erase(0, 1);
+    first_text = false;
+    out += piece;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GGUF
+
+namespace {
+
+// Integer array elements of `key` as int64 (token_type is i32 in llama.cpp's files; accept any
+// integer element type).
+std::vector<int64_t> integer_array(const gguf::Value& value, std::string_view key) {
+  std::vector<int64_t> out;
+  bool ok = false;
+  std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (requires { typename V::value_type; } && !std::is_same_v<V, std::string>) {
+          using E = typename V::value_type;
+          if constexpr (std::is_integral_v<E> && !std::is_same_v<E, bool>) {
+            out.reserve(v.size());
+            for (const auto e : v) out.push_back(static_cast<int64_t>(e));
+            ok = true;
+          }
+        }
+      },
+      value.storage());
+  if (!ok) {
+    throw_runtime(kComponent, "key '" + std::string(key) + "' has the wrong type",
+                  value.is_array()
+                      ? "array of " + std::string(gguf::value_type_name(value.array_type()))
+                      : std::string(gguf::value_type_name(value.type())),
+                  "an array of integers");
+  }
+  return out;
+}
+
+TokenId special_id(const gguf::File& file, std::string_view key, TokenId fallback) {
+  const int64_t id = static_cast<int64_t>(file.get_u32_or(key, static_cast<uint32_t>(fallback)));
+  if (id > INT32_MAX) {
+    throw_runtime(kComponent, "key '" + std::string(key) + "' out of range", std::to_string(id),
+                  "a token id");
+  }
+  return static_cast<TokenId>(id);
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
+  const std::string model = file.get_string("tokenizer.ggml.model");
+  if (model != "llama") {
+    throw_runtime(kComponent, "tokenizer.ggml.model not supported yet", "'" + model + "'",
+                  "'llama' (SentencePiece-style vocabulary)");
+  }
+  Vocab vocab;
+  vocab.tokens = file.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = vocab.tokens.size();
+  const auto check_length = [&](std::string_view key, size_t got) {
+    if (got != n) {
+      throw_runtime(kComponent, "key '" + std::string(key) + "' length differs from tokens",
+                    std::to_string(got), std::to_string(n));
+    }
+  };
+  if (file.has_key("tokenizer.ggml.scores")) {
+    const auto scores = file.get_f32_array("tokenizer.ggml.scores");
+    check_length("tokenizer.ggml.scores", scores.size());
+    vocab.scores.assign(scores.begin(), scores.end());
+  } else {
+    vocab.scores.assign(n, 0.0f);
+  }
+  if (const gguf::Value* types = file.find("tokenizer.ggml.token_type")) {
+    const auto values = integer_array(*types, "tokenizer.ggml.token_type");
+    check_length("tokenizer.ggml.token_type", values.size());
+    vocab.types.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (values[i] < 1 || values[i] > 6) {
+        throw_runtime(kComponent, "tokenizer.ggml.token_type[" + std::to_string(i) + "] invalid",
+                      std::to_string(values[i]), "1 (normal) .. 6 (byte)");
+      }
+      vocab.types.push_back(static_cast<TokenType>(values[i]));
+    }
+  } else {
+    vocab.types.assign(n, TokenType::normal);
+  }
+  const std::string arch = file.get_string_or("general.architecture", "");
+  if (!arch.empty() && file.has_key(arch + ".vocab_size")) {
+    check_length(arch + ".vocab_size", file.get_u64(arch + ".vocab_size"));
+  }
+  vocab.bos_id = special_id(file, "tokenizer.ggml.bos_token_id", vocab.bos_id);
+  vocab.eos_id = special_id(file, "tokenizer.ggml.eos_token_id", vocab.eos_id);
+  vocab.unk_id = special_id(file, "tokenizer.ggml.unknown_token_id", vocab.unk_id);
+  vocab.add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  vocab.add_space_prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+  try {
+    return Tokenizer(std::move(vocab));
+  } catch (const std::invalid_argument& e) {
+    // Bad content of a file is a RuntimeError; keep the precise message.
+    throw RuntimeError(std::string(e.what()) + " (in the GGUF tokenizer.ggml.* keys)");
+  }
+}
+
+}  // namespace snapkv
