@@ -1,0 +1,134 @@
+// The reference engine: a Llama-architecture CPU forward pass over GGUF weights that drives one
+// snapkv LayerCache per layer.
+//
+// LlamaModel owns the parsed GGUF file (memory-mapped) and views of its tensors: F32, F16 and Q8_0
+// matrices are used in place (ops/gemm.h dequantizes inside the kernels); there is no fp32 copy of
+// the weights. Norm weights must be F32 (as llama.cpp writes them).
+//
+// Tensors (llama.cpp names; ne in ggml order, ne[0] contiguous):
+//   token_embd.weight {n_embd, n_vocab}   output_norm.weight {n_embd}
+//   output.weight {n_embd, n_vocab} (optional: tied to token_embd when absent)
+//   blk.N.attn_norm.weight {n_embd}       blk.N.ffn_norm.weight {n_embd}
+//   blk.N.attn_q.weight {n_embd, n_heads*hd}      blk.N.attn_k/attn_v.weight {n_embd, n_kv*hd}
+//   blk.N.attn_output.weight {n_heads*hd, n_embd}
+//   blk.N.ffn_gate/ffn_up.weight {n_embd, n_ff}   blk.N.ffn_down.weight {n_ff, n_embd}
+// A missing tensor, a wrong shape or type, or a tensor the architecture does not use is a
+// snapkv::RuntimeError naming the tensor ("got {a, b}, expected {c, d}").
+//
+// LlamaSession runs one request: prefill(prompt) in chunks of `prefill_chunk` tokens, then
+// decode(token) step by step. Per layer and chunk: RMSNorm -> q, k, v -> RoPE (NORM, adjacent
+// pairs) at positions taken from cache.offset() -> cache.attend(q, k, v) -> cache.update(k, v,
+// q_window) -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual. q_window holds
+// the rotated queries of the chunk's last min(window, S) positions whenever the cache config's
+// policy scores with queries (query_source != keys); when that is so the last prefill chunk is
+// extended backwards so that it holds the prompt's last `window` positions (the SnapKV observation
+// window). After the prompt every cache gets end_prompt(). Eviction never shifts positions: RoPE is
+// always applied at the true absolute position.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "snapkv/gguf/gguf.h"
+#include "snapkv/kv/builder.h"
+#include "snapkv/kv/config.h"
+#include "snapkv/kv/layer_cache.h"
+#include "snapkv/model/model_config.h"
+#include "snapkv/ops/gemm.h"
+
+namespace snapkv {
+
+struct LlamaLayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  const float* ffn_norm = nullptr;   // [n_embd]
+  WeightMatrix wq;                   // [n_heads*hd][n_embd]
+  WeightMatrix wk, wv;               // [n_kv*hd][n_embd]
+  WeightMatrix wo;                   // [n_embd][n_heads*hd]
+  WeightMatrix w_gate, w_up;         // [n_ff][n_embd]
+  WeightMatrix w_down;               // [n_embd][n_ff]
+};
+
+struct LlamaWeights {
+  WeightMatrix token_embd;             // [n_vocab][n_embd]
+  const float* output_norm = nullptr;  // [n_embd]
+  WeightMatrix output;                 // [n_vocab][n_embd] (== token_embd when tied)
+  bool tied_output = false;
+  std::vector<LlamaLayerWeights> layers;
+};
+
+class LlamaModel {
+ public:
+  // Memory-maps and validates a GGUF file. Throws snapkv::RuntimeError.
+  static LlamaModel load(const std::string& path);
+  // Takes ownership of a parsed file (e.g. gguf::File::from_bytes for in-memory models).
+  explicit LlamaModel(gguf::File file);
+
+  LlamaModel(LlamaModel&&) noexcept;
+  LlamaModel& operator=(LlamaModel&&) noexcept;
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+  ~LlamaModel();
+
+  const LlamaConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  const gguf::File& file() const { return *file_; }
+  // Bytes of all weight tensors as stored (the mapped size the forward pass reads).
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  std::unique_ptr<gguf::File> file_;  // stable address: weights_ point into its mapping
+  LlamaConfig config_;
+  LlamaWeights weights_;
+  size_t weight_bytes_ = 0;
+};
+
+struct SessionOptions {
+  size_t prefill_chunk = 512;  // tokens per prefill forward (>= 1)
+};
+
+class LlamaSession {
+ public:
+  // Builds one cache per layer with build_caches(model dims, cache_config). The model must outlive
+  // the session. Throws std::invalid_argument for a bad config or options.
+  LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
+               SessionOptions options = {});
+
+  // Runs the whole prompt (at least one token, each in [0, n_vocab)) and returns the logits of its
+  // last position [n_vocab]. With all_logits, also fills it with every position's logits
+  // [n_tokens][n_vocab]. Only once per session, before any decode(); the prompt must fit in
+  // n_ctx (std::invalid_argument otherwise).
+  std::vector<float> prefill(std::span<const int32_t> tokens,
+                             std::vector<float>* all_logits = nullptr);
+  // Appends one token at position offset() and returns its logits [n_vocab].
+  std::vector<float> decode(int32_t token);
+  // Appends tokens after the prompt WITHOUT compression (UpdateKind::decode: every row is kept,
+  // nothing is evicted), in forwards of prefill_chunk tokens, and returns the logits of the last
+  // one [n_vocab]; with all_logits, every position's [n_tokens][n_vocab]. For the
+  // question-agnostic protocol (context compressed alone, question appended) and perplexity of a
+  // continuation. Only after prefill(); must fit in n_ctx. Defined in src/model/llama_extend.cpp.
+  std::vector<float> extend(std::span<const int32_t> tokens,
+                            std::vector<float>* all_logits = nullptr);
+
+  size_t n_past() const;  // tokens seen (== every cache's offset())
+  const std::vector<LayerCache>& caches() const { return caches_; }
+  CacheStats cache_stats() const { return total_stats(caches_); }
+  const LlamaModel& model() const { return *model_; }
+
+ private:
+  // Forward of S tokens at positions n_past() .. n_past()+S-1; logits for the rows requested.
+  void forward(std::span<const int32_t> tokens, UpdateKind kind, size_t n_window_rows,
+               float* logits, bool all_rows);
+
+  const LlamaModel* model_;
+  CacheConfig cache_config_;
+  SessionOptions options_;
+  std::vector<LayerCache> caches_;
+  bool prefilled_ = false;
+  bool pass_queries_ = false;
+};
+
+}  // namespace snapkv

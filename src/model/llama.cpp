@@ -1,0 +1,321 @@
+// Llama forward pass over GGUF weights (used in place) driving one LayerCache per layer.
+#include "snapkv/model/llama.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+#include <utility>
+
+#include "snapkv/ops/activation.h"
+#include "snapkv/ops/rmsnorm.h"
+#include "snapkv/ops/rope.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+constexpr const char* kComponent = "llama";
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+class TensorLoader {
+ public:
+  explicit TensorLoader(const gguf::File& file) : file_(file) {}
+
+  const gguf::TensorInfo& get(const std::string& name) {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    if (t == nullptr) {
+      throw_runtime(kComponent, "tensor '" + name + "' missing", "absent",
+                    "present for architecture llama");
+    }
+    used_.insert(name);
+    return *t;
+  }
+
+  // A matrix [rows][cols] (ggml ne {cols, rows}) in F32, F16 or Q8_0.
+  WeightMatrix matrix(const std::string& name, size_t cols, size_t rows) {
+    const gguf::TensorInfo& t = get(name);
+    const int64_t expected[2] = {static_cast<int64_t>(cols), static_cast<int64_t>(rows)};
+    gguf::check_shape(t, expected);
+    WeightMatrix w;
+    switch (t.type) {
+      case gguf::TensorType::f32:
+        w.type = WeightType::f32;
+        break;
+      case gguf::TensorType::f16:
+        w.type = WeightType::f16;
+        break;
+      case gguf::TensorType::q8_0:
+        w.type = WeightType::q8_0;
+        break;
+      default:
+        throw_runtime(kComponent, "tensor '" + name + "' type not supported",
+                      std::string(gguf::tensor_type_name(t.type)), "f32, f16 or q8_0");
+    }
+    w.data = t.data;
+    w.rows = rows;
+    w.cols = cols;
+    if (t.data == nullptr || t.n_bytes != w.total_bytes()) {
+      throw_runtime(kComponent, "tensor '" + name + "' byte size mismatch",
+                    std::to_string(t.n_bytes), num(w.total_bytes()));
+    }
+    bytes_ += t.n_bytes;
+    return w;
+  }
+
+  // A vector [n] that must be F32.
+  const float* vector_f32(const std::string& name, size_t n) {
+    const gguf::TensorInfo& t = get(name);
+    const int64_t expected[1] = {static_cast<int64_t>(n)};
+    gguf::check_shape(t, expected);
+    if (t.type != gguf::TensorType::f32) {
+      throw_runtime(kComponent, "tensor '" + name + "' type not supported",
+                    std::string(gguf::tensor_type_name(t.type)), "f32 (norm weights)");
+    }
+    if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
+      throw_runtime(kComponent, "tensor '" + name + "' data misaligned", "address % 4 != 0",
+                    "4-byte aligned f32 data");
+    }
+    bytes_ += t.n_bytes;
+    return reinterpret_cast<const float*>(t.data);
+  }
+
+  // Every tensor of the file must have been used (llama.cpp refuses unknown tensors too).
+  void check_all_used() const {
+    for (const gguf::TensorInfo& t : file_.tensors()) {
+      if (used_.count(t.name) == 0) {
+        throw_runtime(kComponent, "tensor '" + t.name + "' not used by architecture llama",
+                      "present", "only llama tensors (token_embd, output_norm, output, blk.N.*)");
+      }
+    }
+  }
+
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const gguf::File& file_;
+  std::unordered_set<std::string> used_;
+  size_t bytes_ = 0;
+};
+
+// dst [n_heads][S][hd] <- src [S][n_heads][hd]
+void to_head_major(float* dst, const float* src, size_t n_tokens, size_t n_heads, size_t hd) {
+  for (size_t t = 0; t < n_tokens; ++t) {
+    for (size_t h = 0; h < n_heads; ++h) {
+      std::memcpy(dst + (h * n_tokens + t) * hd, src + (t * n_heads + h) * hd, hd * sizeof(float));
+    }
+  }
+}
+
+// dst [S][n_heads][hd] <- src [n_heads][S][hd]
+void to_token_major(float* dst, const float* src, size_t n_tokens, size_t n_heads, size_t hd) {
+  for (size_t h = 0; h < n_heads; ++h) {
+    for (size_t t = 0; t < n_tokens; ++t) {
+      std::memcpy(dst + (t * n_heads + h) * hd, src + (h * n_tokens + t) * hd, hd * sizeof(float));
+    }
+  }
+}
+
+void add_in_place(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+// ---- LlamaModel -------------------------------------------------------------------------------
+
+LlamaModel LlamaModel::load(const std::string& path) {
+  return LlamaModel(gguf::File::open(path));
+}
+
+LlamaModel::LlamaModel(gguf::File file) : file_(std::make_unique<gguf::File>(std::move(file))) {
+  config_ = read_llama_config(*file_);
+  const LlamaConfig& c = config_;
+  const size_t q_dim = c.n_heads * c.head_dim;
+  const size_t kv_dim = c.n_kv_heads * c.head_dim;
+  TensorLoader loader(*file_);
+  weights_.token_embd = loader.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  weights_.output_norm = loader.vector_f32("output_norm.weight", c.n_embd);
+  if (loader.has("output.weight")) {
+    weights_.output = loader.matrix("output.weight", c.n_embd, c.n_vocab);
+  } else {
+    weights_.output = weights_.token_embd;
+    weights_.tied_output = true;
+  }
+  weights_.layers.resize(c.n_layers);
+  for (size_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + num(l) + ".";
+    LlamaLayerWeights& lw = weights_.layers[l];
+    lw.attn_norm = loader.vector_f32(p + "attn_norm.weight", c.n_embd);
+    lw.wq = loader.matrix(p + "attn_q.weight", c.n_embd, q_dim);
+    lw.wk = loader.matrix(p + "attn_k.weight", c.n_embd, kv_dim);
+    lw.wv = loader.matrix(p + "attn_v.weight", c.n_embd, kv_dim);
+    lw.wo = loader.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    lw.ffn_norm = loader.vector_f32(p + "ffn_norm.weight", c.n_embd);
+    lw.w_gate = loader.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    lw.w_up = loader.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+    lw.w_down = loader.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+  }
+  loader.check_all_used();
+  weight_bytes_ = loader.bytes();
+}
+
+LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
+LlamaModel::~LlamaModel() = default;
+
+// ---- LlamaSession -----------------------------------------------------------------------------
+
+LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
+                           SessionOptions options)
+    : model_(&model), cache_config_(cache_config), options_(options) {
+  if (options_.prefill_chunk == 0) {
+    throw_invalid(kComponent, "prefill chunk size", "0", ">= 1");
+  }
+  caches_ = build_caches(model.config().dims(), cache_config_);
+  pass_queries_ = cache_config_.query_source != QuerySource::keys;
+}
+
+size_t LlamaSession::n_past() const {
+  return caches_.front().offset();
+}
+
+std::vector<float> LlamaSession::prefill(std::span<const int32_t> tokens,
+                                         std::vector<float>* all_logits) {
+  const LlamaConfig& c = model_->config();
+  if (prefilled_) {
+    throw_invalid(kComponent, "prefill called twice", "a second prompt",
+                  "one prefill per session, then decode");
+  }
+  if (tokens.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
+  if (tokens.size() > c.n_ctx) {
+    throw_invalid(kComponent, "prompt longer than the context", num(tokens.size()) + " tokens",
+                  "<= llama.context_length = " + num(c.n_ctx));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || static_cast<size_t>(tokens[i]) >= c.n_vocab) {
+      throw_invalid(kComponent, "token id out of range at prompt index " + num(i),
+                    std::to_string(tokens[i]), "0.." + num(c.n_vocab - 1));
+    }
+  }
+  prefilled_ = true;
+  const size_t n = tokens.size();
+  // Chunk boundaries: every prefill_chunk tokens, except that the last chunk is extended backwards
+  // to hold the prompt's last min(window, n) positions (the observation window's queries).
+  const size_t chunk = options_.prefill_chunk;
+  const size_t last_start =
+      std::min(((n - 1) / chunk) * chunk, n - std::min(cache_config_.window, n));
+  if (all_logits != nullptr) all_logits->assign(n * c.n_vocab, 0.0f);
+  std::vector<float> last(c.n_vocab);
+  size_t start = 0;
+  while (start < n) {
+    const size_t end = start >= last_start ? n : std::min(start + chunk, last_start);
+    const size_t s = end - start;
+    const size_t window_rows = pass_queries_ ? std::min(cache_config_.window, s) : 0;
+    const bool is_last = end == n;
+    if (all_logits != nullptr) {
+      forward(tokens.subspan(start, s), UpdateKind::prefill, window_rows,
+              all_logits->data() + start * c.n_vocab, true);
+    } else {
+      forward(tokens.subspan(start, s), UpdateKind::prefill, window_rows,
+              is_last ? last.data() : nullptr, false);
+    }
+    start = end;
+  }
+  for (LayerCache& cache : caches_) cache.end_prompt();
+  if (all_logits != nullptr) {
+    std::copy_n(all_logits->data() + (n - 1) * c.n_vocab, c.n_vocab, last.data());
+  }
+  return last;
+}
+
+std::vector<float> LlamaSession::decode(int32_t token) {
+  const LlamaConfig& c = model_->config();
+  if (!prefilled_) throw_invalid(kComponent, "decode before prefill", "no prompt", "prefill first");
+  if (n_past() >= c.n_ctx) {
+    throw_invalid(kComponent, "context full", num(n_past()) + " tokens",
+                  "< llama.context_length = " + num(c.n_ctx));
+  }
+  if (token < 0 || static_cast<size_t>(token) >= c.n_vocab) {
+    throw_invalid(kComponent, "token id out of range", std::to_string(token),
+                  "0.." + num(c.n_vocab - 1));
+  }
+  std::vector<float> logits(c.n_vocab);
+  forward(std::span<const int32_t>(&token, 1), UpdateKind::decode, 0, logits.data(), false);
+  return logits;
+}
+
+void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, size_t n_window_rows,
+                           float* logits, bool all_rows) {
+  const LlamaConfig& c = model_->config();
+  const LlamaWeights& w = model_->weights();
+  const size_t S = tokens.size();
+  const size_t hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
+  const size_t q_dim = nh * hd, kv_dim = nkv * hd;
+  const size_t p0 = n_past();
+
+  std::vector<int64_t> positions(S);
+  for (size_t t = 0; t < S; ++t) positions[t] = static_cast<int64_t>(p0 + t);
+  const RopeTable rope(positions.data(), S, c.n_rot, c.rope_freq_base);
+
+  std::vector<float> x(S * c.n_embd);  // [S][n_embd] residual stream
+  for (size_t t = 0; t < S; ++t) {
+    const auto id = static_cast<size_t>(tokens[t]);
+    dequantize_rows(x.data() + t * c.n_embd, w.token_embd, id, id + 1);
+  }
+  std::vector<float> xb(S * c.n_embd);                               // [S][n_embd] normed input
+  std::vector<float> q(S * q_dim), k(S * kv_dim), v(S * kv_dim);     // token-major projections
+  std::vector<float> qh(S * q_dim), kh(S * kv_dim), vh(S * kv_dim);  // head-major copies
+  std::vector<float> att_h(S * q_dim), att(S * q_dim);   // attention output, both layouts
+  std::vector<float> proj(S * c.n_embd);                 // [S][n_embd] output projections
+  std::vector<float> gate(S * c.n_ff), up(S * c.n_ff);   // [S][n_ff]
+  std::vector<float> q_window(nh * n_window_rows * hd);  // [n_heads][w][hd]
+
+  for (size_t l = 0; l < c.n_layers; ++l) {
+    const LlamaLayerWeights& lw = w.layers[l];
+    LayerCache& cache = caches_[l];
+    rmsnorm_rows(xb.data(), x.data(), lw.attn_norm, S, c.n_embd, c.rms_eps);
+    matmul(q.data(), xb.data(), lw.wq, S);
+    matmul(k.data(), xb.data(), lw.wk, S);
+    matmul(v.data(), xb.data(), lw.wv, S);
+    rope.apply(q.data(), nh, hd);
+    rope.apply(k.data(), nkv, hd);
+    to_head_major(qh.data(), q.data(), S, nh, hd);
+    to_head_major(kh.data(), k.data(), S, nkv, hd);
+    to_head_major(vh.data(), v.data(), S, nkv, hd);
+    const Tensor3 qt{qh.data(), nh, S, hd}, kt{kh.data(), nkv, S, hd}, vt{vh.data(), nkv, S, hd};
+    cache.attend(att_h.data(), qt, kt, vt);
+    if (n_window_rows > 0) {
+      for (size_t h = 0; h < nh; ++h) {
+        std::memcpy(q_window.data() + h * n_window_rows * hd,
+                    qh.data() + (h * S + (S - n_window_rows)) * hd,
+                    n_window_rows * hd * sizeof(float));
+      }
+      const Tensor3 qw{q_window.data(), nh, n_window_rows, hd};
+      cache.update(kt, vt, &qw, kind);
+    } else {
+      cache.update(kt, vt, nullptr, kind);
+    }
+    to_token_major(att.data(), att_h.data(), S, nh, hd);
+    matmul(proj.data(), att.data(), lw.wo, S);
+    add_in_place(x.data(), proj.data(), S * c.n_embd);
+
+    rmsnorm_rows(xb.data(), x.data(), lw.ffn_norm, S, c.n_embd, c.rms_eps);
+    matmul(gate.data(), xb.data(), lw.w_gate, S);
+    matmul(up.data(), xb.data(), lw.w_up, S);
+    swiglu(gate.data(), gate.data(), up.data(), S * c.n_ff);
+    matmul(proj.data(), gate.data(), lw.w_down, S);
+    add_in_place(x.data(), proj.data(), S * c.n_embd);
+  }
+  if (logits == nullptr) return;
+  const size_t first = all_rows ? 0 : S - 1;
+  const size_t n_rows = S - first;
+  rmsnorm_rows(xb.data(), x.data() + first * c.n_embd, w.output_norm, n_rows, c.n_embd, c.rms_eps);
+  matmul(logits, xb.data(), w.output, n_rows);
+}
+
+}  // namespace snapkv
