@@ -1,0 +1,42 @@
+// Regression run of the committed fuzzing corpus (tests/gguf/corpus) through the same exerciser
+// the libFuzzer target uses: no file may crash; files named valid-* must parse and files named
+// bad-* must be rejected with a snapkv::RuntimeError.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "gguf/exercise.h"
+
+namespace snapkv::gguf {
+namespace {
+
+TEST(GgufCorpus, EveryCommittedFileIsHandled) {
+  const std::filesystem::path dir = std::filesystem::path(SNAPKV_SOURCE_DIR) / "tests/gguf/corpus";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  size_t n_files = 0, n_valid = 0, n_bad = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                     std::istreambuf_iterator<char>());
+    const std::string name = entry.path().filename().string();
+    const bool parsed = detail::exercise_reader(bytes.data(), bytes.size());
+    if (name.rfind("valid-", 0) == 0) {
+      EXPECT_TRUE(parsed) << name;
+      ++n_valid;
+    } else if (name.rfind("bad-", 0) == 0) {
+      EXPECT_FALSE(parsed) << name;
+      ++n_bad;
+    }
+    ++n_files;
+  }
+  EXPECT_GE(n_valid, 3u);
+  EXPECT_GE(n_bad, 40u);
+  RecordProperty("corpus_files", static_cast<int>(n_files));
+}
+
+}  // namespace
+}  // namespace snapkv::gguf
