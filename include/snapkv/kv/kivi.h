@@ -1,0 +1,98 @@
+// KIVI codec (arXiv 2402.02750): 2- and 4-bit asymmetric min/max quantization of kept KV rows.
+// This header pins the packed layouts and exposes the scalar primitives (parameter choice, encode,
+// decode, word packing) that the RowStore (src/kv/kivi_store.cpp) and the tests share. The store
+// itself is made by make_row_store(config with codec kivi2/kivi4, role, head_dim).
+//
+// Quantizer. For a group of values with minimum lo and maximum hi (fp16 values: rows are rounded
+// to fp16 before they are quantized, exactly as the residual holds them):
+//   zero  = lo                                   (fp16, exact since lo is an fp16 value)
+//   scale = (hi - lo) / (2^b - 1), rounded UP to fp16 so that zero + (2^b-1)*scale >= hi
+//   code  = the nearer of the two grid points around x, in [0, 2^b - 1]
+//   x'    = zero + scale * code                  (fp32 arithmetic, the decode used everywhere)
+// A constant group (hi == lo) gets scale 0: every code is 0 and x' == x exactly; nothing is ever
+// divided by a zero scale. Per element |x - x'| <= scale/2 + one fp32 rounding of x'.
+//
+// Grouping (KIVI): keys per channel, values per token.
+//   keys   (RowRole::key):   a block of up to G consecutive rows shares one (scale, zero) per
+//                            channel: params [head_dim] scales then [head_dim] zeros.
+//   values (RowRole::value): each row has ceil(head_dim / G) groups of G consecutive channels; the
+//                            last group holds the head_dim % G tail channels when G does not
+//                            divide head_dim (its min/max cover just those channels).
+//
+// Code words. Codes are packed 8 to a little-endian word of b*8 bits (2-bit: uint16, 4-bit:
+// uint32): element k of the octet sits in bits [b*k, b*k + b). A key block of n rows stores, per
+// octet of rows o = 0 .. ceil(n/8)-1 and channel c, the word of rows 8o..8o+7 of channel c:
+//   key block codes  [ceil(n/8)][head_dim] words   (rows past n inside the last octet: code 0)
+// so one word decodes into 8 consecutive rows' codes of one channel, and a dot product of a query
+// with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c.
+// A value row stores its channels in octets:
+//   value row codes  [ceil(head_dim/8)] words       (channels past head_dim: code 0)
+//   value row params [ceil(head_dim/G)] KiviParams
+//
+// Store regions, in row order: [fp16 sinks][quantized rows][fp16 residual]. The first
+// kivi_fp16_sinks rows ever appended stay fp16 for good (KIVI-Sink); the most recent rows wait in
+// an fp16 residual of up to R rows, and when a row arrives at a full residual the R rows are
+// quantized as a block (keys: R/G blocks of G rows; values: row by row), so after any append the
+// newest 1..R rows are fp16.
+//
+// Eviction (retain) never re-quantizes: kept codes and their group parameters are moved, never
+// recomputed, so a kept row decodes bit-identically before and after any number of retains. A key
+// block that loses rows keeps its parameters and shrinks (a "block with holes"); it is dropped when
+// it loses its last row. bytes() counts the shrunken blocks' full parameter cost.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "snapkv/util/fp16.h"
+
+namespace snapkv {
+
+// One quantization group's parameters, as stored.
+struct KiviParams {
+  fp16_t scale;  // >= 0; 0 only for a constant group
+  fp16_t zero;   // the group minimum
+};
+static_assert(sizeof(KiviParams) == 4, "KiviParams is two binary16 values");
+
+// Metadata of one key block: its rows are [previous block's row_end, row_end) of the quantized
+// region, its code words start at word_begin (in units of head_dim words, i.e. octets).
+struct KiviKeyBlock {
+  uint32_t row_end;
+  uint32_t octet_begin;
+};
+static_assert(sizeof(KiviKeyBlock) == 8, "KiviKeyBlock is two uint32");
+
+inline constexpr size_t kKiviOctet = 8;  // codes per word
+
+// Bytes of one code word (8 codes of `bits` bits): 2 for 2-bit, 4 for 4-bit.
+constexpr size_t kivi_word_bytes(int bits) {
+  return static_cast<size_t>(bits);
+}
+constexpr uint32_t kivi_max_code(int bits) {
+  return (1u << bits) - 1u;
+}
+
+// Guarded min/max parameters for a group whose minimum is lo and maximum hi (finite, lo <= hi,
+// |lo|, |hi| <= kFp16Max). zero is lo rounded down to fp16, scale rounded up as described above.
+KiviParams kivi_choose_params(float lo, float hi, int bits);
+
+// Nearest code of x under p (x within the group's [lo, hi]); 0 when scale is 0.
+uint32_t kivi_encode(float x, KiviParams p, int bits);
+
+// zero + scale * code in fp32 (the one decode formula; -ffp-contract=off keeps it unfused).
+inline float kivi_decode(uint32_t code, float scale, float zero) {
+  const float step = scale * static_cast<float>(code);
+  return zero + step;
+}
+float kivi_decode(uint32_t code, KiviParams p);
+
+// Packs codes[0..8) (each <= 2^bits - 1) into one word; unpacks a word into codes[0..8).
+uint32_t kivi_pack_word(const uint8_t* codes, int bits);
+void kivi_unpack_word(uint8_t* codes, uint32_t word, int bits);
+
+// Reads / writes the word at index i of a packed code array.
+uint32_t kivi_load_word(const uint8_t* words, size_t i, int bits);
+void kivi_store_word(uint8_t* words, size_t i, uint32_t word, int bits);
+
+}  // namespace snapkv

@@ -1,0 +1,46 @@
+// KIVI attention kernels: dot products of queries with packed key blocks and weighted sums of
+// packed value rows, decoding codes inside the loops (never a dequantized copy of the cache).
+// Layouts are those of include/snapkv/kv/kivi.h. Each fast kernel (AVX2+FMA when the compiler
+// targets it) has a *_scalar twin that decodes element by element with kivi_decode; tests hold
+// the fast ones to the twins. Private to kv/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "snapkv/kv/kivi.h"
+
+namespace snapkv {
+
+// One key block of n_rows rows (1..), per-channel params already in fp32:
+//   out[j * out_stride + r] = sum_c q[j][c] * (scales[c] * code(r, c) + zeros[c])
+//   out: [n_q][out_stride] (rows r < n_rows written), q: [n_q][head_dim],
+//   scales, zeros: [head_dim], words: [ceil(n_rows/8)][head_dim] code words.
+void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
+                        const float* scales, const float* zeros, const uint8_t* words,
+                        size_t n_rows, size_t head_dim, int bits);
+void kivi_key_block_dot_scalar(float* out, size_t out_stride, const float* q, size_t n_q,
+                               const float* scales, const float* zeros, const uint8_t* words,
+                               size_t n_rows, size_t head_dim, int bits);
+
+// Decodes rows [row_begin, row_end) of one key block into out: [row_end - row_begin][head_dim].
+void kivi_key_block_decode(float* out, const float* scales, const float* zeros,
+                           const uint8_t* words, size_t row_begin, size_t row_end, size_t head_dim,
+                           int bits);
+
+// n_rows value rows, each ceil(head_dim/8) words and ceil(head_dim/group) params:
+//   out[j][c] += sum_r w[j * w_stride + r] * (scale(r, g(c)) * code(r, c) + zero(r, g(c)))
+//   out: [n_q][head_dim], w: [n_q][w_stride], codes: [n_rows][ceil(head_dim/8)] words,
+//   params: [n_rows][ceil(head_dim/group)].
+void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,
+                                const uint8_t* codes, const KiviParams* params, size_t n_rows,
+                                size_t head_dim, size_t group, int bits);
+void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
+                                       const uint8_t* codes, const KiviParams* params,
+                                       size_t n_rows, size_t head_dim, size_t group, int bits);
+
+// Decodes n_rows value rows into out: [n_rows][head_dim].
+void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* params,
+                            size_t n_rows, size_t head_dim, size_t group, int bits);
+
+}  // namespace snapkv

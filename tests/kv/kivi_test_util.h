@@ -1,0 +1,69 @@
+// Shared helpers of the KIVI tests: realistic KV data and small reference computations.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <random>
+#include <vector>
+
+#include "snapkv/util/fp16.h"
+
+namespace snapkv::kivi_test {
+
+// Rows [n][head_dim] shaped like real keys/values: N(0, 1) per element; with outliers, a few
+// channels (every 16th, offset 3) carry a large offset and spread (the key outlier channels KIVI
+// quantizes per channel for), and every 50th row is scaled by 4 (token outliers).
+inline std::vector<float> realistic_rows(size_t n, size_t head_dim, uint32_t seed, bool outliers) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n * head_dim);
+  for (size_t r = 0; r < n; ++r) {
+    const float row_scale = outliers && r % 50 == 7 ? 4.0f : 1.0f;
+    for (size_t c = 0; c < head_dim; ++c) {
+      float v = normal(rng) * row_scale;
+      if (outliers && c % 16 == 3) v = 12.0f + 5.0f * v;
+      x[r * head_dim + c] = v;
+    }
+  }
+  return x;
+}
+
+inline float round_fp16(float x) {
+  return fp16_to_fp32(fp32_to_fp16(x));
+}
+
+// |x - fp16(x)|: the residual's own rounding, part of every quantized element's error budget.
+inline float fp16_rounding(float x) {
+  return std::fabs(x - round_fp16(x));
+}
+
+// Upper bound of the stored fp16 scale of a group with range hi - lo (lo, hi fp16 values):
+// (hi - lo) / L rounded up to fp16 (relative step 2^-10, or the smallest subnormal 2^-24), and
+// possibly one more step up when the fp32 check of the top grid point rounded against it.
+inline double scale_bound(double range, int bits) {
+  const double levels = (1 << bits) - 1;
+  return range / levels * (1.0 + 2.0 / 1024.0) + 2.0 * std::ldexp(1.0, -24);
+}
+
+// Double-precision attention of one query over rows: softmax(q.k / sqrt(d)) . v
+//   out [head_dim], q [head_dim], keys, values [n][head_dim]
+inline void attention_ref(double* out, const float* q, const float* keys, const float* values,
+                          size_t n, size_t head_dim) {
+  std::vector<double> logits(n);
+  double mx = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (size_t c = 0; c < head_dim; ++c) s += double(q[c]) * keys[i * head_dim + c];
+    logits[i] = s / std::sqrt(double(head_dim));
+    mx = std::max(mx, logits[i]);
+  }
+  double total = 0;
+  for (double& l : logits) total += (l = std::exp(l - mx));
+  std::fill(out, out + head_dim, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t c = 0; c < head_dim; ++c) out[c] += logits[i] / total * values[i * head_dim + c];
+  }
+}
+
+}  // namespace snapkv::kivi_test
