@@ -2,6 +2,7 @@
 // SnapKV query mode gets real queries, and every bad model file or request is a named error.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include "model/golden_util.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/model/llama.h"
+#include "snapkv/model/random_model.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
 
@@ -231,6 +233,45 @@ TEST(Engine, ConvertErrorsNameTheProblem) {
   expect_convert_error("embedding_length");
   EXPECT_THROW(convert_export(dir.string(), gguf::TensorType::q4_0), std::invalid_argument);
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace snapkv
+
+namespace snapkv {
+namespace {
+
+TEST(RandomModel, BuildsLoadsAndRuns) {
+  for (gguf::TensorType type :
+       {gguf::TensorType::f32, gguf::TensorType::f16, gguf::TensorType::q8_0}) {
+    RandomModelSpec spec;
+    spec.n_layers = 2;
+    spec.n_embd = 64;
+    spec.n_heads = 4;
+    spec.n_kv_heads = 2;
+    spec.n_ff = 96;
+    spec.n_vocab = 50;
+    spec.n_ctx = 64;
+    spec.type = type;
+    const LlamaModel model(make_random_model(spec));
+    EXPECT_EQ(model.weight_bytes(), spec.weight_bytes());
+    EXPECT_EQ(model.config().n_ctx, 64u);
+    CacheConfig config;
+    config.budget = 8;
+    LlamaSession session(model, config, SessionOptions{16});
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i % 50);
+    const auto logits = session.decode(argmax(session.prefill(prompt)));
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(session.caches()[1].size(), 9u);
+  }
+  RandomModelSpec bad;
+  bad.n_heads = 3;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  bad = RandomModelSpec{};
+  bad.type = gguf::TensorType::q8_0;
+  bad.n_ff = 100;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
 }
 
 }  // namespace
