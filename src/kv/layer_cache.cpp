@@ -73,19 +73,11 @@ bool policy_scores(PolicyKind kind) {
 
 // Stable softmax over two segments taken as one row: a [na], b [nb], na + nb >= 1.
 void softmax_two(float* a, size_t na, float* b, size_t nb) {
-  float max_value = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < na; ++i) max_value = std::max(max_value, a[i]);
-  for (size_t i = 0; i < nb; ++i) max_value = std::max(max_value, b[i]);
-  float sum = 0.0f;
-  for (size_t i = 0; i < na; ++i) {
-    a[i] = exp_approx(a[i] - max_value);
-    sum += a[i];
-  }
-  for (size_t i = 0; i < nb; ++i) {
-    b[i] = exp_approx(b[i] - max_value);
-    sum += b[i];
-  }
-  const float inv = 1.0f / sum;
+  float m = -std::numeric_limits<float>::infinity();
+  if (na > 0) m = std::max(m, max_value(a, na));
+  if (nb > 0) m = std::max(m, max_value(b, nb));
+  const float sum = exp_shift_sum(a, na, m) + exp_shift_sum(b, nb, m);
+  const float inv = 1.0f / sum;  // >= 1 term equal to 1
   for (size_t i = 0; i < na; ++i) a[i] *= inv;
   for (size_t i = 0; i < nb; ++i) b[i] *= inv;
 }

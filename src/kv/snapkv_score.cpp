@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "snapkv/ops/dot.h"
 #include "snapkv/ops/pool.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/ops/topk.h"
@@ -16,8 +17,10 @@
 namespace snapkv {
 namespace {
 
-// Query rows per sgemm call: bounds the logits scratch to kBlock * n_rows floats (8 MiB at 64K).
-constexpr size_t kBlock = 32;
+// Query rows per pass (bounds the logits scratch to kRowChunk * n_rows floats, 32 MiB at 64K) and
+// key columns per sgemm call (a [kRowChunk][kColBlock] logits tile, 512 KiB, stays in L2).
+constexpr size_t kRowChunk = 128;
+constexpr size_t kColBlock = 1024;
 
 void check_score_args(size_t n_rows, size_t head_dim, size_t n_group, size_t n_window) {
   if (n_rows == 0 || head_dim == 0 || n_group == 0 || n_window == 0) {
@@ -34,31 +37,73 @@ void check_score_args(size_t n_rows, size_t head_dim, size_t n_group, size_t n_w
 
 // Scores from window rows [row_begin, row_begin + w) of each group head, where the query block of
 // one head holds `rows_per_head` rows. Row row_begin + r is the r-th of the w used rows.
+//
+// One pass over the keys per chunk of query rows, column tile by column tile: sgemm the tile's
+// logits, then (while the tile is in cache) fold it into each row's running max m and running sum
+// l of exp(logit - m) (online softmax), storing exp(logit - m_tile) in place. A second sweep adds
+// exp(logit - m_tile) * exp(m_tile - m) / l to the scores, reading each tile once. Masked
+// (causal) columns are never exponentiated.
 void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t head_dim,
                         const float* queries, size_t n_group, size_t rows_per_head,
                         size_t row_begin, size_t w, bool causal) {
   std::fill(out, out + n_rows, 0.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const size_t block = std::min(kBlock, w);
-  std::vector<float> logits(block * n_rows);  // [block][n_rows]
-  const int n = static_cast<int>(n_rows);
+  const size_t n_total = n_group * w;  // query rows, ordered [n_group][w]
+  const size_t n_tiles = (n_rows + kColBlock - 1) / kColBlock;
+  const size_t chunk = std::min(kRowChunk, n_total);
+  std::vector<float> q(chunk * head_dim);        // [chunk][head_dim] contiguous query rows
+  std::vector<float> logits(chunk * n_rows);     // [chunk][n_rows]
+  std::vector<float> tile_max(chunk * n_tiles);  // [chunk][n_tiles] shift used per tile
+  std::vector<float> row_max(chunk), row_sum(chunk);
   const int k = static_cast<int>(head_dim);
-  for (size_t g = 0; g < n_group; ++g) {
-    const float* q_head = queries + (g * rows_per_head + row_begin) * head_dim;  // [w][head_dim]
-    for (size_t r0 = 0; r0 < w; r0 += block) {
-      const size_t m = std::min(block, w - r0);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), n, k, scale,
-                  q_head + r0 * head_dim, k, keys, k, 0.0f, logits.data(), n);
+  const int ldc = static_cast<int>(n_rows);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (size_t r0 = 0; r0 < n_total; r0 += chunk) {
+    const size_t m = std::min(chunk, n_total - r0);
+    for (size_t i = 0; i < m; ++i) {
+      const size_t g = (r0 + i) / w, r = (r0 + i) % w;
+      std::copy_n(queries + (g * rows_per_head + row_begin + r) * head_dim, head_dim,
+                  q.data() + i * head_dim);
+    }
+    // Keys visible to chunk row i: [0, visible(i)). Window row r sits at index n_rows - w + r.
+    const auto visible = [&](size_t i) { return causal ? n_rows - w + (r0 + i) % w + 1 : n_rows; };
+    std::fill(row_max.begin(), row_max.end(), neg_inf);
+    std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+    for (size_t t = 0; t < n_tiles; ++t) {
+      const size_t c0 = t * kColBlock;
+      const size_t nc = std::min(kColBlock, n_rows - c0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
+                  static_cast<int>(nc), k, scale, q.data(), k, keys + c0 * head_dim, k, 0.0f,
+                  logits.data() + c0, ldc);
       for (size_t i = 0; i < m; ++i) {
-        float* row = logits.data() + i * n_rows;
-        // Window row r0 + i sits at key index n_rows - w + r0 + i and sees keys up to it.
-        const size_t visible = causal ? n_rows - w + r0 + i + 1 : n_rows;
-        softmax(row, visible);
-        for (size_t j = 0; j < visible; ++j) out[j] += row[j];
+        const size_t end = std::min(visible(i), c0 + nc);
+        float& shift = tile_max[i * n_tiles + t];
+        if (end <= c0) {
+          shift = neg_inf;  // the whole tile is masked for this row
+          continue;
+        }
+        float* row = logits.data() + i * n_rows + c0;
+        const float new_max = std::max(row_max[i], max_value(row, end - c0));
+        const float tile_sum = exp_shift_sum(row, end - c0, new_max);
+        row_sum[i] = row_sum[i] * exp_approx(row_max[i] - new_max) + tile_sum;
+        row_max[i] = new_max;
+        shift = new_max;
+      }
+    }
+    for (size_t t = 0; t < n_tiles; ++t) {
+      const size_t c0 = t * kColBlock;
+      const size_t nc = std::min(kColBlock, n_rows - c0);
+      for (size_t i = 0; i < m; ++i) {
+        const float shift = tile_max[i * n_tiles + t];
+        if (shift == neg_inf) continue;
+        const size_t end = std::min(visible(i), c0 + nc);
+        // row_sum >= 1: the row's maximum contributes exp(0).
+        const float factor = exp_approx(shift - row_max[i]) / row_sum[i];
+        axpy(out + c0, factor, logits.data() + i * n_rows + c0, end - c0);
       }
     }
   }
-  const float inv = 1.0f / static_cast<float>(n_group * w);
+  const float inv = 1.0f / static_cast<float>(n_total);
   for (size_t j = 0; j < n_rows; ++j) out[j] *= inv;
 }
 

@@ -74,6 +74,30 @@ TEST(WindowScores, GqaAveragingAndCausalMaskMatchDoubleReference) {
   }
 }
 
+TEST(WindowScores, ManyColumnTilesAndRowChunksMatchDoubleReference) {
+  // n_rows spans three 1024-column tiles and 4 * 40 = 160 query rows span two 128-row chunks; a
+  // window as long as the keys puts causal boundaries inside every tile.
+  struct Case {
+    size_t n, n_group, w;
+  };
+  const size_t d = 16;
+  for (const Case c : {Case{2100, 4, 40}, Case{1500, 1, 1500}}) {
+    const auto keys = random_normal(c.n * d, 20);
+    const auto queries = random_normal(c.n_group * c.w * d, 21, 2.0f);
+    for (const bool causal : {true, false}) {
+      std::vector<float> scores(c.n);
+      std::vector<double> ref(c.n);
+      window_scores(scores.data(), keys.data(), c.n, d, queries.data(), c.n_group, c.w, causal);
+      window_scores_ref(ref.data(), keys.data(), c.n, d, queries.data(), c.n_group, c.w, causal);
+      const double rel = score_bound(keys.data(), c.n, d, queries.data(), c.n_group * c.w) +
+                         static_cast<double>(c.n_group * c.w + 2) * kU;
+      for (size_t j = 0; j < c.n; ++j) {
+        ASSERT_LE(std::fabs(scores[j] - ref[j]), rel * ref[j] + 1e-30) << "j=" << j;
+      }
+    }
+  }
+}
+
 TEST(WindowScores, ReferenceAveragesPerHeadSoftmaxes) {
   // Independent check of the reference itself: GQA score = mean over heads of per-head scores.
   const size_t n = 50, d = 8, n_group = 3, w = 5;

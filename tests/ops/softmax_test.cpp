@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -50,6 +51,31 @@ TEST(ExpApprox, BulkMatchesScalar) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = -90.0f + 0.179f * static_cast<float>(i);
   exp_n(y.data(), x.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], exp_approx(x[i])) << x[i];
+}
+
+TEST(ExpShiftSum, MatchesTheDocumentedScalarOrderExactly) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 5.0f);
+  for (const size_t n : {1u, 7u, 8u, 9u, 64u, 1003u}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    const float shift = max_value(x.data(), n);
+    EXPECT_EQ(shift, *std::max_element(x.begin(), x.end()));
+    // Portable definition: eight interleaved partial sums, then the tail, then the partials.
+    std::vector<float> want(n);
+    float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float sum = 0.0f;
+    const size_t body = n / 8 * 8;
+    for (size_t i = 0; i < n; ++i) {
+      want[i] = exp_approx(x[i] - shift);
+      if (i < body) partial[i % 8] += want[i];
+    }
+    for (size_t i = body; i < n; ++i) sum += want[i];
+    for (const float p : partial) sum += p;
+    std::vector<float> got = x;
+    EXPECT_EQ(exp_shift_sum(got.data(), n, shift), sum) << n;
+    EXPECT_EQ(got, want) << n;
+  }
 }
 
 void expect_close_to_reference(const std::vector<float>& input, bool fast) {

@@ -16,7 +16,16 @@ float exp_approx(float x);
 // y[i] = exp_approx(x[i]).  y, x: [n] (may alias)
 void exp_n(float* y, const float* x, size_t n);
 
+// In place x[i] = exp_approx(x[i] - shift); returns sum_i x[i] (eight interleaved partial sums,
+// added in lane order, then the tail). The building block of softmax over several segments.
+float exp_shift_sum(float* x, size_t n, float shift);
+
+// max_i x[i]; x: [n], n >= 1, no NaN.
+float max_value(const float* x, size_t n);
+
 // In place: x[i] = exp(x[i] - max_j x[j]) / sum_j exp(x[j] - max).  x: [n], n >= 1, finite.
+// The AVX2 path performs the same IEEE operations in the same order as the portable one, so the
+// result does not depend on the instruction set.
 void softmax(float* x, size_t n);
 void softmax_scalar(float* x, size_t n);
 
