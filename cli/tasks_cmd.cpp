@@ -2,8 +2,9 @@
 //
 //   snapkv tasks gen --task niah_single --n 100 --context 1024 --seed 1 --out niah.jsonl
 //
-// Lengths are counted with the documented words-to-tokens estimate (approx_token_count) unless a
-// model's tokenizer is given. `--split train` gives the training stream (disjoint from eval).
+// Lengths are counted with the model's tokenizer (--tokenizer M.gguf), else with the documented
+// words-to-tokens estimate (approx_token_count). `--split train` gives the training stream
+// (disjoint from eval).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,8 @@
 
 #include "command.h"
 #include "snapkv/eval/tasks.h"
+#include "snapkv/gguf/gguf.h"
+#include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
 
 namespace {
@@ -24,6 +27,7 @@ struct TasksGenOptions {
   uint64_t seed = 0;
   std::string split = "eval";
   std::string out;
+  std::string tokenizer;  // GGUF model whose tokenizer counts tokens; empty: estimate
   size_t needles = 4;
   size_t hops = 4;
   bool no_needle = false;
@@ -45,7 +49,13 @@ int run_tasks_gen(const TasksGenOptions& opts) {
   options.remove_needles = opts.no_needle;
   options.n_needles = opts.needles;
   options.vt_hops = opts.hops;
-  const TokenCounter counter = [](std::string_view text) { return approx_token_count(text); };
+  TokenCounter counter = [](std::string_view text) { return approx_token_count(text); };
+  std::shared_ptr<snapkv::Tokenizer> tokenizer;
+  if (!opts.tokenizer.empty()) {
+    const auto file = snapkv::gguf::File::open(opts.tokenizer);
+    tokenizer = std::make_shared<snapkv::Tokenizer>(snapkv::Tokenizer::from_gguf(file));
+    counter = [tokenizer](std::string_view text) { return tokenizer->encode(text, false).size(); };
+  }
 
   std::ofstream file;
   if (!opts.out.empty()) {
@@ -83,8 +93,9 @@ snapkv::cli::RegisterCommand reg{
           "Tasks: niah_single niah_multikey niah_multivalue niah_multiquery vt passkey (or all).\n"
           "Each line: {task,index,context,question,answer_prefix,answers,depths,prompt_tokens};\n"
           "the model reads context+question+answer_prefix and is scored with RULER\n"
-          "string_match_all. Lengths use a words-to-tokens estimate (one token per word, digit\n"
-          "or punctuation mark). Eval and train streams (--split) never share a sample.");
+          "string_match_all. Lengths use --tokenizer M.gguf, else a words-to-tokens estimate\n"
+          "(one token per word, digit or punctuation mark). Eval and train streams (--split) never "
+          "share a sample.");
       auto opts = std::make_shared<TasksGenOptions>();
       gen->add_option("--task", opts->task, "Task name, or 'all'")->capture_default_str();
       gen->add_option("--n", opts->n, "Samples per task")->capture_default_str();
@@ -93,6 +104,8 @@ snapkv::cli::RegisterCommand reg{
       gen->add_option("--seed", opts->seed, "Seed (< 2^63)")->capture_default_str();
       gen->add_option("--split", opts->split, "train | eval")->capture_default_str();
       gen->add_option("--out", opts->out, "Output file (default: stdout)");
+      gen->add_option("--tokenizer", opts->tokenizer,
+                      "Count tokens with this GGUF model's tokenizer (default: estimate)");
       gen->add_option("--needles", opts->needles, "Needles for multikey/multivalue/multiquery")
           ->capture_default_str();
       gen->add_option("--hops", opts->hops, "vt: assignment hops")->capture_default_str();
