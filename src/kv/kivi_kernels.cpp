@@ -8,6 +8,7 @@
 #include "kv/kivi_kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -22,76 +23,150 @@ size_t ceil_div(size_t a, size_t b) {
   return (a + b - 1) / b;
 }
 
+// Word i of a packed array, inlined for the hot loops (kivi_load_word is the out-of-line twin).
+template <int Bits>
+inline uint32_t load_word(const uint8_t* words, size_t i) {
+  if constexpr (Bits == 2) {
+    uint16_t w;
+    std::memcpy(&w, words + 2 * i, sizeof w);
+    return w;
+  } else {
+    uint32_t w;
+    std::memcpy(&w, words + 4 * i, sizeof w);
+    return w;
+  }
+}
+
 uint32_t code_at(uint32_t word, size_t k, int bits) {
   return (word >> (static_cast<uint32_t>(bits) * k)) & kivi_max_code(bits);
 }
 
 #if SNAPKV_KIVI_AVX2
 
-// The 8 codes of a word as 8 floats.
-inline __m256 unpack8(uint32_t word, __m256i shifts, __m256i mask) {
-  const __m256i v = _mm256_set1_epi32(static_cast<int>(word));
-  return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask));
+// Byte -> codes as floats: 2-bit bytes hold 4 codes, 4-bit bytes 2 (element k in bits b*k..).
+template <int Bits>
+struct CodeTable {
+  static constexpr int kPerByte = 8 / Bits;
+  alignas(16) float codes[256][kPerByte];
+  constexpr CodeTable() : codes{} {
+    for (int byte = 0; byte < 256; ++byte) {
+      for (int k = 0; k < kPerByte; ++k) {
+        codes[byte][k] = static_cast<float>((byte >> (Bits * k)) & ((1 << Bits) - 1));
+      }
+    }
+  }
+};
+constexpr CodeTable<2> kCodes2;
+constexpr CodeTable<4> kCodes4;
+
+// The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident): on AVX2
+// cores with 128-bit units (Zen 1) this costs half the micro-ops of broadcast + variable shift +
+// mask + convert, which made the unpack as expensive as the FMAs it feeds.
+template <int Bits>
+inline __m256 unpack8(uint32_t word) {
+  if constexpr (Bits == 2) {
+    const __m128 lo = _mm_load_ps(kCodes2.codes[word & 0xFFu]);
+    const __m128 hi = _mm_load_ps(kCodes2.codes[(word >> 8) & 0xFFu]);
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+  } else {
+    const auto pair = [](uint32_t byte) {
+      return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(kCodes4.codes[byte])));
+    };
+    const __m128 lo = _mm_movelh_ps(pair(word & 0xFFu), pair((word >> 8) & 0xFFu));
+    const __m128 hi = _mm_movelh_ps(pair((word >> 16) & 0xFFu), pair(word >> 24));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+  }
 }
 
-inline __m256i word_shifts(int bits) {
-  return bits == 2 ? _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)
-                   : _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+// Writes the 8 row results of one octet (rows past n_rows are dropped): dst[0..valid) = acc + qz.
+inline void store_octet(float* dst, __m256 acc, float qz, size_t valid) {
+  const __m256 v = _mm256_add_ps(acc, _mm256_set1_ps(qz));
+  if (valid == kKiviOctet) {
+    _mm256_storeu_ps(dst, v);
+  } else {
+    alignas(32) float tmp[kKiviOctet];
+    _mm256_store_ps(tmp, v);
+    std::copy_n(tmp, valid, dst);
+  }
 }
 
-// NQ queries (<= 4) against every octet of a key block; qs: [NQ][head_dim] = q * scale,
+// Up to four accumulators as named members: GCC keeps an __m256[NQ] array in memory and stores
+// it on every iteration, named members stay in registers.
+struct Acc4 {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+         a3 = _mm256_setzero_ps();
+  __m256 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
+};
+
+// acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
+template <int NQ>
+inline void fma_queries(Acc4& acc, const float* coef, size_t stride, __m256 x) {
+  acc.a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef), x, acc.a0);
+  if constexpr (NQ > 1) acc.a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + stride), x, acc.a1);
+  if constexpr (NQ > 2) {
+    acc.a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 2 * stride), x, acc.a2);
+  }
+  if constexpr (NQ > 3) {
+    acc.a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 3 * stride), x, acc.a3);
+  }
+}
+
+// The same for two inputs sharing each query's coefficient (two octets of a key block).
+template <int NQ>
+inline void fma_queries2(Acc4& p, Acc4& r, const float* coef, size_t stride, __m256 x0, __m256 x1) {
+  __m256 b = _mm256_broadcast_ss(coef);
+  p.a0 = _mm256_fmadd_ps(b, x0, p.a0);
+  r.a0 = _mm256_fmadd_ps(b, x1, r.a0);
+  if constexpr (NQ > 1) {
+    b = _mm256_broadcast_ss(coef + stride);
+    p.a1 = _mm256_fmadd_ps(b, x0, p.a1);
+    r.a1 = _mm256_fmadd_ps(b, x1, r.a1);
+  }
+  if constexpr (NQ > 2) {
+    b = _mm256_broadcast_ss(coef + 2 * stride);
+    p.a2 = _mm256_fmadd_ps(b, x0, p.a2);
+    r.a2 = _mm256_fmadd_ps(b, x1, r.a2);
+  }
+  if constexpr (NQ > 3) {
+    b = _mm256_broadcast_ss(coef + 3 * stride);
+    p.a3 = _mm256_fmadd_ps(b, x0, p.a3);
+    r.a3 = _mm256_fmadd_ps(b, x1, r.a3);
+  }
+}
+
+// NQ queries (<= 4) against every octet of a key block; qs: [NQ][qs_stride] = q * scale,
 // qz: [NQ] = sum_c q * zero.
 template <int NQ, int Bits>
 void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_stride,
                       const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
-  const __m256i shifts = word_shifts(Bits);
-  const __m256i mask = _mm256_set1_epi32(static_cast<int>(kivi_max_code(Bits)));
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
-  auto emit = [&](const __m256* acc, size_t oct) {
-    const size_t row0 = oct * kKiviOctet;
-    const size_t valid = std::min(kKiviOctet, n_rows - row0);
-    for (int j = 0; j < NQ; ++j) {
-      const __m256 v = _mm256_add_ps(acc[j], _mm256_set1_ps(qz[j]));
-      float* dst = out + static_cast<size_t>(j) * out_stride + row0;
-      if (valid == kKiviOctet) {
-        _mm256_storeu_ps(dst, v);
-      } else {
-        alignas(32) float tmp[kKiviOctet];
-        _mm256_store_ps(tmp, v);
-        std::copy_n(tmp, valid, dst);
-      }
-    }
-  };
   size_t oct = 0;
   for (; oct + 2 <= n_oct; oct += 2) {  // two octets at a time: 2 * NQ independent FMA chains
-    __m256 acc0[NQ], acc1[NQ];
-    for (int j = 0; j < NQ; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    Acc4 acc0, acc1;
     const uint8_t* w0 = words + oct * head_dim * Bits;
     const uint8_t* w1 = w0 + head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
-      const __m256 x0 = unpack8(kivi_load_word(w0, c, Bits), shifts, mask);
-      const __m256 x1 = unpack8(kivi_load_word(w1, c, Bits), shifts, mask);
-      for (int j = 0; j < NQ; ++j) {
-        const __m256 b = _mm256_broadcast_ss(qs + static_cast<size_t>(j) * qs_stride + c);
-        acc0[j] = _mm256_fmadd_ps(b, x0, acc0[j]);
-        acc1[j] = _mm256_fmadd_ps(b, x1, acc1[j]);
-      }
+      const __m256 x0 = unpack8<Bits>(load_word<Bits>(w0, c));
+      const __m256 x1 = unpack8<Bits>(load_word<Bits>(w1, c));
+      fma_queries2<NQ>(acc0, acc1, qs + c, qs_stride, x0, x1);
     }
-    emit(acc0, oct);
-    emit(acc1, oct + 1);
+    for (int j = 0; j < NQ; ++j) {
+      float* dst = out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet;
+      store_octet(dst, acc0.get(j), qz[j], kKiviOctet);
+      store_octet(dst + kKiviOctet, acc1.get(j), qz[j],
+                  std::min(kKiviOctet, n_rows - (oct + 1) * kKiviOctet));
+    }
   }
   if (oct < n_oct) {
-    __m256 acc[NQ];
-    for (int j = 0; j < NQ; ++j) acc[j] = _mm256_setzero_ps();
+    Acc4 acc;
     const uint8_t* w0 = words + oct * head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
-      const __m256 x0 = unpack8(kivi_load_word(w0, c, Bits), shifts, mask);
-      for (int j = 0; j < NQ; ++j) {
-        const __m256 b = _mm256_broadcast_ss(qs + static_cast<size_t>(j) * qs_stride + c);
-        acc[j] = _mm256_fmadd_ps(b, x0, acc[j]);
-      }
+      fma_queries<NQ>(acc, qs + c, qs_stride, unpack8<Bits>(load_word<Bits>(w0, c)));
     }
-    emit(acc, oct);
+    for (int j = 0; j < NQ; ++j) {
+      store_octet(out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet, acc.get(j), qz[j],
+                  n_rows - oct * kKiviOctet);
+    }
   }
 }
 
@@ -118,51 +193,45 @@ constexpr size_t kValueTile = 32;  // rows per tile: codes stay in L1 while the 
 template <int NQ, int Bits>
 void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
                    size_t n_rows, size_t head_dim, size_t group, size_t n_groups) {
-  const __m256i shifts = word_shifts(Bits);
-  const __m256i mask = _mm256_set1_epi32(static_cast<int>(kivi_max_code(Bits)));
   const size_t n_words = head_dim / kKiviOctet;
   const size_t row_bytes = n_words * Bits;
   auto group_of = [&](size_t word) { return std::min(word * kKiviOctet / group, n_groups - 1); };
-  size_t wi = 0;
-  for (; wi + 2 <= n_words; wi += 2) {
-    const size_t g0 = group_of(wi), g1 = group_of(wi + 1);
-    __m256 acc0[NQ], acc1[NQ];
+  auto load = [&](Acc4& acc, size_t wi) {
+    acc.a0 = _mm256_loadu_ps(out + wi * kKiviOctet);
+    if constexpr (NQ > 1) acc.a1 = _mm256_loadu_ps(out + out_stride + wi * kKiviOctet);
+    if constexpr (NQ > 2) acc.a2 = _mm256_loadu_ps(out + 2 * out_stride + wi * kKiviOctet);
+    if constexpr (NQ > 3) acc.a3 = _mm256_loadu_ps(out + 3 * out_stride + wi * kKiviOctet);
+  };
+  auto store = [&](const Acc4& acc, size_t wi) {
     for (int j = 0; j < NQ; ++j) {
-      acc0[j] = _mm256_loadu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet);
-      acc1[j] = _mm256_loadu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet + 8);
+      _mm256_storeu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet, acc.get(j));
     }
+  };
+  size_t wi = 0;
+  for (; wi + 2 <= n_words; wi += 2) {  // two words (16 channels) x NQ queries in registers
+    const size_t g0 = group_of(wi), g1 = group_of(wi + 1);
+    Acc4 acc0, acc1;
+    load(acc0, wi);
+    load(acc1, wi + 1);
     for (size_t r = 0; r < n_rows; ++r) {
       const uint8_t* row = codes + r * row_bytes;
-      const __m256 x0 = unpack8(kivi_load_word(row, wi, Bits), shifts, mask);
-      const __m256 x1 = unpack8(kivi_load_word(row, wi + 1, Bits), shifts, mask);
-      const float* c0 = coef + (r * n_groups + g0) * NQ;
-      const float* c1 = coef + (r * n_groups + g1) * NQ;
-      for (int j = 0; j < NQ; ++j) {
-        acc0[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(c0 + j), x0, acc0[j]);
-        acc1[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(c1 + j), x1, acc1[j]);
-      }
+      const __m256 x0 = unpack8<Bits>(load_word<Bits>(row, wi));
+      const __m256 x1 = unpack8<Bits>(load_word<Bits>(row, wi + 1));
+      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * NQ, 1, x0);
+      fma_queries<NQ>(acc1, coef + (r * n_groups + g1) * NQ, 1, x1);
     }
-    for (int j = 0; j < NQ; ++j) {
-      _mm256_storeu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet, acc0[j]);
-      _mm256_storeu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet + 8, acc1[j]);
-    }
+    store(acc0, wi);
+    store(acc1, wi + 1);
   }
   if (wi < n_words) {
     const size_t g0 = group_of(wi);
-    __m256 acc0[NQ];
-    for (int j = 0; j < NQ; ++j) {
-      acc0[j] = _mm256_loadu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet);
-    }
+    Acc4 acc0;
+    load(acc0, wi);
     for (size_t r = 0; r < n_rows; ++r) {
-      const __m256 x0 = unpack8(kivi_load_word(codes + r * row_bytes, wi, Bits), shifts, mask);
-      const float* c0 = coef + (r * n_groups + g0) * NQ;
-      for (int j = 0; j < NQ; ++j) {
-        acc0[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(c0 + j), x0, acc0[j]);
-      }
+      const __m256 x0 = unpack8<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
+      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * NQ, 1, x0);
     }
-    for (int j = 0; j < NQ; ++j) {
-      _mm256_storeu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet, acc0[j]);
-    }
+    store(acc0, wi);
   }
 }
 
@@ -284,16 +353,21 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
     const size_t row_bytes = head_dim / kKiviOctet * kivi_word_bytes(bits);
     thread_local std::vector<float> coef;      // [kValueTile][n_groups][4]
     thread_local std::vector<float> zero_sum;  // [n_q][n_groups] sum_r w * zero
+    thread_local std::vector<float> params32;  // [kValueTile][n_groups][2]
     coef.resize(kValueTile * n_groups * 4);
     zero_sum.assign(n_q * n_groups, 0.0f);
     for (size_t j0 = 0; j0 < n_q; j0 += 4) {
       const size_t nq = std::min<size_t>(4, n_q - j0);
       for (size_t r0 = 0; r0 < n_rows; r0 += kValueTile) {
         const size_t nr = std::min(kValueTile, n_rows - r0);
+        // the tile's params in fp32 at once (F16C): [nr][n_groups] (scale, zero) pairs
+        params32.resize(2 * nr * n_groups);
+        fp16_to_fp32_n(params32.data(), reinterpret_cast<const fp16_t*>(params + r0 * n_groups),
+                       2 * nr * n_groups);
         for (size_t r = 0; r < nr; ++r) {
-          const KiviParams* p = params + (r0 + r) * n_groups;
           for (size_t g = 0; g < n_groups; ++g) {
-            const float scale = fp16_to_fp32(p[g].scale), zero = fp16_to_fp32(p[g].zero);
+            const float scale = params32[2 * (r * n_groups + g)];
+            const float zero = params32[2 * (r * n_groups + g) + 1];
             for (size_t j = 0; j < nq; ++j) {
               const float wj = w[(j0 + j) * w_stride + r0 + r];
               coef[(r * n_groups + g) * nq + j] = wj * scale;

@@ -1,0 +1,236 @@
+// Decode attention per step over fp16 / kivi4 / kivi2 caches, against the machine's memory copy
+// bandwidth measured in the same run.
+//
+// Shape: 8 KV heads, 32 query heads (GQA groups of 4), head_dim 128, one query per head (a decode
+// step), 4K / 16K / 64K retained rows. Two paths:
+//   BM_DecodeStores: per KV head, one dot_rows + softmax + accumulate_rows for the 4 query heads
+//                    of its group (the RowStore interface as designed for GQA); threads:1 runs the
+//                    heads on the calling thread, threads:0 spreads them over parallel_for;
+//   BM_DecodeAttend: LayerCache::attend with the step's own k, v (what the engine calls).
+// Counters: bytes_per_step = key + value bytes of the stores (all read once per step), GB/s =
+// bytes_per_step / time per step, copy_ratio = GB/s over the copy bandwidth. The copy bandwidth
+// (BM_MemcpyBandwidth, and the copy_GBps counter) is memcpy of a 256 MiB buffer on one thread
+// counted as bytes read + bytes written per second (the STREAM convention), median of 3 timed
+// copies at start-up. On a shared, loaded machine wall time includes waiting for a core, so the
+// single-thread runs also time the calling thread's CPU time (cpu_ms_per_step, cpu_GBps,
+// cpu_copy_ratio against the copy's own CPU-time rate); quote those when the load is high.
+// Run: build-kivi/bench/bench_kivi_attention --benchmark_repetitions=3
+//        --benchmark_report_aggregates_only=true   (medians are the figures to quote)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "snapkv/kv/layer_cache.h"
+#include "snapkv/util/parallel.h"
+
+namespace {
+
+using namespace snapkv;
+
+constexpr size_t kKvHeads = 8, kHeads = 32, kHeadDim = 128, kGroup = kHeads / kKvHeads;
+constexpr size_t kCopyBytes = size_t{256} << 20;
+
+// Cheap deterministic N(0,1)-ish values (sum of 4 uniforms, rescaled) with a few outlier
+// channels in the keys, as real keys have; generation speed matters at 64K rows.
+struct Noise {
+  uint64_t s;
+  float next() {
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      sum += static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
+    }
+    return (sum - 2.0f) * 1.7320508f;  // variance of a sum of 4 U(0,1) is 1/3
+  }
+};
+
+// Seconds of CPU time used by the calling thread.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+struct CopyRates {
+  double wall_gbps, cpu_gbps;
+};
+
+const CopyRates& copy_bandwidth() {
+  static const CopyRates rates = [] {
+    std::vector<char> src(kCopyBytes, 1), dst(kCopyBytes, 0);
+    std::memcpy(dst.data(), src.data(), kCopyBytes);  // fault the pages in
+    std::vector<double> wall, cpu;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = thread_cpu_seconds();
+      std::memcpy(dst.data(), src.data(), kCopyBytes);
+      benchmark::DoNotOptimize(dst.data());
+      const double c = thread_cpu_seconds() - c0;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      wall.push_back(2.0 * double(kCopyBytes) / s / 1e9);
+      cpu.push_back(2.0 * double(kCopyBytes) / c / 1e9);
+    }
+    std::sort(wall.begin(), wall.end());
+    std::sort(cpu.begin(), cpu.end());
+    return CopyRates{wall[1], cpu[1]};
+  }();
+  return rates;
+}
+
+// memcpy of 256 MiB on one thread; bytes_per_second counts read + written bytes.
+void BM_MemcpyBandwidth(benchmark::State& state) {
+  std::vector<char> src(kCopyBytes, 1), dst(kCopyBytes, 0);
+  std::memcpy(dst.data(), src.data(), kCopyBytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), kCopyBytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * kCopyBytes));
+}
+
+// One cache per (codec, rows), built once and shared by both benchmarks.
+const LayerCache& cache_for(CodecKind codec, size_t rows) {
+  static std::map<std::pair<int, size_t>, std::unique_ptr<LayerCache>> caches;
+  auto& slot = caches[{static_cast<int>(codec), rows}];
+  if (!slot) {
+    CacheConfig cfg;
+    cfg.policy = PolicyKind::full;
+    cfg.codec = codec;
+    slot = std::make_unique<LayerCache>(CacheDims{kHeads, kKvHeads, kHeadDim}, cfg);
+    Noise noise{0x9E3779B97F4A7C15ull + rows};
+    const size_t chunk = 4096;
+    std::vector<float> k(kKvHeads * chunk * kHeadDim), v(k.size());
+    for (size_t done = 0; done < rows; done += chunk) {
+      const size_t s = std::min(chunk, rows - done);
+      for (size_t i = 0; i < kKvHeads * s * kHeadDim; ++i) {
+        const float x = noise.next();
+        k[i] = i % 16 == 3 ? 12.0f + 5.0f * x : x;
+        v[i] = noise.next();
+      }
+      slot->update({k.data(), kKvHeads, s, kHeadDim}, {v.data(), kKvHeads, s, kHeadDim}, nullptr,
+                   UpdateKind::prefill);
+    }
+  }
+  return *slot;
+}
+
+size_t store_bytes(const LayerCache& c) {
+  return c.stats().bytes_stored;
+}
+
+void set_counters(benchmark::State& state, size_t bytes, double seconds, double cpu_seconds) {
+  const double iters = double(state.iterations());
+  const double gbps = double(bytes) / (seconds / iters) / 1e9;
+  const CopyRates& copy = copy_bandwidth();
+  state.counters["bytes_per_step"] = double(bytes);
+  state.counters["ms_per_step"] = seconds / iters * 1e3;
+  state.counters["GB/s"] = gbps;
+  state.counters["copy_GBps"] = copy.wall_gbps;
+  state.counters["copy_ratio"] = gbps / copy.wall_gbps;
+  if (cpu_seconds > 0) {
+    const double cpu_gbps = double(bytes) / (cpu_seconds / iters) / 1e9;
+    state.counters["cpu_ms_per_step"] = cpu_seconds / iters * 1e3;
+    state.counters["cpu_GBps"] = cpu_gbps;
+    state.counters["cpu_copy_GBps"] = copy.cpu_gbps;
+    state.counters["cpu_copy_ratio"] = cpu_gbps / copy.cpu_gbps;
+  }
+}
+
+// One decode step of KV head h: scores [kGroup][rows] scratch, out [kGroup][head_dim].
+void decode_head(const LayerCache& cache, size_t h, const float* q, float* scores, float* out) {
+  const size_t rows = cache.size();
+  const float scale = 1.0f / std::sqrt(float(kHeadDim));
+  cache.keys(h).dot_rows(scores, q, kGroup);
+  for (size_t j = 0; j < kGroup; ++j) {
+    float* l = scores + j * rows;
+    float mx = -INFINITY, total = 0;
+    for (size_t i = 0; i < rows; ++i) mx = std::max(mx, l[i] *= scale);
+    for (size_t i = 0; i < rows; ++i) total += (l[i] = std::exp(l[i] - mx));
+    for (size_t i = 0; i < rows; ++i) l[i] /= total;
+  }
+  std::fill(out, out + kGroup * kHeadDim, 0.0f);
+  cache.values(h).accumulate_rows(out, scores, kGroup);
+}
+
+void BM_DecodeStores(benchmark::State& state) {
+  const auto codec = static_cast<CodecKind>(state.range(0));
+  const auto rows = static_cast<size_t>(state.range(1));
+  const bool one_thread = state.range(2) == 1;
+  const LayerCache& cache = cache_for(codec, rows);
+  copy_bandwidth();
+  Noise noise{7};
+  std::vector<float> q(kHeads * kHeadDim), out(kHeads * kHeadDim);
+  for (float& x : q) x = noise.next() * 0.5f;
+  std::vector<std::vector<float>> scores(kKvHeads, std::vector<float>(kGroup * rows));
+  double seconds = 0, cpu_seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_seconds();
+    auto head = [&](size_t h) {
+      decode_head(cache, h, q.data() + h * kGroup * kHeadDim, scores[h].data(),
+                  out.data() + h * kGroup * kHeadDim);
+    };
+    if (one_thread) {
+      for (size_t h = 0; h < kKvHeads; ++h) head(h);
+    } else {
+      parallel_for(kKvHeads, head);
+    }
+    benchmark::DoNotOptimize(out.data());
+    cpu_seconds += thread_cpu_seconds() - c0;
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  set_counters(state, store_bytes(cache), seconds, one_thread ? cpu_seconds : 0.0);
+}
+
+void BM_DecodeAttend(benchmark::State& state) {
+  const auto codec = static_cast<CodecKind>(state.range(0));
+  const auto rows = static_cast<size_t>(state.range(1));
+  const LayerCache& cache = cache_for(codec, rows);
+  copy_bandwidth();
+  Noise noise{8};
+  std::vector<float> q(kHeads * kHeadDim), k(kKvHeads * kHeadDim), v(kKvHeads * kHeadDim);
+  for (float& x : q) x = noise.next() * 0.5f;
+  for (float& x : k) x = noise.next();
+  for (float& x : v) x = noise.next();
+  std::vector<float> out(kHeads * kHeadDim);
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cache.attend(out.data(), {q.data(), kHeads, 1, kHeadDim}, {k.data(), kKvHeads, 1, kHeadDim},
+                 {v.data(), kKvHeads, 1, kHeadDim});
+    benchmark::DoNotOptimize(out.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  set_counters(state, store_bytes(cache), seconds, 0.0);
+}
+
+void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
+  b->ArgNames({"codec", "rows", "threads"});
+  for (size_t rows : {size_t{4096}, size_t{16384}, size_t{65536}}) {
+    for (CodecKind c : {CodecKind::fp16, CodecKind::kivi4, CodecKind::kivi2}) {
+      for (int64_t threads : {int64_t{1}, int64_t{0}}) {
+        if (!with_threads && threads == 1) continue;
+        b->Args({static_cast<int64_t>(c), static_cast<int64_t>(rows), threads});
+      }
+    }
+  }
+  b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.3);
+}
+
+BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeStores)->Apply([](auto* b) { decode_args(b, true); });
+BENCHMARK(BM_DecodeAttend)->Apply([](auto* b) { decode_args(b, false); });
+
+}  // namespace
+
+BENCHMARK_MAIN();
