@@ -17,7 +17,7 @@ enum class PolicyKind {
   streaming,  // StreamingLLM: first n_sink rows + the most recent rows
   random,     // seeded uniform choice among non-sink rows (baseline of the method notes)
   knorm,      // keep the keys with the lowest L2 norm (sinks kept)
-  chunkkv,    // ChunkKV-adapted: whole chunks of chunk_size positions ranked by summed SnapKV scores
+  chunkkv,  // ChunkKV-adapted: whole chunks of chunk_size positions ranked by summed SnapKV scores
 };
 
 // 1-D smoothing of the scores before selection (stride 1, odd kernel, same-length output).
@@ -29,7 +29,8 @@ enum class PoolKind { none, max, avg };
 // Where the observation window's queries come from.
 enum class QuerySource {
   auto_select,  // true queries when the caller passes q_window, else the last `window` keys
-  queries,      // require q_window (throws if it is missing on a compressing update)
+  queries,      // require q_window on every prefill update of a scoring policy (snapkv,
+                // chunkkv); std::invalid_argument if it is missing
   keys,         // always the last `window` keys as proxy queries (engine-agnostic mode)
 };
 
@@ -53,12 +54,13 @@ struct CacheConfig {
 
   PoolKind pool = PoolKind::none;
   size_t kernel = 1;         // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
-  bool keep_window = false;  // always keep the window's own rows (paper); else they compete
+  bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
+                             // (applies to snapkv, chunkkv, knorm, random)
   bool causal = true;        // causal mask inside the window (false reproduces the method notes)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::every_chunk;
-  uint64_t seed = 0;       // random policy
-  size_t chunk_size = 8;   // chunkkv
+  uint64_t seed = 0;      // random policy
+  size_t chunk_size = 8;  // chunkkv: chunk = original position / chunk_size
 
   // Codec parameters (KIVI): group size G and fp16 residual length R (R % G == 0).
   size_t kivi_group = 32;

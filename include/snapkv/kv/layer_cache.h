@@ -6,7 +6,13 @@
 //   k, v      [n_kv_heads][S][head_dim]   already rotated by RoPE at their true positions
 //   q_window  [n_heads][w][head_dim]      the rotated queries of the chunk's last w positions
 // NaN/Inf anywhere in k, v or q_window is rejected with std::invalid_argument before anything is
-// stored: the cache is left exactly as it was.
+// stored: the cache is left exactly as it was (as for every other invalid input). NaN is never
+// propagated into stored rows or scores.
+//
+// q_window may hold more rows than config.window: the last min(w, window) rows are used. Without
+// it (or with query_source keys) SnapKV scores with the last `window` candidate keys as proxies.
+// Threads: update()/end_prompt() score the KV heads in parallel (util/parallel.h); a LayerCache
+// is not safe to mutate from several threads at once, const members may be called concurrently.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +54,7 @@ struct CacheStats {
   double eviction_ratio() const;
   // kept / seen, in (0, 1] (1 when nothing was seen)
   double keep_rate() const;
+  // Adds every field (tokens too; total_stats() keeps the per-layer token counts instead).
   CacheStats& operator+=(const CacheStats& other);
 };
 
@@ -63,7 +70,9 @@ class LayerCache {
 
   // Adds S = k.dim1 new tokens at positions offset() .. offset()+S-1. On a prefill update with
   // chunk_mode every_chunk, enforces the budget over retained + new rows; in end_of_prompt mode it
-  // only appends (and remembers q_window for end_prompt()). Decode updates only append.
+  // only appends (and remembers q_window for end_prompt()). Decode updates only append; in
+  // end_of_prompt mode the first decode update after a prefill calls end_prompt() first, so the
+  // prompt is compressed before generation even if the caller forgot to end it.
   void update(Tensor3 k, Tensor3 v, const Tensor3* q_window = nullptr,
               UpdateKind kind = UpdateKind::automatic);
 
@@ -73,7 +82,9 @@ class LayerCache {
 
   // Attention of a chunk's queries over the retained rows plus the chunk's own (not yet stored)
   // rows, causal inside the chunk. Call before update() with the same k, v. Reads the stores
-  // through dot_rows / accumulate_rows: no dequantised copy of the cache is made.
+  // through dot_rows / accumulate_rows: no dequantised copy of the cache is made. Logits
+  // q.k / sqrt(head_dim) and the max-subtracted softmax are fp32; the chunk's own rows are used
+  // in fp32 as given (not rounded to the codec). Same shape and finiteness checks as update().
   //   out [n_heads][S][head_dim], q [n_heads][S][head_dim], k, v [n_kv_heads][S][head_dim]
   void attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const;
 

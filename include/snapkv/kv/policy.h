@@ -15,9 +15,9 @@ namespace snapkv {
 struct SelectionInput {
   size_t kv_head = 0;
   size_t head_dim = 0;
-  size_t n_rows = 0;                  // candidates
-  const float* keys = nullptr;        // [n_rows][head_dim], rotated keys, fp32
-  const int64_t* positions = nullptr; // [n_rows], original absolute positions, increasing
+  size_t n_rows = 0;                   // candidates
+  const float* keys = nullptr;         // [n_rows][head_dim], rotated keys, fp32
+  const int64_t* positions = nullptr;  // [n_rows], original absolute positions, increasing
   // True window queries of this KV head's GQA group, or nullptr (then proxy keys are used when
   // the policy needs queries): [n_group][n_window][head_dim]. Query row r of the window sits at
   // candidate index n_rows - n_window + r.
@@ -35,7 +35,8 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual PolicyKind kind() const = 0;
-  // Called only when n_rows > budget (the cache keeps everything otherwise).
+  // Called only when n_rows > budget (the cache keeps everything otherwise). Must keep no state
+  // between calls: the cache calls it for several KV heads at once from different threads.
   virtual SelectionResult select(const SelectionInput& in) = 0;
   virtual std::unique_ptr<EvictionPolicy> clone() const = 0;
 };
