@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const fs::path arg(argv[i]);
     if (fs::is_directory(arg)) {
-      for (const auto& entry : fs::directory_iterator(arg)) {
+      for (const auto& entry : fs::recursive_directory_iterator(arg)) {
         if (entry.is_regular_file()) failures += run_file(entry.path(), n_parsed, n_rejected);
       }
     } else {

@@ -1,6 +1,8 @@
-// Regression run of the committed fuzzing corpus (tests/gguf/corpus) through the same exerciser
-// the libFuzzer target uses: no file may crash; files named valid-* must parse and files named
-// bad-* must be rejected with a snapkv::RuntimeError.
+// Regression run of the committed fuzzing corpus through the same exerciser the libFuzzer target
+// uses: no file may crash; files named valid-* must parse and files named bad-* must be rejected
+// with a snapkv::RuntimeError. tests/gguf/corpus holds the generated seeds (written by
+// GgufMalformed.WriteSeedCorpusWhenAsked) and, under fuzz/, the inputs libFuzzer found that add
+// coverage beyond them (kept with `fuzz_gguf_reader -merge=1 <copy of corpus> <new inputs>`).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,7 +19,7 @@ TEST(GgufCorpus, EveryCommittedFileIsHandled) {
   const std::filesystem::path dir = std::filesystem::path(SNAPKV_SOURCE_DIR) / "tests/gguf/corpus";
   ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
   size_t n_files = 0, n_valid = 0, n_bad = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
     std::ifstream in(entry.path(), std::ios::binary);
     const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
