@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -600,8 +601,18 @@ TEST_F(TokenizerSentencePiece, VocabMatchesTheCommittedExport) {
   EXPECT_EQ(from_sp.bos_id, from_json.bos_id);
 }
 
-TEST_F(TokenizerSentencePiece, ExactIdsOnThousandsOfStrings) {
-  const Tokenizer tok(vocab_from_processor(sp_));
+struct Comparison {
+  int n_strings = 0;
+  int n_mismatch = 0;
+  size_t n_ids = 0;
+  size_t n_byte_fallback = 0;
+};
+
+// Encodes n_strings generated strings (the first one empty) with both tokenizers and expects
+// identical ids, and decode() to give the text back (both ours and SentencePiece's).
+Comparison compare_with_sentencepiece(const sentencepiece::SentencePieceProcessor& sp,
+                                      int n_strings, uint64_t seed) {
+  const Tokenizer tok(vocab_from_processor(sp));
   // Corpus: a licence text when the system has it (Debian), plus the golden strings.
   std::string corpus;
   if (std::ifstream gpl("/usr/share/common-licenses/GPL-3"); gpl) {
@@ -616,32 +627,47 @@ TEST_F(TokenizerSentencePiece, ExactIdsOnThousandsOfStrings) {
       corpus += nlohmann::json::parse(line).at("text").get<std::string>() + "\n";
     }
   }
-  StringGenerator gen(/*seed=*/12345, corpus);
-  constexpr int kStrings = 5000;
-  int n_mismatch = 0;
-  size_t n_ids = 0;
-  size_t n_byte_fallback = 0;
-  for (int i = 0; i < kStrings; ++i) {
+  StringGenerator gen(seed, corpus);
+  Comparison c;
+  c.n_strings = n_strings;
+  for (int i = 0; i < n_strings; ++i) {
     const std::string text = i == 0 ? std::string() : gen.next();
-    const std::vector<int> expected = sp_.EncodeAsIds(text);
+    const std::vector<int> expected = sp.EncodeAsIds(text);
     const std::vector<TokenId> ids = tok.encode(text, false);
-    n_ids += ids.size();
-    for (TokenId id : ids) n_byte_fallback += tok.type(id) == TokenType::byte;
+    c.n_ids += ids.size();
+    for (TokenId id : ids) c.n_byte_fallback += tok.type(id) == TokenType::byte;
     if (std::vector<int>(ids.begin(), ids.end()) != expected) {
-      if (++n_mismatch <= 5) ADD_FAILURE() << "ids differ from SentencePiece for '" << text << "'";
+      if (++c.n_mismatch <= 5)
+        ADD_FAILURE() << "ids differ from SentencePiece for '" << text << "'";
       continue;
     }
     if (!contains_space_mark(text)) {
       EXPECT_EQ(tok.decode(ids), text);
-      EXPECT_EQ(sp_.DecodeIds(expected), text);
+      EXPECT_EQ(sp.DecodeIds(expected), text);
     }
   }
-  EXPECT_EQ(n_mismatch, 0) << "of " << kStrings << " strings";
+  EXPECT_EQ(c.n_mismatch, 0) << "of " << n_strings << " strings";
+  std::printf("[spm] %d strings, %zu ids, %zu byte-fallback ids, %d mismatches\n", n_strings,
+              c.n_ids, c.n_byte_fallback, c.n_mismatch);
+  return c;
+}
+
+TEST_F(TokenizerSentencePiece, ExactIdsOnThousandsOfStrings) {
+  const Comparison c = compare_with_sentencepiece(sp_, 4000, /*seed=*/12345);
   // The generated strings must exercise merges and byte fallback, or the test proves little.
-  EXPECT_GT(n_ids, 100000u);
-  EXPECT_GT(n_byte_fallback, 1000u);
-  std::printf("[spm] %d strings, %zu ids, %zu byte-fallback ids, %d mismatches\n", kStrings, n_ids,
-              n_byte_fallback, n_mismatch);
+  EXPECT_GT(c.n_ids, 80000u);
+  EXPECT_GT(c.n_byte_fallback, 1000u);
+}
+
+// The same comparison for any other SentencePiece BPE model (e.g. the one training/ builds):
+//   SNAPKV_SPM_MODEL=training/runs/tok/spm.model ./test_model --gtest_filter='*Sentence*'
+TEST(TokenizerSentencePieceExternal, ExactIdsForTheModelInSNAPKV_SPM_MODEL) {
+  const char* path = std::getenv("SNAPKV_SPM_MODEL");
+  if (path == nullptr || *path == '\0') GTEST_SKIP() << "SNAPKV_SPM_MODEL not set";
+  sentencepiece::SentencePieceProcessor sp;
+  const auto status = sp.Load(path);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  compare_with_sentencepiece(sp, 4000, /*seed=*/777);
 }
 
 #else
