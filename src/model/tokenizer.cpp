@@ -312,6 +312,11 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<TokenId>& out) con
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos) const {
+  // Symbols are indexed by int (as in llama.cpp); the escaped text grows by at most 3x + 3 bytes.
+  if (text.size() > static_cast<size_t>(INT32_MAX) / 4) {
+    throw_invalid(kComponent, "text too long to encode", std::to_string(text.size()) + " bytes",
+                  "at most " + std::to_string(INT32_MAX / 4) + " bytes");
+  }
   // Fragments: raw text ranges and USER_DEFINED tokens matched literally (longest piece first,
   // leftmost occurrences), as llama.cpp's tokenizer_st_partition with parse_special = false.
   struct Fragment {
