@@ -111,6 +111,7 @@ TEST(Golden, ChunkedPrefillMatchesOneChunk) {
     const auto chunked = prompt_logits(model, config, chunk);
     const double err = max_abs_diff(chunked, whole.data(), whole.size());
     EXPECT_LE(err, bound) << "chunk " << chunk;
+    RecordProperty("max_abs_diff_chunk_" + std::to_string(chunk), std::to_string(err));
     // Chunking only changes which earlier rows were read back as fp16: the result stays at least
     // as close to the float64 reference as the fp16-K/V reference is.
     EXPECT_LE(max_abs_diff(chunked, g.logits.data(), whole.size()), bound) << "chunk " << chunk;
@@ -131,8 +132,12 @@ TEST(Golden, QuantizedWeightFilesMatchTheirReferences) {
               c.type == gguf::TensorType::f16 ? WeightType::f16 : WeightType::q8_0);
     const auto all = prompt_logits(model, full_config(), 4096);
     const std::string name(gguf::tensor_type_name(c.type));
-    EXPECT_LE(max_abs_diff(all, c.reference->data(), all.size()), tol32(g)) << name;
-    EXPECT_LE(max_abs_diff(all, g.logits.data(), all.size()), c.quant_dev + tol32(g)) << name;
+    const double err_own = max_abs_diff(all, c.reference->data(), all.size());
+    const double err_f32 = max_abs_diff(all, g.logits.data(), all.size());
+    EXPECT_LE(err_own, tol32(g)) << name;
+    EXPECT_LE(err_f32, c.quant_dev + tol32(g)) << name;
+    RecordProperty("max_abs_err_" + name + "_vs_own_ref", std::to_string(err_own));
+    RecordProperty("max_abs_err_" + name + "_vs_f32_ref", std::to_string(err_f32));
   }
 }
 
@@ -160,12 +165,15 @@ TEST(Golden, StreamingCutKeepsTruePositions) {
   }
   const size_t n_vocab = model.config().n_vocab;
   const double bound = 2.0 * g.max_diff_stream_kv16 + tol32(g);
+  double worst = 0.0;
   for (size_t s = 0; s < g.greedy.size(); ++s) {
     const auto logits = session.decode(g.greedy[s]);
-    EXPECT_LE(max_abs_diff(logits, g.logits_stream.data() + s * n_vocab, n_vocab), bound)
-        << "decode step " << s;
+    const double err = max_abs_diff(logits, g.logits_stream.data() + s * n_vocab, n_vocab);
+    EXPECT_LE(err, bound) << "decode step " << s;
+    worst = std::max(worst, err);
   }
   EXPECT_EQ(session.n_past(), g.prompt.size() + g.greedy.size());
+  RecordProperty("max_abs_err_stream_decode", std::to_string(worst));
 }
 
 }  // namespace
