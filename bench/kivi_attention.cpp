@@ -110,8 +110,11 @@ const LayerCache& cache_for(CodecKind codec, size_t rows) {
     Noise noise{0x9E3779B97F4A7C15ull + rows};
     const size_t chunk = 4096;
     std::vector<float> k(kKvHeads * chunk * kHeadDim), v(k.size());
+    // rows - 1 prompt rows in chunks, then one decode row: the stores quantize the rows of an
+    // append when the next append arrives, so the decode row leaves < R rows in fp16 (as in a
+    // real decode step)
     for (size_t done = 0; done < rows; done += chunk) {
-      const size_t s = std::min(chunk, rows - done);
+      const size_t s = done + chunk >= rows ? rows - done - 1 : chunk;
       for (size_t i = 0; i < kKvHeads * s * kHeadDim; ++i) {
         const float x = noise.next();
         k[i] = i % 16 == 3 ? 12.0f + 5.0f * x : x;
@@ -120,6 +123,8 @@ const LayerCache& cache_for(CodecKind codec, size_t rows) {
       slot->update({k.data(), kKvHeads, s, kHeadDim}, {v.data(), kKvHeads, s, kHeadDim}, nullptr,
                    UpdateKind::prefill);
     }
+    slot->update({k.data(), kKvHeads, 1, kHeadDim}, {v.data(), kKvHeads, 1, kHeadDim}, nullptr,
+                 UpdateKind::decode);
   }
   return *slot;
 }

@@ -63,15 +63,17 @@ class KiviRowStore final : public RowStore {
       n_sinks_ += to_sinks;
       sink_slots_left_ -= to_sinks;
     }
-    for (size_t done = to_sinks; done < n;) {
-      if (n_resid_ == residual_cap_) flush_residual();  // a row arrives at a full residual
-      const size_t take = std::min(n - done, residual_cap_ - n_resid_);
-      residual_.resize((n_resid_ + take) * head_dim_);
-      fp32_to_fp16_n(residual_.data() + n_resid_ * head_dim_, data + done * head_dim_,
-                     take * head_dim_);
-      n_resid_ += take;
-      done += take;
-    }
+    if (to_sinks == n) return;
+    // Rows of earlier appends that filled the residual are quantized now, R at a time, oldest
+    // first; this append's rows wait in the residual, fp16, until the next append. An eviction
+    // that follows an append (LayerCache appends a chunk, then selects) thus drops fresh rows
+    // while they are still fp16 and never punches holes into freshly packed key blocks.
+    while (n_resid_ >= residual_cap_) flush_residual_front();
+    const size_t take = n - to_sinks;
+    residual_.resize((n_resid_ + take) * head_dim_);
+    fp32_to_fp16_n(residual_.data() + n_resid_ * head_dim_, data + to_sinks * head_dim_,
+                   take * head_dim_);
+    n_resid_ += take;
   }
 
   void retain(std::span<const uint32_t> keep) override {
@@ -261,20 +263,23 @@ class KiviRowStore final : public RowStore {
 
   size_t value_row_bytes() const { return value_words_ * word_bytes_; }
 
-  // Quantizes the full residual (residual_cap_ rows) and moves it to the quantized region.
-  void flush_residual() {
-    SNAPKV_CHECK(n_resid_ == residual_cap_);
-    std::vector<float> x(n_resid_ * head_dim_);  // [R][head_dim], the fp16 values in fp32
+  // Quantizes the oldest R residual rows (keys: R/G blocks of G rows; values: row by row) and
+  // moves them to the quantized region.
+  void flush_residual_front() {
+    SNAPKV_CHECK(n_resid_ >= residual_cap_);
+    std::vector<float> x(residual_cap_ * head_dim_);  // [R][head_dim], the fp16 values in fp32
     fp16_to_fp32_n(x.data(), residual_.data(), x.size());
     if (role_ == RowRole::key) {
-      for (size_t r0 = 0; r0 < n_resid_; r0 += group_)
+      for (size_t r0 = 0; r0 < residual_cap_; r0 += group_) {
         quantize_key_block(x.data() + r0 * head_dim_, group_);
+      }
     } else {
-      for (size_t r = 0; r < n_resid_; ++r) quantize_value_row(x.data() + r * head_dim_);
+      for (size_t r = 0; r < residual_cap_; ++r) quantize_value_row(x.data() + r * head_dim_);
     }
-    n_quant_ += n_resid_;
-    n_resid_ = 0;
-    residual_.clear();
+    residual_.erase(residual_.begin(),
+                    residual_.begin() + static_cast<std::ptrdiff_t>(residual_cap_ * head_dim_));
+    n_quant_ += residual_cap_;
+    n_resid_ -= residual_cap_;
   }
 
   // rows: [n][head_dim] -> one key block (per-channel params over the n rows).

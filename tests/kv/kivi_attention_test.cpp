@@ -32,7 +32,8 @@ std::unique_ptr<RowStore> make_store(RowRole role, int bits, size_t head_dim, si
                                      size_t n, uint32_t seed) {
   auto s = make_kivi_row_store(role, bits, head_dim, group, 4 * group, 3);
   const std::vector<float> x = realistic_rows(n, head_dim, seed, true);
-  s->append(x.data(), n);
+  s->append(x.data(), n - 1);
+  s->append(x.data() + (n - 1) * head_dim, 1);  // packs the first rows, R at a time
   std::vector<uint32_t> keep;
   std::mt19937 rng(seed);
   for (uint32_t i = 0; i < n; ++i) {
@@ -215,8 +216,10 @@ TEST(KiviAttention, AttentionErrorVsFp16PerBitWidth) {
   for (int bits : {2, 4}) {
     auto kk = make_kivi_row_store(RowRole::key, bits, hd, 32, 128, 0);
     auto kv = make_kivi_row_store(RowRole::value, bits, hd, 32, 128, 0);
-    kk->append(k.data(), n);
-    kv->append(v.data(), n);
+    kk->append(k.data(), n - 1);  // the second append packs 1920 rows
+    kv->append(v.data(), n - 1);
+    kk->append(k.data() + (n - 1) * hd, 1);
+    kv->append(v.data() + (n - 1) * hd, 1);
     const std::vector<float> kq = read_all(*kk), vq = read_all(*kv);
     // the fused attention: logits through dot_rows, weights through accumulate_rows
     std::vector<float> logits(n_q * n), out(n_q * hd, 0.0f);

@@ -151,11 +151,14 @@ TEST(KiviCache, AttendMatchesReferenceOverDecodedRows) {
     cfg.window = 16;
     cfg.kivi_fp16_sinks = 4;
     LayerCache cache(dims, cfg);
-    const size_t n_prompt = 700;
-    const auto k = realistic_rows(dims.n_kv_heads * n_prompt, dims.head_dim, 1, true);
-    const auto v = realistic_rows(dims.n_kv_heads * n_prompt, dims.head_dim, 2, false);
-    cache.update({k.data(), dims.n_kv_heads, n_prompt, dims.head_dim},
-                 {v.data(), dims.n_kv_heads, n_prompt, dims.head_dim});
+    const size_t n_chunk = 350;  // two chunks: the second packs the first's kept rows, and its
+                                 // compression evicts packed rows
+    for (uint32_t chunk = 0; chunk < 2; ++chunk) {
+      const auto k = realistic_rows(dims.n_kv_heads * n_chunk, dims.head_dim, 1 + chunk, true);
+      const auto v = realistic_rows(dims.n_kv_heads * n_chunk, dims.head_dim, 3 + chunk, false);
+      cache.update({k.data(), dims.n_kv_heads, n_chunk, dims.head_dim},
+                   {v.data(), dims.n_kv_heads, n_chunk, dims.head_dim});
+    }
     ASSERT_EQ(cache.size(), 300u);
     for (size_t s : {size_t{1}, size_t{5}}) {
       const auto q = realistic_rows(dims.n_heads * s, dims.head_dim, 3, false);
@@ -208,8 +211,22 @@ TEST(KiviCache, AttendCloseToFp16Attend) {
   const auto vn = realistic_rows(dims.n_kv_heads, hd, 15, false);
   CacheConfig cfg;
   cfg.policy = PolicyKind::full;
+  // k, v: [n_kv_heads][n][hd] fed as a prompt of n - 1 rows and one decode row (which packs)
+  auto feed = [&](LayerCache& c) {
+    std::vector<float> k1, v1, k2, v2;
+    for (size_t h = 0; h < dims.n_kv_heads; ++h) {
+      k1.insert(k1.end(), k.begin() + long(h * n * hd), k.begin() + long(((h + 1) * n - 1) * hd));
+      v1.insert(v1.end(), v.begin() + long(h * n * hd), v.begin() + long(((h + 1) * n - 1) * hd));
+      k2.insert(k2.end(), k.begin() + long(((h + 1) * n - 1) * hd),
+                k.begin() + long((h + 1) * n * hd));
+      v2.insert(v2.end(), v.begin() + long(((h + 1) * n - 1) * hd),
+                v.begin() + long((h + 1) * n * hd));
+    }
+    c.update({k1.data(), dims.n_kv_heads, n - 1, hd}, {v1.data(), dims.n_kv_heads, n - 1, hd});
+    c.update({k2.data(), dims.n_kv_heads, 1, hd}, {v2.data(), dims.n_kv_heads, 1, hd});
+  };
   LayerCache f16(dims, cfg);
-  f16.update({k.data(), dims.n_kv_heads, n, hd}, {v.data(), dims.n_kv_heads, n, hd});
+  feed(f16);
   std::vector<float> out16(dims.n_heads * hd);
   f16.attend(out16.data(), {q.data(), dims.n_heads, 1, hd}, {kn.data(), dims.n_kv_heads, 1, hd},
              {vn.data(), dims.n_kv_heads, 1, hd});
@@ -217,7 +234,7 @@ TEST(KiviCache, AttendCloseToFp16Attend) {
   for (CodecKind codec : {CodecKind::kivi2, CodecKind::kivi4}) {
     cfg.codec = codec;
     LayerCache qc(dims, cfg);
-    qc.update({k.data(), dims.n_kv_heads, n, hd}, {v.data(), dims.n_kv_heads, n, hd});
+    feed(qc);
     EXPECT_EQ(qc.size(), n);
     std::vector<float> out(dims.n_heads * hd);
     qc.attend(out.data(), {q.data(), dims.n_heads, 1, hd}, {kn.data(), dims.n_kv_heads, 1, hd},
@@ -270,13 +287,14 @@ TEST(KiviCache, CloneCarriesPackedRows) {
   LayerCache a(dims, cfg);
   const auto k = realistic_rows(100, 16, 1, true), v = realistic_rows(100, 16, 2, false);
   a.update({k.data(), 1, 100, 16}, {v.data(), 1, 100, 16});
+  a.update({k.data(), 1, 1, 16}, {v.data(), 1, 1, 16});  // packs 32 of the 40 kept rows
   LayerCache b = a.clone();
   EXPECT_EQ(read_keys(a, 0), read_keys(b, 0));
   EXPECT_EQ(read_values(a, 0), read_values(b, 0));
   EXPECT_EQ(a.stats().bytes_stored, b.stats().bytes_stored);
   a.update({k.data(), 1, 1, 16}, {v.data(), 1, 1, 16});
-  EXPECT_EQ(b.size(), 40u);
-  EXPECT_EQ(a.size(), 41u);
+  EXPECT_EQ(b.size(), 41u);
+  EXPECT_EQ(a.size(), 42u);
 }
 
 }  // namespace

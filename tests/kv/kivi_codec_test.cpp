@@ -3,6 +3,7 @@
 // no-drift rule under repeated eviction.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -128,14 +129,18 @@ Distortion round_trip(RowRole role, int bits, size_t head_dim, size_t group, boo
   auto store = make_kivi_row_store(role, bits, head_dim, group, residual, 0);
   // append in uneven chunks: the result must not depend on chunking
   std::mt19937 rng(5);
+  size_t n_resid = 0;  // the flush rule: at an append, R rows at a time while >= R wait
   for (size_t done = 0; done < n;) {
     const size_t take = std::min<size_t>(n - done, 1 + rng() % 50);
     store->append(x.data() + done * head_dim, take);
+    while (n_resid >= residual) n_resid -= residual;
+    n_resid += take;
     done += take;
   }
   EXPECT_EQ(store->rows(), n);
   const std::vector<float> y = read_all(*store);
-  const size_t n_quant = n - 5;
+  const size_t n_quant = n - n_resid;
+  EXPECT_GE(n_quant, 7 * residual);
   // each quantized element's group range, from the fp16-rounded data:
   // keys [n_quant / group][head_dim], values [n_quant][n_vgroups]
   const size_t n_vgroups = (head_dim + group - 1) / group;
@@ -276,23 +281,21 @@ size_t expected_bytes(RowRole role, int bits, size_t head_dim, size_t group, siz
   return b;
 }
 
+// Decode-style appends (one row each) around the residual size R: R-1 and R rows are all fp16,
+// the (R+1)-th row quantizes the first R as a block. A bulk append keeps its rows fp16 until the
+// next append, which quantizes them R at a time.
 TEST(KiviStore, ResidualFlushBoundaries) {
   const size_t head_dim = 64, group = 32, residual = 128;
   for (RowRole role : {RowRole::key, RowRole::value}) {
     for (int bits : {2, 4}) {
-      const std::vector<float> x = realistic_rows(3 * residual + 1, head_dim, 99, true);
+      const std::vector<float> x = realistic_rows(3 * residual + 2, head_dim, 99, true);
       for (size_t n : {residual - 1, residual, residual + 1, 2 * residual, 2 * residual + 1}) {
-        auto one_call = make_kivi_row_store(role, bits, head_dim, group, residual, 0);
-        one_call->append(x.data(), n);
         auto row_by_row = make_kivi_row_store(role, bits, head_dim, group, residual, 0);
         for (size_t r = 0; r < n; ++r) row_by_row->append(x.data() + r * head_dim, 1);
-        const std::vector<float> y = read_all(*one_call);
-        EXPECT_EQ(y, read_all(*row_by_row)) << "chunking changed the result at n = " << n;
-        // lazy flush: a full residual is quantized only when one more row arrives
         const size_t n_fp16 = (n - 1) % residual + 1, n_quant = n - n_fp16;
-        EXPECT_EQ(one_call->bytes(), expected_bytes(role, bits, head_dim, group, n_quant, n_fp16))
+        EXPECT_EQ(row_by_row->bytes(), expected_bytes(role, bits, head_dim, group, n_quant, n_fp16))
             << "n = " << n;
-        EXPECT_EQ(row_by_row->bytes(), one_call->bytes());
+        const std::vector<float> y = read_all(*row_by_row);
         size_t changed = 0;
         for (size_t i = 0; i < n * head_dim; ++i) {
           if (i >= n_quant * head_dim) {
@@ -304,6 +307,22 @@ TEST(KiviStore, ResidualFlushBoundaries) {
         if (n_quant > 0) {
           EXPECT_GT(changed, n_quant * head_dim / 2) << "rows were not quantized";
         }
+        // one bulk append: everything fp16 until the next append ...
+        auto bulk = make_kivi_row_store(role, bits, head_dim, group, residual, 0);
+        bulk->append(x.data(), n);
+        EXPECT_EQ(bulk->bytes(), expected_bytes(role, bits, head_dim, group, 0, n));
+        std::vector<float> fp16(n * head_dim);
+        for (size_t i = 0; i < fp16.size(); ++i) fp16[i] = round_fp16(x[i]);
+        EXPECT_EQ(read_all(*bulk), fp16);
+        // ... which quantizes R rows at a time, the same codes as row by row
+        bulk->append(x.data() + n * head_dim, 1);
+        row_by_row->append(x.data() + n * head_dim, 1);
+        const size_t packed = n / residual * residual;
+        EXPECT_EQ(bulk->bytes(),
+                  expected_bytes(role, bits, head_dim, group, packed, n + 1 - packed));
+        const std::vector<float> yb = read_all(*bulk), yr = read_all(*row_by_row);
+        EXPECT_TRUE(std::equal(yb.begin(), yb.begin() + long(packed * head_dim), yr.begin()))
+            << "bulk and row-by-row packing differ at n = " << n;
       }
     }
   }
@@ -318,18 +337,22 @@ TEST(KiviStore, SinksStayFp16) {
     s->append(x.data() + 2 * head_dim, 298);
     std::vector<float> y = read_all(*s);
     for (size_t i = 0; i < n_sinks * head_dim; ++i) EXPECT_EQ(y[i], round_fp16(x[i]));
-    // rows: 4 sinks, then the others; the residual holds the newest (296 - 1) % 16 + 1 = 8 rows
-    const size_t n_fp16 = n_sinks + 8, n_quant = 300 - n_fp16;
+    // rows: 4 sinks, then the 296 others, all in the residual until the next append
+    EXPECT_EQ(s->bytes(), expected_bytes(role, 2, head_dim, 8, 0, 300));
+    s->append(x.data(), 1);  // quantizes 288 rows (18 x R), 8 + 1 stay fp16
+    y = read_all(*s);
+    for (size_t i = 0; i < n_sinks * head_dim; ++i) EXPECT_EQ(y[i], round_fp16(x[i]));
+    const size_t n_fp16 = n_sinks + 9, n_quant = 301 - n_fp16;
     EXPECT_EQ(s->bytes(), expected_bytes(role, 2, head_dim, 8, n_quant, n_fp16));
     // drop sink 1: the sinks shrink to 3 and are never refilled by later rows
     std::vector<uint32_t> keep;
-    for (uint32_t i = 0; i < 300; ++i) {
+    for (uint32_t i = 0; i < 301; ++i) {
       if (i != 1) keep.push_back(i);
     }
     s->retain(keep);
     s->append(x.data(), 1);
     y = read_all(*s);
-    ASSERT_EQ(s->rows(), 300u);
+    ASSERT_EQ(s->rows(), 301u);
     for (size_t r : {size_t{0}, size_t{2}, size_t{3}}) {
       const size_t now = r == 0 ? 0 : r - 1;
       for (size_t c = 0; c < head_dim; ++c) {

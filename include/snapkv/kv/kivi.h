@@ -30,10 +30,13 @@
 //   value row params [ceil(head_dim/G)] KiviParams
 //
 // Store regions, in row order: [fp16 sinks][quantized rows][fp16 residual]. The first
-// kivi_fp16_sinks rows ever appended stay fp16 for good (KIVI-Sink); the most recent rows wait in
-// an fp16 residual of up to R rows, and when a row arrives at a full residual the R rows are
-// quantized as a block (keys: R/G blocks of G rows; values: row by row), so after any append the
-// newest 1..R rows are fp16.
+// kivi_fp16_sinks rows ever appended stay fp16 for good (KIVI-Sink); other rows enter the fp16
+// residual. When rows arrive and the residual already holds R rows or more, its oldest rows are
+// quantized R at a time (keys: R/G blocks of G rows; values: row by row) until fewer than R
+// remain, then the new rows join it. So the rows of the latest append stay fp16 until the next
+// append: an eviction that follows an append (LayerCache appends a chunk, then selects) drops
+// fresh rows before they are packed. Decode (one row per append) sees KIVI's rule: a full
+// residual of R rows is quantized when the next row arrives.
 //
 // Eviction (retain) never re-quantizes: kept codes and their group parameters are moved, never
 // recomputed, so a kept row decodes bit-identically before and after any number of retains. A key
