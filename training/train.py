@@ -17,6 +17,7 @@ import argparse
 import math
 import os
 import random
+import signal
 import sys
 import time
 
@@ -39,11 +40,13 @@ def log(run_dir, msg):
 
 
 def parse_stages(spec):
-    """'128:32:600,256:16:300' -> [(T, batch, steps), ...]"""
+    """'128:32:600,128/256/512:4:300' -> [((T, ...), batch, steps), ...]. A stage with several
+    lengths draws one length per step (uniformly) and scales the batch to batch * max(T) / T, so
+    every step holds the same number of tokens."""
     out = []
     for part in spec.split(","):
-        t, b, s = (int(x) for x in part.split(":"))
-        out.append((t, b, s))
+        t, b, s = part.split(":")
+        out.append((tuple(int(x) for x in t.split("/")), int(b), int(s)))
     return out
 
 
@@ -237,7 +240,7 @@ def main():
     torch.manual_seed(args.seed)
     cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
                  n_head=args.n_head, n_head_kv=args.n_head_kv,
-                 context_length=max(2048, max(t for t, _, _ in stages)))
+                 context_length=max(2048, max(max(t) for t, _, _ in stages)))
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
@@ -247,7 +250,7 @@ def main():
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step = ck["step"]
-        log(run_dir, f"resumed from {ckpt_path} at step {step}")
+        log(run_dir, f"resumed from {ckpt_path} at step {step}: {' '.join(sys.argv)}")
     else:
         n_params = sum(p.numel() for p in model.parameters())
         log(run_dir, f"start: {' '.join(sys.argv)}")
@@ -272,26 +275,42 @@ def main():
                                        snapkv=args.snapkv)
     filler_ids = [t for s in filler_raw for t in sp.encode(s["context"])]
 
+    # SIGTERM/SIGINT: finish the current step, checkpoint, exit (resume with the same command).
+    stop = {"requested": False}
+
+    def request_stop(signum, frame):
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
     stage_start = 0
-    for si, (T, B, n_steps) in enumerate(stages):
+    for si, (lengths, B_max, n_steps) in enumerate(stages):
         stage_end = stage_start + n_steps
         if step >= stage_end:
             stage_start = stage_end
             continue
         t0 = time.time()
-        n_pool = min(2000, max(200, (n_steps * B) // 8))
-        pool = make_pool(sp, T, n_pool, seed=1000 + si, split="train", snapkv=args.snapkv)
-        eval_pool = make_pool(sp, T, args.eval_n, seed=1, split="eval", snapkv=args.snapkv)
-        copy_f = 0.5 if T <= 128 else 0.25
-        mix = (copy_f, 0.85 * (1 - copy_f) if T > 128 else 0.35, 0.0)
-        batcher = Batcher(sp, natural_ids, filler_ids, pool, T, args.answer_weight, mix)
-        log(run_dir, f"stage {si} T={T} B={B} steps {stage_start}..{stage_end} pool "
-            f"{ {k: len(v) for k, v in pool.items()} } built in {time.time()-t0:.0f}s")
+        T_max = max(lengths)
+        batchers, eval_pools = {}, {}
+        for T in lengths:
+            B = B_max * T_max // T
+            n_pool = min(2000, max(200, (n_steps * B) // (8 * len(lengths))))
+            seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
+            pool = make_pool(sp, T, n_pool, seed=seed, split="train", snapkv=args.snapkv)
+            eval_pools[T] = make_pool(sp, T, args.eval_n, seed=1, split="eval", snapkv=args.snapkv)
+            copy_f = 0.5 if T <= 128 else 0.25
+            mix = (copy_f, 0.85 * (1 - copy_f) if T > 128 else 0.35, 0.0)
+            batchers[T] = Batcher(sp, natural_ids, filler_ids, pool, T, args.answer_weight, mix)
+            log(run_dir, f"stage {si} T={T} B={B} steps {stage_start}..{stage_end} pool "
+                f"{ {k: len(v) for k, v in pool.items()} }")
+        log(run_dir, f"stage {si} pools built in {time.time()-t0:.0f}s")
         last_ckpt = time.time()
         run_loss, run_n, t_step = 0.0, 0, time.time()
         while step < stage_end:
             rng = np.random.default_rng([args.seed, step])
-            x, y, w = batcher.batch(rng, B)
+            T = lengths[int(rng.integers(0, len(lengths)))] if len(lengths) > 1 else T_max
+            x, y, w = batchers[T].batch(rng, B_max * T_max // T)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, args, total_steps)
             loss = loss_fn(model, x, y, w)
@@ -307,15 +326,19 @@ def main():
                 log(run_dir, f"step {step} T={T} loss {run_loss/run_n:.4f} lr "
                     f"{lr_at(step, args, total_steps):.2e} {dt:.2f}s/step")
                 run_loss, run_n, t_step = 0.0, 0, time.time()
-            if step % (args.eval_every * max(1, T // 512)) == 0 or step == stage_end:
-                res = evaluate(model, eval_pool, T)
-                msg = " ".join(f"{k}={a:.2f}/{e:.2f}" for k, (a, e) in res.items())
-                log(run_dir, f"eval step {step} T={T} (token-acc/exact) {msg}")
-            if time.time() - last_ckpt > args.ckpt_minutes * 60:
+            if step % (args.eval_every * max(1, T_max // 512)) == 0 or step == stage_end:
+                for T_eval in lengths:
+                    res = evaluate(model, eval_pools[T_eval], T_eval)
+                    msg = " ".join(f"{k}={a:.2f}/{e:.2f}" for k, (a, e) in res.items())
+                    log(run_dir, f"eval step {step} T={T_eval} (token-acc/exact) {msg}")
+            if time.time() - last_ckpt > args.ckpt_minutes * 60 or stop["requested"]:
                 save()
                 last_ckpt = time.time()
-        save(tag=str(T))
-        log(run_dir, f"stage {si} done at step {step}; exported {run_dir}/export-{T}")
+                if stop["requested"]:
+                    log(run_dir, f"stopped on request at step {step} (checkpoint saved)")
+                    return
+        save(tag=str(T_max))
+        log(run_dir, f"stage {si} done at step {step}; exported {run_dir}/export-{T_max}")
         stage_start = stage_end
     log(run_dir, "training complete")
 
