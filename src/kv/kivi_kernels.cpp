@@ -1,6 +1,6 @@
 // KIVI attention kernels (see kivi_kernels.h). The AVX2 versions decode one code word (8 codes)
-// with a broadcast, a variable shift, a mask and an int->float convert, then feed up to 4 queries'
-// FMAs from it, so the decode cost is shared by the query heads of a GQA group:
+// into 8 floats by table lookup, then feed up to 4 queries' FMAs from it, so the decode cost is
+// shared by the query heads of a GQA group:
 //   keys:   8 rows of one channel per word; out(8 rows) += (q_c * scale_c) * codes, no horizontal
 //           sums; the zero term sum_c q_c * zero_c is added once per row.
 //   values: 8 channels of one row per word; a tile of rows is walked per pair of words with the

@@ -57,6 +57,7 @@ struct KiviParams {
   fp16_t zero;   // the group minimum
 };
 static_assert(sizeof(KiviParams) == 4, "KiviParams is two binary16 values");
+static_assert(offsetof(KiviParams, zero) == 2, "params convert as an fp16 array (scale, zero)");
 
 // Metadata of one key block: its rows are [previous block's row_end, row_end) of the quantized
 // region, its code words start at word_begin (in units of head_dim words, i.e. octets).
