@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Regenerates docs/results/: JSON + PNG plots of `snapkv eval` for the shipped model at 1K and 2K
+# context: tasks with the question in the compressed prompt (query-aware, the paper's setting),
+# tasks with the context compressed alone (question-agnostic), and perplexity after a compressed
+# prefix. Run from anywhere; everything is written relative to the repository root.
+#
+#   scripts/make_results.sh                      # defaults below
+#   N=20 CONTEXTS="1024" scripts/make_results.sh # a quicker, smaller run
+#
+# Environment: SNAPKV (binary, default build/snapkv), MODEL (default: first models/*.gguf),
+# N (samples per task), CONTEXTS, TASKS, METHODS, KEEPS, WINDOWS (perplexity windows), THREADS,
+# OUT (output directory), SEED.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+SNAPKV=${SNAPKV:-build/snapkv}
+if [[ -z "${MODEL:-}" ]]; then
+  MODEL=$(ls models/*.gguf 2>/dev/null | head -n 1 || true)
+fi
+if [[ -z "${MODEL}" || ! -f "${MODEL}" ]]; then
+  echo "make_results.sh: error: no model, got '${MODEL}', expected models/*.gguf or MODEL=path" >&2
+  exit 2
+fi
+if [[ ! -x "${SNAPKV}" ]]; then
+  echo "make_results.sh: error: no snapkv binary, got '${SNAPKV}', expected a build" \
+       "(cmake --build build --target snapkv_cli) or SNAPKV=path" >&2
+  exit 2
+fi
+N=${N:-50}
+CONTEXTS=${CONTEXTS:-"1024 2048"}
+TASKS=${TASKS:-niah_single,niah_multikey,niah_multivalue,niah_multiquery,vt,passkey}
+METHODS=${METHODS:-full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2}
+KEEPS=${KEEPS:-0.1,0.2,0.5}
+WINDOWS=${WINDOWS:-8}
+THREADS=${THREADS:-2}
+SEED=${SEED:-1}
+OUT=${OUT:-docs/results}
+mkdir -p "$OUT"
+
+common=(--model "$MODEL" --methods "$METHODS" --keep "$KEEPS" --seed "$SEED" --threads "$THREADS")
+for ctx in $CONTEXTS; do
+  echo "== tasks, query-aware, context $ctx" >&2
+  "$SNAPKV" eval "${common[@]}" --tasks "$TASKS" --context "$ctx" --n "$N" \
+    --json "$OUT/tasks_${ctx}.json" --plot "$OUT/tasks_${ctx}.png" | tee "$OUT/tasks_${ctx}.txt"
+  echo "== tasks, question-agnostic, context $ctx" >&2
+  "$SNAPKV" eval "${common[@]}" --tasks "$TASKS" --context "$ctx" --n "$N" --question-agnostic \
+    --json "$OUT/tasks_${ctx}_agnostic.json" --plot "$OUT/tasks_${ctx}_agnostic.png" \
+    | tee "$OUT/tasks_${ctx}_agnostic.txt"
+  echo "== perplexity, prefix $ctx" >&2
+  text_args=()
+  if [[ -n "${TEXT:-}" ]]; then text_args=(--text "$TEXT"); fi
+  "$SNAPKV" eval "${common[@]}" --perplexity "${text_args[@]}" --context "$ctx" \
+    --windows "$WINDOWS" --json "$OUT/ppl_${ctx}.json" --plot "$OUT/ppl_${ctx}.png" \
+    | tee "$OUT/ppl_${ctx}.txt"
+done
+echo "make_results.sh: wrote $OUT" >&2

@@ -1,0 +1,301 @@
+// Model-level evaluation of KV-cache methods on the RULER-style tasks (eval/harness.h).
+#include "snapkv/eval/harness.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "snapkv/eval/scoring.h"
+#include "snapkv/model/sampler.h"
+#include "snapkv/util/error.h"
+#include "snapkv/util/timer.h"
+
+namespace snapkv::eval {
+namespace {
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+// Running sums of one (task, method, keep) cell.
+struct CellSums {
+  double score = 0.0, budget = 0.0, kept = 0.0, bytes = 0.0, bytes_full = 0.0, generated = 0.0;
+  double bytes_prompt = 0.0, bytes_full_prompt = 0.0;
+  double prefill_s = 0.0, decode_s = 0.0;
+  size_t prompt_tokens = 0, decode_steps = 0, n = 0;
+  std::vector<SampleRecord> samples;
+
+  void add(const SampleRun& run, size_t budget_rows, size_t index,
+           const std::vector<std::string>& answers) {
+    score += run.score;
+    budget += static_cast<double>(budget_rows);
+    kept += static_cast<double>(run.after_prompt.tokens_kept);
+    bytes += static_cast<double>(run.after_decode.bytes_stored);
+    bytes_full += static_cast<double>(run.after_decode.bytes_full_fp16);
+    bytes_prompt += static_cast<double>(run.after_prompt.bytes_stored);
+    bytes_full_prompt += static_cast<double>(run.after_prompt.bytes_full_fp16);
+    generated += static_cast<double>(run.generated.size());
+    prefill_s += run.prefill_seconds;
+    decode_s += run.decode_seconds;
+    prompt_tokens += run.prompt_tokens;
+    decode_steps += run.decode_steps;
+    ++n;
+    SampleRecord r;
+    r.index = index;
+    r.score = run.score;
+    r.prediction = run.prediction;
+    r.answers = answers;
+    r.prompt_tokens = run.prompt_tokens;
+    r.budget = budget_rows;
+    r.kept_rows = run.after_prompt.tokens_kept;
+    r.generated_tokens = run.generated.size();
+    samples.push_back(std::move(r));
+  }
+
+  CellResult finish(std::string task, std::string method, double keep, bool independent) const {
+    CellResult c;
+    c.task = std::move(task);
+    c.method = std::move(method);
+    c.keep = keep;
+    c.keep_independent = independent;
+    c.n = n;
+    const double dn = n == 0 ? 1.0 : static_cast<double>(n);
+    c.accuracy = 100.0 * score / dn;
+    c.mean_prompt_tokens = static_cast<double>(prompt_tokens) / dn;
+    c.mean_budget = budget / dn;
+    c.mean_kept_rows = kept / dn;
+    c.mean_kv_bytes = bytes / dn;
+    c.mean_kv_bytes_full_fp16 = bytes_full / dn;
+    c.kv_fraction = bytes_full > 0 ? bytes / bytes_full : 0.0;
+    c.mean_kv_bytes_prompt = bytes_prompt / dn;
+    c.mean_kv_bytes_full_fp16_prompt = bytes_full_prompt / dn;
+    c.kv_fraction_prompt = bytes_full_prompt > 0 ? bytes_prompt / bytes_full_prompt : 0.0;
+    c.prefill_seconds = prefill_s;
+    c.decode_seconds = decode_s;
+    c.prompt_tokens_total = prompt_tokens;
+    c.decode_steps_total = decode_steps;
+    c.prefill_tok_s = prefill_s > 0 ? static_cast<double>(prompt_tokens) / prefill_s : 0.0;
+    c.decode_tok_s = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0.0;
+    c.mean_generated = generated / dn;
+    c.samples = samples;
+    return c;
+  }
+};
+
+}  // namespace
+
+std::string_view to_string(Protocol p) {
+  return p == Protocol::query_aware ? "query_aware" : "question_agnostic";
+}
+
+PromptTokens tokenize_prompt(const Tokenizer& tokenizer, const Sample& sample) {
+  const std::vector<int32_t> whole = tokenizer.encode(full_prompt(sample), true);
+  const std::vector<int32_t> context = tokenizer.encode(sample.context, true);
+  // Longest common prefix: SPM merges rarely cross the context/question boundary, but when they
+  // do, the boundary token goes to the question so that the sequence stays the whole prompt's.
+  size_t split = 0;
+  while (split < whole.size() && split < context.size() && whole[split] == context[split]) ++split;
+  if (split == 0 || split >= whole.size()) {
+    throw_invalid("eval", "prompt has no question tokens after the context",
+                  num(whole.size()) + " tokens, context " + num(split),
+                  "a non-empty context and question");
+  }
+  PromptTokens out;
+  out.context.assign(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(split));
+  out.question.assign(whole.begin() + static_cast<std::ptrdiff_t>(split), whole.end());
+  return out;
+}
+
+SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
+                     const PromptTokens& prompt, const std::vector<std::string>& answers,
+                     const CacheConfig& config, const RunSettings& settings) {
+  if (prompt.context.empty() || prompt.question.empty()) {
+    throw_invalid(
+        "eval", "prompt part empty",
+        "context " + num(prompt.context.size()) + ", question " + num(prompt.question.size()),
+        "both >= 1 token");
+  }
+  if (settings.max_new_tokens == 0) throw_invalid("eval", "max_new_tokens", "0", ">= 1");
+  const size_t n_ctx = model.config().n_ctx;
+  if (prompt.size() + settings.max_new_tokens > n_ctx) {
+    throw_invalid("eval", "prompt + answer longer than the model's context",
+                  num(prompt.size()) + " + " + num(settings.max_new_tokens) + " tokens",
+                  "<= llama.context_length = " + num(n_ctx));
+  }
+  SampleRun run;
+  run.prompt_tokens = prompt.size();
+  LlamaSession session(model, config, SessionOptions{settings.prefill_chunk});
+
+  Timer timer;
+  std::vector<float> logits;
+  if (settings.protocol == Protocol::question_agnostic) {
+    run.compressed_tokens = prompt.context.size();
+    session.prefill(prompt.context);
+    run.after_context = session.cache_stats();
+    logits = session.extend(prompt.question);
+  } else {
+    run.compressed_tokens = prompt.size();
+    std::vector<int32_t> all = prompt.context;
+    all.insert(all.end(), prompt.question.begin(), prompt.question.end());
+    logits = session.prefill(all);
+    run.after_context = session.cache_stats();
+  }
+  run.prefill_seconds = timer.seconds();
+  run.after_prompt = session.cache_stats();
+
+  // Greedy decoding until EOS, a newline or max_new_tokens.
+  timer.reset();
+  std::string text;
+  for (size_t step = 0; step < settings.max_new_tokens; ++step) {
+    const int32_t token = argmax(logits);
+    if (token == tokenizer.eos()) break;
+    run.generated.push_back(token);
+    text += tokenizer.token_to_piece(token);
+    if (text.find('\n') != std::string::npos) break;
+    if (step + 1 < settings.max_new_tokens) {
+      logits = session.decode(token);
+      ++run.decode_steps;
+    }
+  }
+  run.decode_seconds = timer.seconds();
+  run.after_decode = session.cache_stats();
+  // The raw pieces keep the leading space a dummy-prefix decode would drop; scoring is substring
+  // based, so either is fine, and the raw text is what the model wrote after the prompt.
+  run.prediction = text.substr(0, text.find('\n'));
+  run.score = string_match_all(run.prediction, answers);
+  return run;
+}
+
+EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
+                     const EvalOptions& options, const ProgressFn& progress) {
+  if (options.tasks.empty()) throw_invalid("eval", "no tasks given", "0 tasks", ">= 1 task");
+  if (options.methods.empty()) throw_invalid("eval", "no methods given", "0", ">= 1 method");
+  if (options.keeps.empty()) throw_invalid("eval", "no kept fractions given", "0", ">= 1 keep");
+  if (options.n == 0) throw_invalid("eval", "samples per task", "0", ">= 1");
+  if (options.context + 1 > model.config().n_ctx) {
+    throw_invalid("eval", "--context does not fit the model (BOS + prompt + answer)",
+                  num(options.context) + " + 1",
+                  "<= llama.context_length = " + num(model.config().n_ctx));
+  }
+  EvalResults results;
+  results.options = options;
+  Timer wall;
+
+  size_t runs_per_sample = 0;
+  for (const Method& m : options.methods) runs_per_sample += m.uses_keep ? options.keeps.size() : 1;
+  const size_t total = options.tasks.size() * options.n * runs_per_sample;
+  size_t done = 0;
+
+  const TokenCounter counter = [&tokenizer](std::string_view text) {
+    return tokenizer.encode(text, false).size();
+  };
+  TaskOptions task_options;
+  task_options.context_tokens = options.context;
+  task_options.seed = options.seed;
+  task_options.split = Split::eval;
+
+  for (Task task : options.tasks) {
+    // [method][keep] sums; keep-independent methods use slot 0 only.
+    std::vector<std::vector<CellSums>> sums(options.methods.size(),
+                                            std::vector<CellSums>(options.keeps.size()));
+    for (size_t i = 0; i < options.n; ++i) {
+      const Sample sample = generate_sample(task, task_options, i, counter);
+      const PromptTokens prompt = tokenize_prompt(tokenizer, sample);
+      RunSettings settings;
+      settings.protocol = options.protocol;
+      settings.prefill_chunk = options.prefill_chunk;
+      settings.max_new_tokens =
+          tokenizer.encode(reference_completion(sample), false).size() + options.answer_slack;
+      const size_t compressed =
+          options.protocol == Protocol::question_agnostic ? prompt.context.size() : prompt.size();
+      for (size_t m = 0; m < options.methods.size(); ++m) {
+        const Method& method = options.methods[m];
+        const size_t n_keeps = method.uses_keep ? options.keeps.size() : 1;
+        for (size_t k = 0; k < n_keeps; ++k) {
+          CacheConfig config = method.config;
+          // Policy full ignores the budget; the recorded budget is then every compressed token.
+          config.budget = method.uses_keep ? budget_for(options.keeps[k], compressed, config)
+                                           : std::max(compressed, config.budget);
+          const SampleRun run =
+              run_sample(model, tokenizer, prompt, sample.answers, config, settings);
+          sums[m][k].add(run, config.budget, i, sample.answers);
+          ++done;
+          if (progress) progress(done, total);
+        }
+      }
+    }
+    const std::string task_name_str(task_name(task));
+    for (size_t m = 0; m < options.methods.size(); ++m) {
+      const Method& method = options.methods[m];
+      for (size_t k = 0; k < options.keeps.size(); ++k) {
+        const CellSums& s = sums[m][method.uses_keep ? k : 0];
+        results.cells.push_back(
+            s.finish(task_name_str, method.name, options.keeps[k], !method.uses_keep));
+      }
+    }
+  }
+  results.seconds = wall.seconds();
+  return results;
+}
+
+std::vector<CellResult> summarize_over_tasks(const EvalResults& results) {
+  const EvalOptions& o = results.options;
+  std::vector<CellResult> out;
+  for (const Method& method : o.methods) {
+    for (double keep : o.keeps) {
+      CellResult s;
+      s.task = "all";
+      s.method = method.name;
+      s.keep = keep;
+      s.keep_independent = !method.uses_keep;
+      size_t n_tasks = 0;
+      double bytes = 0.0, bytes_full = 0.0;
+      for (const CellResult& c : results.cells) {
+        if (c.method != method.name || c.keep != keep) continue;
+        ++n_tasks;
+        const double dn = static_cast<double>(c.n);
+        s.n += c.n;
+        s.accuracy += c.accuracy;
+        s.mean_prompt_tokens += c.mean_prompt_tokens * dn;
+        s.mean_budget += c.mean_budget * dn;
+        s.mean_kept_rows += c.mean_kept_rows * dn;
+        s.mean_kv_bytes += c.mean_kv_bytes * dn;
+        s.mean_kv_bytes_full_fp16 += c.mean_kv_bytes_full_fp16 * dn;
+        s.mean_generated += c.mean_generated * dn;
+        bytes += c.mean_kv_bytes * dn;
+        bytes_full += c.mean_kv_bytes_full_fp16 * dn;
+        s.mean_kv_bytes_prompt += c.mean_kv_bytes_prompt * dn;
+        s.mean_kv_bytes_full_fp16_prompt += c.mean_kv_bytes_full_fp16_prompt * dn;
+        s.prefill_seconds += c.prefill_seconds;
+        s.decode_seconds += c.decode_seconds;
+        s.prompt_tokens_total += c.prompt_tokens_total;
+        s.decode_steps_total += c.decode_steps_total;
+      }
+      if (n_tasks == 0 || s.n == 0) continue;
+      const double dn = static_cast<double>(s.n);
+      s.accuracy /= static_cast<double>(n_tasks);
+      s.mean_prompt_tokens /= dn;
+      s.mean_budget /= dn;
+      s.mean_kept_rows /= dn;
+      s.mean_kv_bytes /= dn;
+      s.mean_kv_bytes_full_fp16 /= dn;
+      s.mean_generated /= dn;
+      s.kv_fraction = bytes_full > 0 ? bytes / bytes_full : 0.0;
+      s.kv_fraction_prompt = s.mean_kv_bytes_full_fp16_prompt > 0
+                                 ? s.mean_kv_bytes_prompt / s.mean_kv_bytes_full_fp16_prompt
+                                 : 0.0;
+      s.mean_kv_bytes_prompt /= dn;
+      s.mean_kv_bytes_full_fp16_prompt /= dn;
+      s.prefill_tok_s = s.prefill_seconds > 0
+                            ? static_cast<double>(s.prompt_tokens_total) / s.prefill_seconds
+                            : 0.0;
+      s.decode_tok_s =
+          s.decode_seconds > 0 ? static_cast<double>(s.decode_steps_total) / s.decode_seconds : 0.0;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+}  // namespace snapkv::eval

@@ -1,0 +1,153 @@
+// Method names of `snapkv eval` -> CacheConfig, and the per-sample budget rule (eval/methods.h).
+#include "snapkv/eval/methods.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "snapkv/util/error.h"
+
+namespace snapkv::eval {
+namespace {
+
+constexpr const char* kPolicyNames =
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random";
+constexpr const char* kCodecNames = "kivi2, kivi4";
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+// Applies a policy name to config; false when the name is no policy.
+bool apply_policy(std::string_view name, CacheConfig& config) {
+  if (name == "full") {
+    config.policy = PolicyKind::full;
+  } else if (name == "snapkv") {
+    config.policy = PolicyKind::snapkv;
+    config.query_source = QuerySource::queries;
+  } else if (name == "snapkv-proxy") {
+    config.policy = PolicyKind::snapkv;
+    config.query_source = QuerySource::keys;
+  } else if (name == "streaming") {
+    config.policy = PolicyKind::streaming;
+  } else if (name == "chunkkv") {
+    config.policy = PolicyKind::chunkkv;
+    config.query_source = QuerySource::queries;
+  } else if (name == "knorm") {
+    config.policy = PolicyKind::knorm;
+  } else if (name == "random") {
+    config.policy = PolicyKind::random;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool apply_codec(std::string_view name, CacheConfig& config) {
+  if (name == "kivi2") {
+    config.codec = CodecKind::kivi2;
+  } else if (name == "kivi4") {
+    config.codec = CodecKind::kivi4;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> split_list(std::string_view list) {
+  std::vector<std::string> out;
+  if (trim(list).empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    out.push_back(
+        trim(list.substr(start, comma == std::string_view::npos ? list.npos : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Method parse_method(std::string_view name, const MethodDefaults& defaults) {
+  Method m;
+  m.name = trim(name);
+  CacheConfig& c = m.config;
+  c.window = defaults.window;
+  c.n_sink = defaults.n_sink;
+  c.pool = defaults.pool;
+  c.kernel = defaults.kernel;
+  c.keep_window = defaults.keep_window;
+  c.chunk_mode = defaults.chunk_mode;
+  c.chunk_size = defaults.chunk_size;
+  c.seed = defaults.seed;
+  c.query_source = QuerySource::auto_select;
+  const std::string expected =
+      std::string("a policy (") + kPolicyNames + "), a codec (" + kCodecNames + ") or policy+codec";
+  const size_t plus = m.name.find('+');
+  if (plus == std::string::npos) {
+    if (!apply_policy(m.name, c)) {
+      c.policy = PolicyKind::full;
+      if (!apply_codec(m.name, c)) throw_invalid("eval", "unknown method", m.name, expected);
+    }
+  } else {
+    const std::string policy = m.name.substr(0, plus), codec = m.name.substr(plus + 1);
+    if (!apply_policy(policy, c)) {
+      throw_invalid("eval", "unknown policy in method '" + m.name + "'", policy, kPolicyNames);
+    }
+    if (!apply_codec(codec, c)) {
+      throw_invalid("eval", "unknown codec in method '" + m.name + "'", codec, kCodecNames);
+    }
+  }
+  m.uses_keep = c.policy != PolicyKind::full;
+  return m;
+}
+
+std::vector<Method> parse_methods(std::string_view list, const MethodDefaults& defaults) {
+  std::vector<Method> out;
+  std::set<std::string> seen;
+  for (const std::string& item : split_list(list)) {
+    if (item.empty())
+      throw_invalid("eval", "empty method name in list", std::string(list), "a,b,c");
+    if (!seen.insert(item).second)
+      throw_invalid("eval", "method listed twice", item, "unique names");
+    out.push_back(parse_method(item, defaults));
+  }
+  if (out.empty()) throw_invalid("eval", "no methods given", "''", "at least one method");
+  return out;
+}
+
+std::vector<double> parse_keeps(std::string_view list) {
+  std::vector<double> out;
+  for (const std::string& item : split_list(list)) {
+    double v = 0.0;
+    std::istringstream in(item);
+    in >> v;
+    if (item.empty() || !in.eof() || in.fail() || !(v > 0.0 && v <= 1.0)) {
+      throw_invalid("eval", "bad kept fraction", "'" + item + "'", "a number in (0, 1]");
+    }
+    for (double prev : out) {
+      if (prev == v) throw_invalid("eval", "kept fraction listed twice", item, "unique values");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw_invalid("eval", "no kept fractions given", "''", "e.g. 0.1,0.2,0.5");
+  return out;
+}
+
+size_t budget_for(double keep, size_t compressed_tokens, const CacheConfig& config) {
+  if (!(keep > 0.0 && keep <= 1.0)) {
+    throw_invalid("eval", "kept fraction out of range", std::to_string(keep), "(0, 1]");
+  }
+  if (compressed_tokens == 0) throw_invalid("eval", "nothing to compress", "0 tokens", ">= 1");
+  const auto wanted =
+      static_cast<size_t>(std::ceil(keep * static_cast<double>(compressed_tokens) - 1e-9));
+  const size_t floor = config.keep_window ? config.n_sink + config.window : config.n_sink + 1;
+  return std::max(wanted, floor);
+}
+
+}  // namespace snapkv::eval
