@@ -270,36 +270,48 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
   const size_t n_kept = size();
   const size_t n_blocks = (n_new + kAttendBlock - 1) / kAttendBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  parallel_for(dims_.n_heads * n_blocks, [&](size_t unit) {
-    const size_t head = unit / n_blocks;
+  // One work unit = one KV head x one block of query rows, for all n_group query heads of the
+  // group at once: the kept rows of a store are read once per unit (dot_rows/accumulate_rows take
+  // the group's n_group * m query rows together), not once per query head.
+  parallel_for(dims_.n_kv_heads * n_blocks, [&](size_t unit) {
+    const size_t kv = unit / n_blocks;
     const size_t s0 = (unit % n_blocks) * kAttendBlock;
     const size_t m = std::min(kAttendBlock, n_new - s0);
-    const size_t kv = head / n_group;
-    const float* q_rows = q.data + (head * n_new + s0) * head_dim;  // [m][head_dim]
-    const float* k_new = k.data + kv * n_new * head_dim;            // [S][head_dim]
-    const float* v_new = v.data + kv * n_new * head_dim;            // [S][head_dim]
-    float* out_rows = out + (head * n_new + s0) * head_dim;         // [m][head_dim]
+    const size_t n_rows = n_group * m;                    // query rows of this unit
+    const float* k_new = k.data + kv * n_new * head_dim;  // [S][head_dim]
+    const float* v_new = v.data + kv * n_new * head_dim;  // [S][head_dim]
 
-    std::vector<float> w_kept(m * n_kept);  // [m][n_kept]
-    std::vector<float> w_new(m * n_new);    // [m][S], row i uses its first s0 + i + 1 entries
-    if (n_kept > 0) key_stores_[kv]->dot_rows(w_kept.data(), q_rows, m);
-    for (size_t i = 0; i < m; ++i) {
-      float* kept_row = w_kept.data() + i * n_kept;
-      float* new_row = w_new.data() + i * n_new;
+    std::vector<float> q_rows(n_rows * head_dim);  // [n_group][m][head_dim], gathered
+    for (size_t g = 0; g < n_group; ++g) {
+      const float* src = q.data + ((kv * n_group + g) * n_new + s0) * head_dim;
+      std::copy(src, src + m * head_dim, q_rows.data() + g * m * head_dim);
+    }
+    std::vector<float> w_kept(n_rows * n_kept);  // [n_group*m][n_kept]
+    std::vector<float> w_new(n_rows * n_new);    // [n_group*m][S], row (g,i) uses s0 + i + 1
+    if (n_kept > 0) key_stores_[kv]->dot_rows(w_kept.data(), q_rows.data(), n_rows);
+    for (size_t r = 0; r < n_rows; ++r) {
+      const size_t i = r % m;
+      float* kept_row = w_kept.data() + r * n_kept;
+      float* new_row = w_new.data() + r * n_new;
       const size_t visible = s0 + i + 1;  // causal inside the chunk
       for (size_t j = 0; j < n_kept; ++j) kept_row[j] *= scale;
       for (size_t j = 0; j < visible; ++j) {
-        new_row[j] = scale * dot(q_rows + i * head_dim, k_new + j * head_dim, head_dim);
+        new_row[j] = scale * dot(q_rows.data() + r * head_dim, k_new + j * head_dim, head_dim);
       }
       softmax_two(kept_row, n_kept, new_row, visible);
     }
-    std::fill(out_rows, out_rows + m * head_dim, 0.0f);
-    if (n_kept > 0) value_stores_[kv]->accumulate_rows(out_rows, w_kept.data(), m);
-    for (size_t i = 0; i < m; ++i) {
-      const float* new_row = w_new.data() + i * n_new;
+    std::vector<float> out_rows(n_rows * head_dim, 0.0f);  // [n_group*m][head_dim]
+    if (n_kept > 0) value_stores_[kv]->accumulate_rows(out_rows.data(), w_kept.data(), n_rows);
+    for (size_t r = 0; r < n_rows; ++r) {
+      const size_t i = r % m;
+      const float* new_row = w_new.data() + r * n_new;
       for (size_t j = 0; j <= s0 + i; ++j) {
-        axpy(out_rows + i * head_dim, new_row[j], v_new + j * head_dim, head_dim);
+        axpy(out_rows.data() + r * head_dim, new_row[j], v_new + j * head_dim, head_dim);
       }
+    }
+    for (size_t g = 0; g < n_group; ++g) {
+      float* dst = out + ((kv * n_group + g) * n_new + s0) * head_dim;
+      std::copy(out_rows.data() + g * m * head_dim, out_rows.data() + (g + 1) * m * head_dim, dst);
     }
   });
 }
