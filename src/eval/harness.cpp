@@ -226,12 +226,29 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
       }
     }
     const std::string task_name_str(task_name(task));
+    const size_t first_cell = results.cells.size();
+    const CellSums* full = nullptr;
+    for (size_t m = 0; m < options.methods.size(); ++m) {
+      if (options.methods[m].name == "full") full = &sums[m][0];
+    }
     for (size_t m = 0; m < options.methods.size(); ++m) {
       const Method& method = options.methods[m];
       for (size_t k = 0; k < options.keeps.size(); ++k) {
         const CellSums& s = sums[m][method.uses_keep ? k : 0];
         results.cells.push_back(
             s.finish(task_name_str, method.name, options.keeps[k], !method.uses_keep));
+      }
+    }
+    if (full != nullptr) {
+      for (size_t c = first_cell; c < results.cells.size(); ++c) {
+        CellResult& cell = results.cells[c];
+        size_t same = 0;
+        for (size_t i = 0; i < cell.samples.size(); ++i) {
+          if (cell.samples[i].prediction == full->samples[i].prediction) ++same;
+        }
+        cell.has_full = true;
+        cell.agreement_with_full =
+            100.0 * static_cast<double>(same) / static_cast<double>(cell.samples.size());
       }
     }
   }
@@ -263,6 +280,8 @@ std::vector<CellResult> summarize_over_tasks(const EvalResults& results) {
         s.mean_kv_bytes += c.mean_kv_bytes * dn;
         s.mean_kv_bytes_full_fp16 += c.mean_kv_bytes_full_fp16 * dn;
         s.mean_generated += c.mean_generated * dn;
+        s.has_full = c.has_full;
+        s.agreement_with_full += c.agreement_with_full * dn;
         bytes += c.mean_kv_bytes * dn;
         bytes_full += c.mean_kv_bytes_full_fp16 * dn;
         s.mean_kv_bytes_prompt += c.mean_kv_bytes_prompt * dn;
@@ -281,6 +300,7 @@ std::vector<CellResult> summarize_over_tasks(const EvalResults& results) {
       s.mean_kv_bytes /= dn;
       s.mean_kv_bytes_full_fp16 /= dn;
       s.mean_generated /= dn;
+      s.agreement_with_full /= dn;
       s.kv_fraction = bytes_full > 0 ? bytes / bytes_full : 0.0;
       s.kv_fraction_prompt = s.mean_kv_bytes_full_fp16_prompt > 0
                                  ? s.mean_kv_bytes_prompt / s.mean_kv_bytes_full_fp16_prompt

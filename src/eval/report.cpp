@@ -64,7 +64,8 @@ json cell_json(const CellResult& c, bool with_samples) {
             {"decode_tok_s", c.decode_tok_s},
             {"prefill_seconds", c.prefill_seconds},
             {"decode_seconds", c.decode_seconds},
-            {"mean_generated_tokens", c.mean_generated}};
+            {"mean_generated_tokens", c.mean_generated},
+            {"agreement_with_full", c.has_full ? json(c.agreement_with_full) : json(nullptr)}};
   if (with_samples) {
     json samples = json::array();
     for (const SampleRecord& s : c.samples) {
@@ -203,15 +204,16 @@ std::string format_table(const EvalResults& results) {
   std::ostringstream out;
   out << "context " << o.context << " tokens, " << o.n << " samples per task, protocol "
       << to_string(o.protocol) << ", " << fixed(results.seconds, 1) << " s\n";
-  out << "accuracy = RULER string_match_all x 100; kept = rows per KV head after the prompt; "
-         "KV% = bytes vs a full fp16 cache\n";
+  out << "accuracy = RULER string_match_all x 100; =full% = answers identical to the full "
+         "cache's; kept = rows per KV head after the prompt; KV% = bytes vs a full fp16 cache at "
+         "the end of the run\n";
   const size_t w_method = 16;
   out << pad("method", w_method) << pad("keep", 6);
   for (Task t : o.tasks)
     out << pad(std::string(task_name(t)), std::max<size_t>(8, task_name(t).size()), false);
-  out << pad("mean", 7, false) << pad("kept", 8, false) << pad("KV%", 7, false)
-      << pad("KV KiB", 9, false) << pad("prefill t/s", 12, false) << pad("decode t/s", 11, false)
-      << "\n";
+  out << pad("mean", 7, false) << pad("=full%", 7, false) << pad("kept", 8, false)
+      << pad("KV%", 7, false) << pad("KV KiB", 9, false) << pad("prefill t/s", 12, false)
+      << pad("decode t/s", 11, false) << "\n";
   const std::vector<CellResult> summary = summarize_over_tasks(results);
   for (const CellResult& s : summary) {
     if (s.keep_independent && s.keep != o.keeps.front()) continue;
@@ -224,7 +226,9 @@ std::string format_table(const EvalResults& results) {
         }
       }
     }
-    out << pad(fixed(s.accuracy, 1), 7, false) << pad(fixed(s.mean_kept_rows, 1), 8, false)
+    out << pad(fixed(s.accuracy, 1), 7, false)
+        << pad(s.has_full ? fixed(s.agreement_with_full, 1) : "-", 7, false)
+        << pad(fixed(s.mean_kept_rows, 1), 8, false)
         << pad(fixed(100.0 * s.kv_fraction, 1), 7, false) << pad(kib(s.mean_kv_bytes), 9, false)
         << pad(fixed(s.prefill_tok_s, 0), 12, false) << pad(fixed(s.decode_tok_s, 1), 11, false)
         << "\n";

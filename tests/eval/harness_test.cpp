@@ -201,11 +201,26 @@ TEST(Harness, TwoSampleRunGivesACompleteJson) {
   const auto& results = j.at("results");
   ASSERT_EQ(results.size(), 16u);
   for (const auto& c : results) {
-    for (const char* key : {"task", "method", "keep", "keep_independent", "n", "accuracy",
-                            "mean_prompt_tokens", "mean_budget", "mean_kept_rows", "mean_kv_bytes",
-                            "mean_kv_bytes_full_fp16", "kv_fraction", "mean_kv_bytes_prompt",
-                            "mean_kv_bytes_full_fp16_prompt", "kv_fraction_prompt", "prefill_tok_s",
-                            "decode_tok_s", "mean_generated_tokens", "samples"}) {
+    for (const char* key : {"task",
+                            "method",
+                            "keep",
+                            "keep_independent",
+                            "n",
+                            "accuracy",
+                            "mean_prompt_tokens",
+                            "mean_budget",
+                            "mean_kept_rows",
+                            "mean_kv_bytes",
+                            "mean_kv_bytes_full_fp16",
+                            "kv_fraction",
+                            "mean_kv_bytes_prompt",
+                            "mean_kv_bytes_full_fp16_prompt",
+                            "kv_fraction_prompt",
+                            "prefill_tok_s",
+                            "decode_tok_s",
+                            "mean_generated_tokens",
+                            "agreement_with_full",
+                            "samples"}) {
       ASSERT_TRUE(c.contains(key)) << key;
     }
     EXPECT_EQ(c.at("n"), 2u);
@@ -221,7 +236,11 @@ TEST(Harness, TwoSampleRunGivesACompleteJson) {
     EXPECT_GT(c.at("prefill_tok_s").get<double>(), 0.0);
     const std::string method = c.at("method");
     const double kv = c.at("kv_fraction");
+    const double agreement = c.at("agreement_with_full");
+    EXPECT_GE(agreement, 0.0);
+    EXPECT_LE(agreement, 100.0);
     if (method == "full") {
+      EXPECT_DOUBLE_EQ(agreement, 100.0);
       EXPECT_DOUBLE_EQ(kv, 1.0);
       EXPECT_TRUE(c.at("keep_independent").get<bool>());
     } else if (method == "snapkv") {

@@ -111,6 +111,11 @@ struct CellResult {
   double prefill_seconds = 0.0, decode_seconds = 0.0;  // totals
   size_t prompt_tokens_total = 0, decode_steps_total = 0;
   double mean_generated = 0.0;
+  // % of samples whose prediction equals the full cache's prediction, word for word (only when
+  // "full" is among the methods): fidelity to the uncompressed model, meaningful even where the
+  // model itself answers wrongly.
+  bool has_full = false;
+  double agreement_with_full = 0.0;
   std::vector<SampleRecord> samples;
 };
 
