@@ -5,7 +5,12 @@
 # prefix. Run from anywhere; everything is written relative to the repository root.
 #
 #   scripts/make_results.sh                      # defaults below
-#   N=20 CONTEXTS="1024" scripts/make_results.sh # a quicker, smaller run
+#   N=5 CONTEXTS="1024" scripts/make_results.sh  # a quicker, smaller run
+#
+# Cost: runs = contexts x 2 protocols x tasks x N x (3 keeps x 7 keep-using methods + 2), plus the
+# perplexity windows. Measured on the project machine (2 shared cores, load ~13, 1.25M-parameter
+# tiny4): about 1.4 s per run at 1K context, so the defaults (6 tasks, N=20) take hours there; on an
+# idle machine expect several times less. Shrink with N, TASKS, CONTEXTS or METHODS.
 #
 # Environment: SNAPKV (binary, default build/snapkv), MODEL (default: first models/*.gguf),
 # N (samples per task), CONTEXTS, TASKS, METHODS, KEEPS, WINDOWS (perplexity windows), THREADS,
@@ -27,7 +32,7 @@ if [[ ! -x "${SNAPKV}" ]]; then
        "(cmake --build build --target snapkv_cli) or SNAPKV=path" >&2
   exit 2
 fi
-N=${N:-50}
+N=${N:-20}
 CONTEXTS=${CONTEXTS:-"1024 2048"}
 TASKS=${TASKS:-niah_single,niah_multikey,niah_multivalue,niah_multiquery,vt,passkey}
 METHODS=${METHODS:-full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2}
