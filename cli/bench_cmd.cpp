@@ -5,18 +5,19 @@
 //
 // For each weight type, prompt length and method: `repeats` fresh sessions, each a timed prefill
 // of random tokens then `decode-tokens` timed greedy decode steps; the table reports medians and
-// the ratios snapkv / full measured in the same run. Shape flags shrink the model for small
+// the ratios method / full measured in the same run (method names as in `snapkv eval`: snapkv,
+// snapkv-proxy, streaming, kivi2, snapkv+kivi2, ...). Shape flags shrink the model for small
 // machines.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "command.h"
+#include "snapkv/eval/methods.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/random_model.h"
@@ -45,15 +46,7 @@ struct BenchOptions {
   bool quiet = false;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using snapkv::eval::split_list;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -86,20 +79,18 @@ int run_bench(const BenchOptions& o) {
     if (lengths.back() == 0) throw_invalid("bench", "--lengths entry", "0", ">= 1");
   }
   if (lengths.empty()) throw_invalid("bench", "--lengths", "empty", "at least one length");
-  std::vector<PolicyKind> methods;
-  for (const std::string& m : split_list(o.methods)) methods.push_back(parse_policy(m));
-  CacheConfig base;
-  base.budget = o.budget;
-  base.window = o.window;
-  base.n_sink = o.sinks;
-  base.pool = parse_pool(o.pool);
-  base.kernel = o.kernel;
-  base.chunk_mode = parse_chunk_mode(o.chunk_mode);
-  base.seed = o.seed;
-  for (PolicyKind m : methods) {
-    CacheConfig c = base;
-    c.policy = m;
-    c.validate();
+  // Method names and their CacheConfig come from the eval layer (one mapping for both commands).
+  eval::MethodDefaults defaults;
+  defaults.window = o.window;
+  defaults.n_sink = o.sinks;
+  defaults.pool = parse_pool(o.pool);
+  defaults.kernel = o.kernel;
+  defaults.chunk_mode = parse_chunk_mode(o.chunk_mode);
+  defaults.seed = o.seed;
+  std::vector<eval::Method> methods = eval::parse_methods(o.methods, defaults);
+  for (eval::Method& m : methods) {
+    m.config.budget = o.budget;
+    m.config.validate();
   }
 
   std::vector<Measurement> results;
@@ -135,13 +126,12 @@ int run_bench(const BenchOptions& o) {
         t = static_cast<int32_t>((state >> 33) % o.vocab);
       }
       Measurement full_m;
-      for (PolicyKind method : methods) {
-        CacheConfig config = base;
-        config.policy = method;
+      for (const eval::Method& method : methods) {
+        const CacheConfig& config = method.config;
         std::vector<double> prefill_tps, decode_tps;
         Measurement m;
         m.type = type_name;
-        m.method = std::string(to_string(method));
+        m.method = method.name;
         m.prompt = length;
         for (size_t r = 0; r < o.repeats; ++r) {
           LlamaSession session(model, config, SessionOptions{o.chunk});
@@ -169,7 +159,7 @@ int run_bench(const BenchOptions& o) {
         }
         m.prefill_tps = median(prefill_tps);
         m.decode_tps = decode_tps.empty() ? 0.0 : median(decode_tps);
-        if (method == PolicyKind::full) full_m = m;
+        if (method.name == "full") full_m = m;
         if (full_m.prefill_tps > 0) {
           m.prefill_ratio = m.prefill_tps / full_m.prefill_tps;
           m.decode_ratio = full_m.decode_tps > 0 ? m.decode_tps / full_m.decode_tps : 0.0;
@@ -215,10 +205,10 @@ int run_bench(const BenchOptions& o) {
       "%zu threads; medians of %zu runs, %zu decode steps\n",
       o.layers, o.embd, o.heads, o.kv_heads, o.embd / o.heads, o.ff, o.vocab,
       static_cast<size_t>(num_threads()), o.repeats, o.decode_tokens);
-  std::printf("%-5s %7s %-9s %12s %12s %10s %9s %8s %8s\n", "type", "prompt", "method",
+  std::printf("%-5s %7s %-13s %12s %12s %10s %9s %8s %8s\n", "type", "prompt", "method",
               "prefill t/s", "decode t/s", "KV MiB", "kept/head", "pre x", "dec x");
   for (const Measurement& m : results) {
-    std::printf("%-5s %7zu %-9s %12.1f %12.2f %10.1f %9zu %8.2f %8.2f\n", m.type.c_str(), m.prompt,
+    std::printf("%-5s %7zu %-13s %12.1f %12.2f %10.1f %9zu %8.2f %8.2f\n", m.type.c_str(), m.prompt,
                 m.method.c_str(), m.prefill_tps, m.decode_tps,
                 static_cast<double>(m.kv_bytes) / (1024.0 * 1024.0), m.kept, m.prefill_ratio,
                 m.decode_ratio);
@@ -246,7 +236,8 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--lengths", o->lengths, "Comma-separated prompt lengths")
           ->capture_default_str();
-      sub.add_option("--methods", o->methods, "Comma-separated methods (full first for ratios)")
+      sub.add_option("--methods", o->methods,
+                     "Comma-separated methods as in `snapkv eval` (full first for ratios)")
           ->capture_default_str();
       sub.add_option("--budget", o->budget, "SnapKV budget")->capture_default_str();
       sub.add_option("--window", o->window, "Observation window")->capture_default_str();

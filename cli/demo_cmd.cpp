@@ -1,7 +1,7 @@
 // `snapkv demo`: one long passkey (or NIAH) prompt answered with the full cache, SnapKV at 10%,
 // StreamingLLM at 10% and SnapKV + KIVI-2bit at 10%, side by side: answers, correctness, KV bytes
-// and tokens/s. The shipped model is the default (the first models/*.gguf under the current
-// directory when --model is not given).
+// and tokens/s. The shipped model models/snapkv-tiny4.gguf is the default (else the first
+// models/*.gguf under the current directory) when --model is not given.
 //
 //   snapkv demo [--model models/<name>.gguf] [--context 2048] [--task passkey] [--seed 7]
 #include <algorithm>
@@ -36,8 +36,13 @@ struct DemoOptions {
   int threads = 0;
 };
 
-// The shipped model: the first (by name) models/*.gguf under the current directory.
+// The shipped model, models/snapkv-tiny4.gguf (see models/README.md), under the current directory;
+// when that file is absent, the first (by name) models/*.gguf.
+constexpr const char* kShippedModel = "models/snapkv-tiny4.gguf";
+
 std::string default_model() {
+  std::error_code exists_ec;
+  if (fs::is_regular_file(kShippedModel, exists_ec)) return kShippedModel;
   std::vector<std::string> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("models", ec)) {
@@ -142,9 +147,10 @@ snapkv::cli::RegisterCommand reg{
           "Example: snapkv demo --context 2048\n"
           "Generates one passkey (or --task niah_single, ...) prompt of --context tokens and\n"
           "answers it greedily with each cache; budget = keep x prompt tokens. Without --model\n"
-          "the first models/*.gguf under the current directory is used.");
+          "models/snapkv-tiny4.gguf (else the first models/*.gguf) under the current directory\n"
+          "is used.");
       auto o = std::make_shared<DemoOptions>();
-      sub.add_option("--model", o->model, "GGUF model (default: models/*.gguf)");
+      sub.add_option("--model", o->model, "GGUF model (default: models/snapkv-tiny4.gguf)");
       sub.add_option("--context", o->context, "Tokens of prompt + answer")->capture_default_str();
       sub.add_option("--task", o->task, "passkey, niah_single, niah_multikey, vt, ...")
           ->capture_default_str();

@@ -2,7 +2,8 @@
 //
 //   snapkv eval --model M.gguf --tasks niah_single,vt --context 2048 --n 100
 //       --methods full,snapkv,snapkv-proxy,streaming,snapkv+kivi2,kivi2 --keep 0.1,0.2,0.5
-//       [--question-agnostic] [--seed S] [--json out.json] [--plot out.png] [--threads N]
+//       [--question-agnostic] [--no-needle] [--seed S] [--json out.json] [--plot out.png]
+//       [--threads N]
 //   snapkv eval --model M.gguf --perplexity [--text FILE] --context 1024 --windows 4 ...
 //
 // Summary table on stdout, progress bar with ETA on stderr (terminal only, not with --quiet).
@@ -43,6 +44,7 @@ struct EvalCliOptions {
   std::string methods = kDefaultMethods;
   std::string keep = "0.1,0.2,0.5";
   bool question_agnostic = false;
+  bool no_needle = false;
   uint64_t seed = 0;
   std::string json;
   std::string plot;
@@ -71,7 +73,7 @@ std::string command_line(const EvalCliOptions& o) {
     s << " --continuation " << o.continuation << " --windows " << o.windows;
   } else {
     s << " --tasks " << o.tasks << " --n " << o.n
-      << (o.question_agnostic ? " --question-agnostic" : "");
+      << (o.question_agnostic ? " --question-agnostic" : "") << (o.no_needle ? " --no-needle" : "");
   }
   s << " --context " << o.context << " --methods " << o.methods << " --keep " << o.keep
     << " --seed " << o.seed << " --window " << o.window << " --sinks " << o.sinks << " --pool "
@@ -154,6 +156,7 @@ int run_eval_cmd(const EvalCliOptions& o) {
   eo.keeps = keeps;
   eo.protocol = o.question_agnostic ? Protocol::question_agnostic : Protocol::query_aware;
   eo.seed = o.seed;
+  eo.remove_needles = o.no_needle;
   eo.prefill_chunk = o.prefill_chunk;
   eo.answer_slack = o.answer_slack;
   eo.defaults = defaults;
@@ -197,6 +200,8 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_flag("--question-agnostic", o->question_agnostic,
                    "Compress the context alone, then append the question uncompressed");
+      sub.add_flag("--no-needle", o->no_needle,
+                   "Control: the same prompts with the needles left out (accuracy near chance)");
       sub.add_option("--seed", o->seed, "Task seed (< 2^63); also the random policy's seed")
           ->capture_default_str();
       sub.add_option("--json", o->json, "Write every number to this JSON file");

@@ -14,7 +14,7 @@
 #
 # Environment: SNAPKV (binary, default build/snapkv), MODEL (default: first models/*.gguf),
 # N (samples per task), CONTEXTS, TASKS, METHODS, KEEPS, WINDOWS (perplexity windows), THREADS,
-# OUT (output directory), SEED.
+# OUT (output directory), SEED, TEXT (perplexity text file; default the coreutils manual, below).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +43,26 @@ SEED=${SEED:-1}
 OUT=${OUT:-docs/results}
 mkdir -p "$OUT"
 
+# Held-out natural text for perplexity: the GNU coreutils manual that every Debian system carries
+# (package coreutils, /usr/share/info). The models never saw it: they train on fortunes and
+# /usr/share/common-licenses (training/corpus.py). Kept: chapter 1 up to the GFDL appendix (the
+# license is in the training data), without info node headers and separators.
+# TEXT=path overrides; TEXT=filler uses the generator's seeded filler sentences instead.
+INFO=/usr/share/info/coreutils.info.gz
+if [[ -z "${TEXT:-}" ]]; then
+  if [[ -f "$INFO" ]]; then
+    text_dir=$(mktemp -d)
+    trap 'rm -rf "$text_dir"' EXIT
+    TEXT=$text_dir/coreutils-manual.txt
+    zcat "$INFO" | tr -d '\037\000' | grep -a -v '^File: coreutils.info' \
+      | sed -n '/^1 Introduction$/,/^Appendix A GNU Free Documentation License$/p' > "$TEXT"
+  else
+    echo "make_results.sh: warning: $INFO not found, perplexity uses filler text" >&2
+    TEXT=filler
+  fi
+fi
+if [[ "$TEXT" == filler ]]; then TEXT=""; fi
+
 common=(--model "$MODEL" --methods "$METHODS" --keep "$KEEPS" --seed "$SEED" --threads "$THREADS")
 for ctx in $CONTEXTS; do
   echo "== tasks, query-aware, context $ctx" >&2
@@ -54,7 +74,7 @@ for ctx in $CONTEXTS; do
     | tee "$OUT/tasks_${ctx}_agnostic.txt"
   echo "== perplexity, prefix $ctx" >&2
   text_args=()
-  if [[ -n "${TEXT:-}" ]]; then text_args=(--text "$TEXT"); fi
+  if [[ -n "${TEXT}" ]]; then text_args=(--text "$TEXT"); fi
   "$SNAPKV" eval "${common[@]}" --perplexity "${text_args[@]}" --context "$ctx" \
     --windows "$WINDOWS" --json "$OUT/ppl_${ctx}.json" --plot "$OUT/ppl_${ctx}.png" \
     | tee "$OUT/ppl_${ctx}.txt"

@@ -194,6 +194,7 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
   task_options.context_tokens = options.context;
   task_options.seed = options.seed;
   task_options.split = Split::eval;
+  task_options.remove_needles = options.remove_needles;
 
   for (Task task : options.tasks) {
     // [method][keep] sums; keep-independent methods use slot 0 only.

@@ -137,6 +137,7 @@ json to_json(const EvalResults& results, const LlamaModel& model, const RunInfo&
               {"keeps", o.keeps},
               {"protocol", std::string(to_string(o.protocol))},
               {"seed", o.seed},
+              {"no_needle_control", o.remove_needles},
               {"prefill_chunk", o.prefill_chunk},
               {"answer_slack", o.answer_slack},
               {"method_defaults", method_defaults_json(o.defaults)},
@@ -203,7 +204,8 @@ std::string format_table(const EvalResults& results) {
   const EvalOptions& o = results.options;
   std::ostringstream out;
   out << "context " << o.context << " tokens, " << o.n << " samples per task, protocol "
-      << to_string(o.protocol) << ", " << fixed(results.seconds, 1) << " s\n";
+      << to_string(o.protocol) << (o.remove_needles ? ", CONTROL: needles removed" : "") << ", "
+      << fixed(results.seconds, 1) << " s\n";
   out << "accuracy = RULER string_match_all x 100; =full% = answers identical to the full "
          "cache's; kept = rows per KV head after the prompt; KV% = bytes vs a full fp16 cache at "
          "the end of the run\n";

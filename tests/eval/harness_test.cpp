@@ -157,6 +157,28 @@ TEST(Harness, FullCacheKeepsEverythingAndCountsFp16Bytes) {
                std::invalid_argument);
 }
 
+TEST(Harness, NoNeedleControlRunsTheSamePromptsWithoutNeedles) {
+  const auto& m = tiny_model();
+  EvalOptions o;
+  o.tasks = {Task::passkey};
+  o.context = 400;
+  o.n = 1;
+  o.methods = parse_methods("full", o.defaults);
+  o.keeps = {0.5};
+  o.seed = 9;
+  const EvalResults with = run_eval(m.model, m.tokenizer, o, nullptr);
+  o.remove_needles = true;
+  const EvalResults without = run_eval(m.model, m.tokenizer, o, nullptr);
+  ASSERT_EQ(with.cells.size(), 1u);
+  ASSERT_EQ(without.cells.size(), 1u);
+  // Same haystack and question, the pass key sentence left out: a shorter prompt, same answers.
+  EXPECT_LT(without.cells[0].mean_prompt_tokens, with.cells[0].mean_prompt_tokens);
+  EXPECT_EQ(without.cells[0].samples[0].answers, with.cells[0].samples[0].answers);
+  const RunInfo info = collect_run_info(test::tiny_model_path(), 1, "test");
+  EXPECT_TRUE(to_json(without, m.model, info).at("config").at("no_needle_control").get<bool>());
+  EXPECT_FALSE(to_json(with, m.model, info).at("config").at("no_needle_control").get<bool>());
+}
+
 TEST(Harness, TwoSampleRunGivesACompleteJson) {
   const auto& m = tiny_model();
   EvalOptions o;
@@ -186,8 +208,9 @@ TEST(Harness, TwoSampleRunGivesACompleteJson) {
   EXPECT_EQ(model.at("sha256").get<std::string>().size(), 64u);
   EXPECT_GT(model.at("bytes").get<uint64_t>(), 0u);
   EXPECT_EQ(model.at("n_layers"), m.model.config().n_layers);
-  for (const char* key : {"tasks", "context", "n", "methods", "keeps", "protocol", "seed",
-                          "prefill_chunk", "answer_slack", "method_defaults", "budget_rule"}) {
+  for (const char* key :
+       {"tasks", "context", "n", "methods", "keeps", "protocol", "seed", "no_needle_control",
+        "prefill_chunk", "answer_slack", "method_defaults", "budget_rule"}) {
     EXPECT_TRUE(j.at("config").contains(key)) << key;
   }
   EXPECT_EQ(j.at("config").at("methods").size(), 4u);

@@ -81,8 +81,9 @@ struct EvalOptions {
   Protocol protocol = Protocol::query_aware;
   uint64_t seed = 0;
   size_t prefill_chunk = 512;
-  size_t answer_slack = 4;  // max_new_tokens = reference completion tokens + answer_slack
-  MethodDefaults defaults;  // what the methods were parsed with (recorded in the JSON)
+  size_t answer_slack = 4;      // max_new_tokens = reference completion tokens + answer_slack
+  bool remove_needles = false;  // control: the same prompts with the needles left out
+  MethodDefaults defaults;      // what the methods were parsed with (recorded in the JSON)
 };
 
 struct SampleRecord {
