@@ -157,14 +157,20 @@ TEST(Harness, FullCacheKeepsEverythingAndCountsFp16Bytes) {
                std::invalid_argument);
 }
 
-TEST(Harness, NoNeedleControlRunsTheSamePromptsWithoutNeedles) {
-  const auto& m = tiny_model();
+// One passkey sample, full cache.
+EvalOptions one_passkey(size_t context) {
   EvalOptions o;
   o.tasks = {Task::passkey};
-  o.context = 400;
+  o.context = context;
   o.n = 1;
   o.methods = parse_methods("full", o.defaults);
   o.keeps = {0.5};
+  return o;
+}
+
+TEST(Harness, NoNeedleControlRunsTheSamePromptsWithoutNeedles) {
+  const auto& m = tiny_model();
+  EvalOptions o = one_passkey(400);
   o.seed = 9;
   const EvalResults with = run_eval(m.model, m.tokenizer, o, nullptr);
   o.remove_needles = true;
@@ -292,12 +298,7 @@ TEST(Harness, TwoSampleRunGivesACompleteJson) {
 
 TEST(Harness, RejectsBadOptions) {
   const auto& m = tiny_model();
-  EvalOptions o;
-  o.tasks = {Task::passkey};
-  o.context = 500;
-  o.n = 1;
-  o.methods = parse_methods("full", o.defaults);
-  o.keeps = {0.5};
+  const EvalOptions o = one_passkey(500);
   EvalOptions bad = o;
   bad.tasks.clear();
   EXPECT_THROW(run_eval(m.model, m.tokenizer, bad), std::invalid_argument);
