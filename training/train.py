@@ -46,8 +46,16 @@ def parse_stages(spec):
     out = []
     for part in spec.split(","):
         t, b, s = part.split(":")
+        if t.startswith("copy"):  # 'copy32:128:800': induction warm-up, random-token copy rows
+            out.append((("copy", int(t[4:])), int(b), int(s)))
+            continue
         out.append((tuple(int(x) for x in t.split("/")), int(b), int(s)))
     return out
+
+
+def stage_lengths(lengths):
+    """Context lengths of a stage (('copy', T) -> (T,))."""
+    return (lengths[1],) if lengths[0] == "copy" else lengths
 
 
 def task_counts(context):
@@ -122,7 +130,10 @@ class Batcher:
             row = self._stream_window(rng, src_stream)
         row[0] = BOS
         T = self.T
-        span = int(rng.integers(8, min(33, T // 4)))
+        if T >= 64:
+            span = int(rng.integers(8, min(33, T // 4)))
+        else:  # short rows (induction warm-up): 3..T/4 tokens
+            span = int(rng.integers(3, T // 4 + 1))
         s = int(rng.integers(1, T // 2 - span))
         t = int(rng.integers(s + span + 1, T + 1 - span))
         row[t:t + span] = row[s:s + span]
@@ -263,7 +274,7 @@ def main():
     torch.manual_seed(args.seed)
     cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
                  n_head=args.n_head, n_head_kv=args.n_head_kv,
-                 context_length=max(2048, max(max(t) for t, _, _ in stages)))
+                 context_length=max(2048, max(max(stage_lengths(t)) for t, _, _ in stages)))
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
@@ -314,9 +325,20 @@ def main():
             stage_start = stage_end
             continue
         t0 = time.time()
+        pure_copy = lengths[0] == "copy"
+        lengths = stage_lengths(lengths)
         T_max = max(lengths)
         batchers, eval_pools = {}, {}
         for T in lengths:
+            if pure_copy:
+                # Induction warm-up: every row is random tokens with a repeated span (loss on the
+                # repeat only); see training/probe_induction.py for why short rows come first.
+                batchers[T] = Batcher(sp, natural_ids, filler_ids, {}, T, args.answer_weight,
+                                      (1.0, 0.0, 0.0), copy_random=1.0)
+                eval_pools[T] = {}
+                log(run_dir, f"stage {si} copy warm-up T={T} B={B_max} steps "
+                    f"{stage_start}..{stage_end}")
+                continue
             B = B_max * T_max // T
             n_pool = min(2000, max(200, (n_steps * B) // (8 * len(lengths))))
             seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
