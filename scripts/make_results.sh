@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Regenerates docs/results/: JSON + PNG plots of `snapkv eval` for the shipped model at 1K and 2K
-# context: tasks with the question in the compressed prompt (query-aware, the paper's setting),
-# tasks with the context compressed alone (question-agnostic), and perplexity after a compressed
-# prefix. Run from anywhere; everything is written relative to the repository root.
+# context (2047 tokens: the shipped model's context_length is 2048, BOS included): tasks with the
+# question in the compressed prompt (query-aware, the paper's setting), tasks with the context
+# compressed alone (question-agnostic), and perplexity after a compressed prefix. Run from
+# anywhere; everything is written relative to the repository root.
 #
 #   scripts/make_results.sh                      # defaults below
 #   N=5 CONTEXTS="1024" scripts/make_results.sh  # a quicker, smaller run
 #
 # Cost: runs = contexts x 2 protocols x tasks x N x (3 keeps x 7 keep-using methods + 2), plus the
-# perplexity windows. Measured on the project machine (2 shared cores, load ~13, 1.25M-parameter
-# tiny4): about 1.4 s per run at 1K context, so the defaults (6 tasks, N=20) take hours there; on an
-# idle machine expect several times less. Shrink with N, TASKS, CONTEXTS or METHODS.
+# perplexity windows. Measured on the project machine with the shipped 1.25M-parameter model and one
+# thread: about 0.3 s per run at 1K context and 1 s at 2K, so the defaults (6 tasks, N=20) take
+# hours. Shrink with N, TASKS, CONTEXTS or METHODS.
 #
 # Environment: SNAPKV (binary, default build/snapkv), MODEL (default: first models/*.gguf),
-# N (samples per task), CONTEXTS, TASKS, METHODS, KEEPS, WINDOWS (perplexity windows), THREADS,
-# OUT (output directory), SEED, TEXT (perplexity text file; default the coreutils manual, below).
+# N (samples per task), CONTEXTS, PPL_CONTEXTS (perplexity prefixes), TASKS, METHODS, KEEPS,
+# WINDOWS (perplexity windows), THREADS, OUT (output directory), SEED, TEXT (perplexity text
+# file; default the coreutils manual, below).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,7 +35,9 @@ if [[ ! -x "${SNAPKV}" ]]; then
   exit 2
 fi
 N=${N:-20}
-CONTEXTS=${CONTEXTS:-"1024 2048"}
+CONTEXTS=${CONTEXTS-"1024 2047"}  # empty: no task runs
+# Perplexity prefixes: prefix + 256 scored tokens must fit the model's context (2048 here).
+PPL_CONTEXTS=${PPL_CONTEXTS-"1024 1792"}  # empty: no perplexity runs
 TASKS=${TASKS:-niah_single,niah_multikey,niah_multivalue,niah_multiquery,vt,passkey}
 METHODS=${METHODS:-full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2}
 KEEPS=${KEEPS:-0.1,0.2,0.5}
@@ -72,6 +76,8 @@ for ctx in $CONTEXTS; do
   "$SNAPKV" eval "${common[@]}" --tasks "$TASKS" --context "$ctx" --n "$N" --question-agnostic \
     --json "$OUT/tasks_${ctx}_agnostic.json" --plot "$OUT/tasks_${ctx}_agnostic.png" \
     | tee "$OUT/tasks_${ctx}_agnostic.txt"
+done
+for ctx in $PPL_CONTEXTS; do
   echo "== perplexity, prefix $ctx" >&2
   text_args=()
   if [[ -n "${TEXT}" ]]; then text_args=(--text "$TEXT"); fi

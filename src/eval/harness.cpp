@@ -206,8 +206,13 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
       RunSettings settings;
       settings.protocol = options.protocol;
       settings.prefill_chunk = options.prefill_chunk;
-      settings.max_new_tokens =
-          tokenizer.encode(reference_completion(sample), false).size() + options.answer_slack;
+      // Reference completion + slack, capped by the room the context leaves after the prompt
+      // (BOS + prompt + reference <= context + 1 <= n_ctx by construction of the sample).
+      const size_t n_ctx = model.config().n_ctx;
+      const size_t room = n_ctx > prompt.size() ? n_ctx - prompt.size() : 0;
+      settings.max_new_tokens = std::min(
+          tokenizer.encode(reference_completion(sample), false).size() + options.answer_slack,
+          room);
       const size_t compressed =
           options.protocol == Protocol::question_agnostic ? prompt.context.size() : prompt.size();
       for (size_t m = 0; m < options.methods.size(); ++m) {

@@ -296,6 +296,16 @@ TEST(Harness, TwoSampleRunGivesACompleteJson) {
   }
 }
 
+TEST(Harness, ContextUpToTheModelLimitRunsWithTheSlackCapped) {
+  const auto& m = tiny_model();
+  // BOS + prompt + reference = n_ctx: no room for the 4 slack tokens, and none is needed.
+  const EvalOptions o = one_passkey(m.model.config().n_ctx - 1);
+  const EvalResults r = run_eval(m.model, m.tokenizer, o, nullptr);
+  ASSERT_EQ(r.cells.size(), 1u);
+  const SampleRecord& s = r.cells[0].samples[0];
+  EXPECT_LE(s.prompt_tokens + s.generated_tokens, m.model.config().n_ctx);
+}
+
 TEST(Harness, RejectsBadOptions) {
   const auto& m = tiny_model();
   const EvalOptions o = one_passkey(500);

@@ -81,7 +81,8 @@ struct EvalOptions {
   Protocol protocol = Protocol::query_aware;
   uint64_t seed = 0;
   size_t prefill_chunk = 512;
-  size_t answer_slack = 4;      // max_new_tokens = reference completion tokens + answer_slack
+  size_t answer_slack = 4;  // max_new_tokens = reference completion tokens + answer_slack, capped
+                            // by the context left after the prompt
   bool remove_needles = false;  // control: the same prompts with the needles left out
   MethodDefaults defaults;      // what the methods were parsed with (recorded in the JSON)
 };
