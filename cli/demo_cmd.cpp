@@ -41,10 +41,9 @@ struct DemoOptions {
 constexpr const char* kShippedModel = "models/snapkv-tiny4.gguf";
 
 std::string default_model() {
-  std::error_code exists_ec;
-  if (fs::is_regular_file(kShippedModel, exists_ec)) return kShippedModel;
-  std::vector<std::string> found;
   std::error_code ec;
+  if (fs::is_regular_file(kShippedModel, ec)) return kShippedModel;
+  std::vector<std::string> found;
   for (const auto& entry : fs::directory_iterator("models", ec)) {
     if (entry.is_regular_file() && entry.path().extension() == ".gguf") {
       found.push_back(entry.path().string());

@@ -6,8 +6,9 @@ Every row is uniformly random token ids (--alphabet of them, default the tokeniz
 span of max(3, T/16)..min(32, T/4) tokens repeated later in the row; the loss is on the repeat
 (all but its first token), which can be predicted only by copying. A model that has formed
 induction heads gets the repeat right; before that the loss sits at ln(alphabet). Prints loss and
-repeat accuracy every --every steps. Same model class, optimizer and warm-up as train.py, from a
-fresh initialisation (seeded), batch = 4096 tokens / T rows.
+repeat accuracy every --every steps. Same model class and optimizer as train.py (warm-up 100 steps
+here, --warmup; train.py uses 200), from a fresh initialisation (seeded), batch = 4096 tokens / T
+rows.
 """
 import argparse
 import os
