@@ -30,9 +30,12 @@ std::vector<uint8_t> image(uint8_t major, const std::string& header, const void*
   const size_t len_bytes = major == 1 ? 2 : 4;
   size_t len = header.size();
   for (size_t i = 0; i < len_bytes; ++i, len >>= 8) out.push_back(static_cast<uint8_t>(len & 0xff));
-  out.insert(out.end(), header.begin(), header.end());
-  const auto* p = static_cast<const uint8_t*>(data);
-  out.insert(out.end(), p, p + data_bytes);
+  // memcpy rather than vector::insert: GCC 12 at -O3 -march=native (AVX-512) reports a false
+  // -Wstringop-overflow inside the inlined range insert.
+  const size_t at = out.size();
+  out.resize(at + header.size() + data_bytes);
+  if (!header.empty()) std::memcpy(out.data() + at, header.data(), header.size());
+  if (data_bytes > 0) std::memcpy(out.data() + at + header.size(), data, data_bytes);
   return out;
 }
 
