@@ -2,7 +2,8 @@
 //
 //   snapkv eval --model M.gguf --tasks niah_single,vt --context 2048 --n 100
 //       --methods full,snapkv,snapkv-proxy,streaming,snapkv+kivi2,kivi2 --keep 0.1,0.2,0.5
-//       [--question-agnostic] [--no-needle] [--seed S] [--json out.json] [--plot out.png]
+//       [--question-agnostic] [--no-needle] [--no-share-prefill] [--seed S] [--json out.json]
+//       [--plot out.png]
 //       [--threads N]
 //   snapkv eval --model M.gguf --perplexity [--text FILE] --context 1024 --windows 4 ...
 //
@@ -45,6 +46,7 @@ struct EvalCliOptions {
   std::string keep = "0.1,0.2,0.5";
   bool question_agnostic = false;
   bool no_needle = false;
+  bool no_share_prefill = false;
   uint64_t seed = 0;
   std::string json;
   std::string plot;
@@ -75,6 +77,7 @@ std::string command_line(const EvalCliOptions& o) {
     s << " --tasks " << o.tasks << " --n " << o.n
       << (o.question_agnostic ? " --question-agnostic" : "") << (o.no_needle ? " --no-needle" : "");
   }
+  if (o.no_share_prefill) s << " --no-share-prefill";
   s << " --context " << o.context << " --methods " << o.methods << " --keep " << o.keep
     << " --seed " << o.seed << " --window " << o.window << " --sinks " << o.sinks << " --pool "
     << o.pool << " --kernel " << o.kernel << (o.no_keep_window ? " --no-keep-window" : "")
@@ -121,6 +124,7 @@ int run_eval_cmd(const EvalCliOptions& o) {
     po.keeps = keeps;
     po.prefill_chunk = o.prefill_chunk;
     po.defaults = defaults;
+    po.share_prefill = !o.no_share_prefill;
     std::string text;
     if (!o.text.empty()) {
       std::ifstream in(o.text, std::ios::binary);
@@ -157,6 +161,7 @@ int run_eval_cmd(const EvalCliOptions& o) {
   eo.protocol = o.question_agnostic ? Protocol::question_agnostic : Protocol::query_aware;
   eo.seed = o.seed;
   eo.remove_needles = o.no_needle;
+  eo.share_prefill = !o.no_share_prefill;
   eo.prefill_chunk = o.prefill_chunk;
   eo.answer_slack = o.answer_slack;
   eo.defaults = defaults;
@@ -202,6 +207,9 @@ snapkv::cli::RegisterCommand reg{
                    "Compress the context alone, then append the question uncompressed");
       sub.add_flag("--no-needle", o->no_needle,
                    "Control: the same prompts with the needles left out (accuracy near chance)");
+      sub.add_flag("--no-share-prefill", o->no_share_prefill,
+                   "Prefill every method and keep separately (slower; the default prefills each "
+                   "sample once per codec and forks the caches, with identical results)");
       sub.add_option("--seed", o->seed, "Task seed (< 2^63); also the random policy's seed")
           ->capture_default_str();
       sub.add_option("--json", o->json, "Write every number to this JSON file");

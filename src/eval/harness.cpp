@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -107,9 +108,10 @@ PromptTokens tokenize_prompt(const Tokenizer& tokenizer, const Sample& sample) {
   return out;
 }
 
-SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
-                     const PromptTokens& prompt, const std::vector<std::string>& answers,
-                     const CacheConfig& config, const RunSettings& settings) {
+namespace {
+
+void check_prompt(const LlamaModel& model, const PromptTokens& prompt,
+                  const RunSettings& settings) {
   if (prompt.context.empty() || prompt.question.empty()) {
     throw_invalid(
         "eval", "prompt part empty",
@@ -123,28 +125,35 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
                   num(prompt.size()) + " + " + num(settings.max_new_tokens) + " tokens",
                   "<= llama.context_length = " + num(n_ctx));
   }
-  SampleRun run;
-  run.prompt_tokens = prompt.size();
-  LlamaSession session(model, config, SessionOptions{settings.prefill_chunk});
+}
 
-  Timer timer;
-  std::vector<float> logits;
+// The part of the prompt that is prefilled (and compressed): all of it when query-aware, the
+// context alone when question-agnostic.
+std::vector<int32_t> compressed_part(const PromptTokens& prompt, Protocol protocol) {
+  if (protocol == Protocol::question_agnostic) return prompt.context;
+  std::vector<int32_t> all = prompt.context;
+  all.insert(all.end(), prompt.question.begin(), prompt.question.end());
+  return all;
+}
+
+// After the prompt's prefill (compressed, prompt ended): appends the question when agnostic,
+// records the stats, decodes greedily until EOS, a newline or max_new_tokens, and scores.
+// `timer` has run since the prefill began.
+void finish_run(LlamaSession& session, std::vector<float> logits, Timer& timer,
+                const Tokenizer& tokenizer, const PromptTokens& prompt,
+                const std::vector<std::string>& answers, const RunSettings& settings,
+                SampleRun& run) {
+  run.prompt_tokens = prompt.size();
+  run.after_context = session.cache_stats();
   if (settings.protocol == Protocol::question_agnostic) {
     run.compressed_tokens = prompt.context.size();
-    session.prefill(prompt.context);
-    run.after_context = session.cache_stats();
     logits = session.extend(prompt.question);
   } else {
     run.compressed_tokens = prompt.size();
-    std::vector<int32_t> all = prompt.context;
-    all.insert(all.end(), prompt.question.begin(), prompt.question.end());
-    logits = session.prefill(all);
-    run.after_context = session.cache_stats();
   }
-  run.prefill_seconds = timer.seconds();
+  run.prefill_seconds += timer.seconds();
   run.after_prompt = session.cache_stats();
 
-  // Greedy decoding until EOS, a newline or max_new_tokens.
   timer.reset();
   std::string text;
   for (size_t step = 0; step < settings.max_new_tokens; ++step) {
@@ -164,6 +173,55 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
   // based, so either is fine, and the raw text is what the model wrote after the prompt.
   run.prediction = text.substr(0, text.find('\n'));
   run.score = string_match_all(run.prediction, answers);
+}
+
+}  // namespace
+
+SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
+                     const PromptTokens& prompt, const std::vector<std::string>& answers,
+                     const CacheConfig& config, const RunSettings& settings) {
+  check_prompt(model, prompt, settings);
+  SampleRun run;
+  LlamaSession session(model, config, SessionOptions{settings.prefill_chunk});
+  Timer timer;
+  std::vector<float> logits = session.prefill(compressed_part(prompt, settings.protocol));
+  finish_run(session, std::move(logits), timer, tokenizer, prompt, answers, settings, run);
+  return run;
+}
+
+std::string shared_prefill_key(const CacheConfig& c) {
+  if (c.chunk_mode != ChunkMode::end_of_prompt) return {};
+  return std::string(to_string(c.codec)) + "/" + num(c.kivi_group) + "/" + num(c.kivi_residual) +
+         "/" + num(c.kivi_fp16_sinks) + "/w" + num(c.window);
+}
+
+CacheConfig shared_prefill_config(const CacheConfig& target, size_t prompt_tokens) {
+  CacheConfig base = target;
+  base.policy = PolicyKind::snapkv;
+  base.query_source = QuerySource::auto_select;  // keeps the window's queries for every target
+  base.chunk_mode = ChunkMode::end_of_prompt;
+  base.budget = std::max(base.budget, prompt_tokens);
+  return base;
+}
+
+SharedPrefill::SharedPrefill(const LlamaModel& model, const PromptTokens& prompt,
+                             const CacheConfig& config, const RunSettings& settings)
+    : session(model, shared_prefill_config(config, prompt.size()),
+              SessionOptions{settings.prefill_chunk}) {
+  check_prompt(model, prompt, settings);
+  Timer timer;
+  logits = session.prefill_shared(compressed_part(prompt, settings.protocol));
+  seconds = timer.seconds();
+}
+
+SampleRun run_sample(const SharedPrefill& shared, const Tokenizer& tokenizer,
+                     const PromptTokens& prompt, const std::vector<std::string>& answers,
+                     const CacheConfig& config, const RunSettings& settings) {
+  SampleRun run;
+  run.prefill_seconds = shared.seconds;  // what a dedicated run would have spent on it
+  Timer timer;
+  LlamaSession session = shared.session.fork(config);  // compresses with config's policy
+  finish_run(session, shared.logits, timer, tokenizer, prompt, answers, settings, run);
   return run;
 }
 
@@ -215,6 +273,16 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
           room);
       const size_t compressed =
           options.protocol == Protocol::question_agnostic ? prompt.context.size() : prompt.size();
+      // One shared prefill per codec among the end_of_prompt runs of this sample (when more than
+      // one run can use it), built at its first use.
+      std::map<std::string, size_t> runs_per_codec;
+      for (const Method& method : options.methods) {
+        const std::string key = shared_prefill_key(method.config);
+        if (options.share_prefill && !key.empty()) {
+          runs_per_codec[key] += method.uses_keep ? options.keeps.size() : 1;
+        }
+      }
+      std::map<std::string, std::unique_ptr<SharedPrefill>> shared;
       for (size_t m = 0; m < options.methods.size(); ++m) {
         const Method& method = options.methods[m];
         const size_t n_keeps = method.uses_keep ? options.keeps.size() : 1;
@@ -223,8 +291,16 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
           // Policy full ignores the budget; the recorded budget is then every compressed token.
           config.budget = method.uses_keep ? budget_for(options.keeps[k], compressed, config)
                                            : std::max(compressed, config.budget);
-          const SampleRun run =
-              run_sample(model, tokenizer, prompt, sample.answers, config, settings);
+          const std::string key = shared_prefill_key(config);
+          const auto it = runs_per_codec.find(key);
+          SampleRun run;
+          if (it != runs_per_codec.end() && it->second > 1) {
+            std::unique_ptr<SharedPrefill>& base = shared[key];
+            if (!base) base = std::make_unique<SharedPrefill>(model, prompt, config, settings);
+            run = run_sample(*base, tokenizer, prompt, sample.answers, config, settings);
+          } else {
+            run = run_sample(model, tokenizer, prompt, sample.answers, config, settings);
+          }
           sums[m][k].add(run, config.budget, i, sample.answers);
           ++done;
           if (progress) progress(done, total);

@@ -4,8 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 
+#include "snapkv/eval/harness.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/timer.h"
@@ -111,6 +115,20 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
     prefix.insert(prefix.end(), first, first + static_cast<std::ptrdiff_t>(o.prefix - 1));
     const std::span<const int32_t> continuation(
         &*(first + static_cast<std::ptrdiff_t>(o.prefix - 1)), o.continuation);
+    // One shared prefix prefill per codec when more than one run of the window can fork it.
+    std::map<std::string, size_t> runs_per_key;
+    for (const Method& method : o.methods) {
+      const std::string key = shared_prefill_key(method.config);
+      if (o.share_prefill && !key.empty()) {
+        runs_per_key[key] += method.uses_keep ? o.keeps.size() : 1;
+      }
+    }
+    struct Shared {
+      std::unique_ptr<LlamaSession> session;
+      std::vector<float> logits;
+      double seconds = 0.0;
+    };
+    std::map<std::string, Shared> shared;
     for (size_t m = 0; m < o.methods.size(); ++m) {
       const Method& method = o.methods[m];
       const size_t n_keeps = method.uses_keep ? o.keeps.size() : 1;
@@ -118,10 +136,32 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
         CacheConfig config = method.config;
         config.budget = method.uses_keep ? budget_for(o.keeps[k], o.prefix, config)
                                          : std::max(o.prefix, config.budget);
-        LlamaSession session(model, config, SessionOptions{o.prefill_chunk});
-        Timer timer;
-        const std::vector<float> first_logits = session.prefill(prefix);
-        const double prefill_s = timer.seconds();
+        const std::string key = shared_prefill_key(config);
+        const auto it = runs_per_key.find(key);
+        std::optional<LlamaSession> own;
+        std::vector<float> first_logits;
+        double prefill_s = 0.0;
+        if (it != runs_per_key.end() && it->second > 1) {
+          Shared& base = shared[key];
+          if (!base.session) {
+            base.session =
+                std::make_unique<LlamaSession>(model, shared_prefill_config(config, prefix.size()),
+                                               SessionOptions{o.prefill_chunk});
+            Timer timer;
+            base.logits = base.session->prefill_shared(prefix);
+            base.seconds = timer.seconds();
+          }
+          Timer timer;
+          own.emplace(base.session->fork(config));
+          first_logits = base.logits;
+          prefill_s = base.seconds + timer.seconds();  // what a dedicated prefill spends
+        } else {
+          own.emplace(model, config, SessionOptions{o.prefill_chunk});
+          Timer timer;
+          first_logits = own->prefill(prefix);
+          prefill_s = timer.seconds();
+        }
+        LlamaSession& session = *own;
         const CacheStats stats = session.cache_stats();
         std::vector<float> rest;
         if (o.continuation > 1) {

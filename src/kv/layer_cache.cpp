@@ -136,6 +136,51 @@ LayerCache LayerCache::clone() const {
   return copy;
 }
 
+LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const {
+  if (config_.chunk_mode != ChunkMode::end_of_prompt || !prompt_open_) {
+    throw_invalid(kComponent, "fork needs an open prompt",
+                  "chunk_mode " + std::string(to_string(config_.chunk_mode)) +
+                      (prompt_open_ ? ", prompt open" : ", prompt not open"),
+                  "an end_of_prompt cache with an evicting policy after prefill updates, before "
+                  "end_prompt()");
+  }
+  if (config.chunk_mode != ChunkMode::end_of_prompt) {
+    throw_invalid(kComponent, "fork target chunk_mode", std::string(to_string(config.chunk_mode)),
+                  "end_of_prompt (every_chunk compresses during the prefill)");
+  }
+  if (config.codec != config_.codec || config.kivi_group != config_.kivi_group ||
+      config.kivi_residual != config_.kivi_residual ||
+      config.kivi_fp16_sinks != config_.kivi_fp16_sinks) {
+    throw_invalid(kComponent, "fork target codec differs from the prefilled cache's",
+                  std::string(to_string(config.codec)),
+                  std::string(to_string(config_.codec)) + " with the same KIVI parameters");
+  }
+  if (config.window != config_.window) {
+    throw_invalid(kComponent, "fork target window differs from the prefilled cache's",
+                  num(config.window), num(config_.window));
+  }
+  const bool evicts = config.policy != PolicyKind::full;
+  const bool wants_queries =
+      evicts && policy_scores(config.policy) && config.query_source != QuerySource::keys;
+  if (wants_queries && pending_window_ == 0) {
+    throw_invalid(kComponent, "fork target scores with queries but none were kept",
+                  "no window queries", "a prefill that passed q_window");
+  }
+  LayerCache copy(dims_, config, layer_index);
+  for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
+    copy.key_stores_[h] = key_stores_[h]->clone();
+    copy.value_stores_[h] = value_stores_[h]->clone();
+  }
+  copy.positions_ = positions_;
+  copy.tokens_seen_ = tokens_seen_;
+  copy.prompt_open_ = evicts;  // a full-policy cache never opens a prompt
+  if (wants_queries) {
+    copy.pending_queries_ = pending_queries_;
+    copy.pending_window_ = pending_window_;
+  }
+  return copy;
+}
+
 void LayerCache::validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) const {
   check_tensor(k, "k", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
   check_tensor(v, "v", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);

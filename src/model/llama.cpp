@@ -186,6 +186,46 @@ size_t LlamaSession::n_past() const {
 
 std::vector<float> LlamaSession::prefill(std::span<const int32_t> tokens,
                                          std::vector<float>* all_logits) {
+  return run_prompt(tokens, all_logits, true);
+}
+
+std::vector<float> LlamaSession::prefill_shared(std::span<const int32_t> tokens) {
+  if (cache_config_.chunk_mode != ChunkMode::end_of_prompt ||
+      cache_config_.policy == PolicyKind::full) {
+    throw_invalid(kComponent, "shared prefill needs an open prompt",
+                  "policy " + std::string(to_string(cache_config_.policy)) + ", chunk_mode " +
+                      std::string(to_string(cache_config_.chunk_mode)),
+                  "an evicting policy with chunk_mode end_of_prompt");
+  }
+  std::vector<float> logits = run_prompt(tokens, nullptr, false);
+  shared_prompt_ = true;
+  return logits;
+}
+
+LlamaSession LlamaSession::fork(const CacheConfig& config) const {
+  if (!shared_prompt_) {
+    throw_invalid(kComponent, "fork without a shared prefill",
+                  prefilled_ ? "a prefill that ended its prompt" : "no prompt",
+                  "prefill_shared() first");
+  }
+  LlamaSession out(*model_, config, options_);
+  for (size_t l = 0; l < caches_.size(); ++l) {
+    out.caches_[l] = caches_[l].fork(config, l);
+    out.caches_[l].end_prompt();
+  }
+  out.prefilled_ = true;
+  return out;
+}
+
+void LlamaSession::check_not_shared(const char* what) const {
+  if (shared_prompt_) {
+    throw_invalid(kComponent, std::string(what) + " on a shared prefill", "prompt left open",
+                  "fork() the session, then run the fork");
+  }
+}
+
+std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
+                                            std::vector<float>* all_logits, bool end_prompt) {
   const LlamaConfig& c = model_->config();
   if (prefilled_) {
     throw_invalid(kComponent, "prefill called twice", "a second prompt",
@@ -226,7 +266,9 @@ std::vector<float> LlamaSession::prefill(std::span<const int32_t> tokens,
     }
     start = end;
   }
-  for (LayerCache& cache : caches_) cache.end_prompt();
+  if (end_prompt) {
+    for (LayerCache& cache : caches_) cache.end_prompt();
+  }
   if (all_logits != nullptr) {
     std::copy_n(all_logits->data() + (n - 1) * c.n_vocab, c.n_vocab, last.data());
   }
@@ -236,6 +278,7 @@ std::vector<float> LlamaSession::prefill(std::span<const int32_t> tokens,
 std::vector<float> LlamaSession::decode(int32_t token) {
   const LlamaConfig& c = model_->config();
   if (!prefilled_) throw_invalid(kComponent, "decode before prefill", "no prompt", "prefill first");
+  check_not_shared("decode");
   if (n_past() >= c.n_ctx) {
     throw_invalid(kComponent, "context full", num(n_past()) + " tokens",
                   "< llama.context_length = " + num(c.n_ctx));

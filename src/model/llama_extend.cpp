@@ -14,6 +14,7 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
                                         std::vector<float>* all_logits) {
   const LlamaConfig& c = model_->config();
   if (!prefilled_) throw_invalid("llama", "extend before prefill", "no prompt", "prefill first");
+  check_not_shared("extend");
   if (tokens.empty()) throw_invalid("llama", "extend with no tokens", "0 tokens", ">= 1 token");
   if (n_past() + tokens.size() > c.n_ctx) {
     throw_invalid("llama", "extend past the context",

@@ -163,5 +163,30 @@ TEST(Perplexity, RunKeepsTheBudgetAndFullAtKeepOneIsFull) {
   EXPECT_THROW(run_perplexity(m.model, m.tokenizer, text, too_long), std::invalid_argument);
 }
 
+TEST(Perplexity, SharedPrefixPrefillGivesTheSameResults) {
+  const auto& m = tiny_model();
+  PerplexityOptions o;
+  o.prefix = 180;
+  o.continuation = 16;
+  o.n_windows = 2;
+  o.defaults.window = 8;
+  o.methods =
+      parse_methods("full,snapkv,snapkv-proxy,streaming,random,kivi2,snapkv+kivi2", o.defaults);
+  o.keeps = {0.2, 0.6};
+  const std::string text = filler_text(m.tokenizer, 2 * (o.prefix - 1 + o.continuation), 6);
+  o.share_prefill = true;
+  const PerplexityResults shared = run_perplexity(m.model, m.tokenizer, text, o);
+  o.share_prefill = false;
+  const PerplexityResults separate = run_perplexity(m.model, m.tokenizer, text, o);
+  ASSERT_EQ(shared.cells.size(), separate.cells.size());
+  for (size_t c = 0; c < shared.cells.size(); ++c) {
+    const PerplexityCell& a = shared.cells[c];
+    const PerplexityCell& b = separate.cells[c];
+    EXPECT_EQ(a.window_nll, b.window_nll) << a.method << " " << a.keep;  // bit for bit
+    EXPECT_EQ(a.mean_kept_rows, b.mean_kept_rows) << a.method;
+    EXPECT_EQ(a.mean_kv_bytes, b.mean_kv_bytes) << a.method;
+  }
+}
+
 }  // namespace
 }  // namespace snapkv::eval

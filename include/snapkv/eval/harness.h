@@ -18,6 +18,11 @@
 //    end of the prompt, prefill tokens/s (prompt tokens / prefill+extend seconds), decode tokens/s;
 //  - methods that ignore keep (policy full: full, kivi2, kivi4) run once per sample and their
 //    figures are reported identically under every keep (keep_independent = true).
+//  - by default (share_prefill) each sample's prompt is prefilled once per codec for all the
+//    end_of_prompt runs that can fork it (SharedPrefill below; about 20 runs per prefill with the
+//    default methods and keeps): in that mode the forward pass never depends on the policy, so
+//    every figure except wall times is identical to running each method separately (tests hold it
+//    so).
 // Leaves out: printing, JSON, plots (report.h), the perplexity mode (perplexity.h).
 #pragma once
 
@@ -72,6 +77,30 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
                      const PromptTokens& prompt, const std::vector<std::string>& answers,
                      const CacheConfig& config, const RunSettings& settings);
 
+// One prompt prefilled once for several cache configs (LlamaSession::prefill_shared): the whole
+// prompt when query-aware, the context alone when question-agnostic. The base session uses
+// shared_prefill_config(config): config with policy snapkv (queries auto, end_of_prompt) and a
+// budget that evicts nothing, so that it keeps every row and the window's queries.
+struct SharedPrefill {
+  SharedPrefill(const LlamaModel& model, const PromptTokens& prompt, const CacheConfig& config,
+                const RunSettings& settings);
+  LlamaSession session;       // prompt open: only forked
+  std::vector<float> logits;  // [n_vocab] after the prefilled part
+  double seconds = 0.0;       // prefill wall time
+};
+CacheConfig shared_prefill_config(const CacheConfig& target, size_t prompt_tokens);
+// Configs with the same non-empty key can fork one shared prefill (end_of_prompt, same codec and
+// codec parameters, same window); "" for configs that cannot (every_chunk).
+std::string shared_prefill_key(const CacheConfig& config);
+
+// run_sample on a fork of a shared prefill: the same result as the dedicated run_sample above, bit
+// for bit, for any config LayerCache::fork accepts (end_of_prompt, the shared prefill's codec and
+// window); prefill_seconds counts the shared prefill's time plus the fork's compression, i.e. what
+// a dedicated run spends. `prompt` and `settings` must be those the prefill was built with.
+SampleRun run_sample(const SharedPrefill& shared, const Tokenizer& tokenizer,
+                     const PromptTokens& prompt, const std::vector<std::string>& answers,
+                     const CacheConfig& config, const RunSettings& settings);
+
 struct EvalOptions {
   std::vector<Task> tasks;
   size_t context = 1024;  // tokens of prompt + reference answer, as the model's tokenizer counts
@@ -84,7 +113,10 @@ struct EvalOptions {
   size_t answer_slack = 4;  // max_new_tokens = reference completion tokens + answer_slack, capped
                             // by the context left after the prompt
   bool remove_needles = false;  // control: the same prompts with the needles left out
-  MethodDefaults defaults;      // what the methods were parsed with (recorded in the JSON)
+  // Prefill each sample once per codec for every end_of_prompt method (SharedPrefill) instead of
+  // once per method and keep; results are identical (tests hold them so), only faster.
+  bool share_prefill = true;
+  MethodDefaults defaults;  // what the methods were parsed with (recorded in the JSON)
 };
 
 struct SampleRecord {

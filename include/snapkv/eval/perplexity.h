@@ -41,6 +41,7 @@ struct PerplexityOptions {
   size_t prefill_chunk = 512;
   std::string text_source;  // recorded in the JSON (file path or "filler:seed=S")
   MethodDefaults defaults;
+  bool share_prefill = true;  // one prefix prefill per codec, forked per method (harness.h)
 };
 
 struct PerplexityCell {

@@ -68,6 +68,17 @@ class LayerCache {
   LayerCache& operator=(const LayerCache&) = delete;
   LayerCache clone() const;
 
+  // The cache that `config` would have built from the same prefill updates, for sharing one
+  // prompt's prefill among several methods (eval). Allowed only while this cache's prompt is open
+  // in end_of_prompt mode (nothing compressed yet) and when the stored rows and kept window queries
+  // would be identical: `config` has chunk_mode end_of_prompt, the same codec (and KIVI
+  // parameters) and the same window, and, when its policy scores with queries, this cache holds
+  // the window's queries. In end_of_prompt mode the prefill forward never depends on the policy
+  // (attend() reads every row), so the result equals a dedicated cache bit for bit; the caller
+  // then ends the prompt as a dedicated run would. layer_index seeds the random policy as the
+  // constructor's does. Throws std::invalid_argument naming the mismatch otherwise.
+  LayerCache fork(const CacheConfig& config, size_t layer_index) const;
+
   // Adds S = k.dim1 new tokens at positions offset() .. offset()+S-1. On a prefill update with
   // chunk_mode every_chunk, enforces the budget over retained + new rows; in end_of_prompt mode it
   // only appends (and remembers q_window for end_prompt()). Decode updates only append; in

@@ -103,6 +103,19 @@ class LlamaSession {
   // n_ctx (std::invalid_argument otherwise).
   std::vector<float> prefill(std::span<const int32_t> tokens,
                              std::vector<float>* all_logits = nullptr);
+  // Shared prefill: runs the prompt like prefill() but leaves every cache's prompt open (no
+  // end_prompt()), so that fork() can hand the same prefill to several cache configs. Needs a
+  // config with chunk_mode end_of_prompt and an evicting policy (std::invalid_argument
+  // otherwise); a policy that scores with queries (snapkv, query_source != keys) keeps the window's
+  // queries, which every target then shares. The session itself can then only be forked:
+  // decode() and extend() throw.
+  std::vector<float> prefill_shared(std::span<const int32_t> tokens);
+  // A new session on the same model with `config`, in exactly the state a session built with
+  // `config` reaches after prefill() of the same tokens (LayerCache::fork on every layer, then
+  // end_prompt(): the prompt is compressed by config's policy). Only after prefill_shared();
+  // config must have the same window and codec (LayerCache::fork's rules; the window also fixes
+  // the prefill's chunk boundaries) and the session options are copied.
+  LlamaSession fork(const CacheConfig& config) const;
   // Appends one token at position offset() and returns its logits [n_vocab].
   std::vector<float> decode(int32_t token);
   // Appends tokens after the prompt WITHOUT compression (UpdateKind::decode: every row is kept,
@@ -122,6 +135,9 @@ class LlamaSession {
   // Forward of S tokens at positions n_past() .. n_past()+S-1; logits for the rows requested.
   void forward(std::span<const int32_t> tokens, UpdateKind kind, size_t n_window_rows,
                float* logits, bool all_rows);
+  std::vector<float> run_prompt(std::span<const int32_t> tokens, std::vector<float>* all_logits,
+                                bool end_prompt);
+  void check_not_shared(const char* what) const;
 
   const LlamaModel* model_;
   CacheConfig cache_config_;
@@ -129,6 +145,7 @@ class LlamaSession {
   std::vector<LayerCache> caches_;
   bool prefilled_ = false;
   bool pass_queries_ = false;
+  bool shared_prompt_ = false;  // prefill_shared(): prompt left open for fork()
 };
 
 }  // namespace snapkv
