@@ -17,6 +17,7 @@ import argparse
 import math
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -40,16 +41,30 @@ def log(run_dir, msg):
 
 
 def parse_stages(spec):
-    """'128:32:600,128/256/512:4:300' -> [((T, ...), batch, steps), ...]. A stage with several
-    lengths draws one length per step (uniformly) and scales the batch to batch * max(T) / T, so
-    every step holds the same number of tokens."""
+    """'128:32:600,128/256/512:4:300' -> [((T, ...), batch, steps, weights), ...]. A stage with
+    several lengths draws one length per step (uniformly) and scales the batch to
+    batch * max(T) / T, so every step holds the same number of tokens. An optional fourth field
+    weights the task draw, e.g. '512:8:400:niah_multikey=4+niah_multiquery=2' (unnamed tasks
+    weigh 1; without the field every task is equally likely)."""
     out = []
     for part in spec.split(","):
-        t, b, s = part.split(":")
+        fields = part.split(":")
+        if len(fields) not in (3, 4):
+            raise SystemExit(f"bad stage '{part}': expected T:batch:steps[:task=w+task=w]")
+        t, b, s = fields[:3]
+        weights = {}
+        if len(fields) == 4:
+            for item in fields[3].split("+"):
+                name, _, w = item.partition("=")
+                if name not in corpus.TASKS + ["mkq"] or not w:
+                    raise SystemExit(f"bad task weight '{item}' in stage '{part}': expected "
+                                     f"TASK=W with TASK one of {', '.join(corpus.TASKS)} or mkq "
+                                     "(niah_multikey with every key asked in turn)")
+                weights[name] = float(w)
         if t.startswith("copy"):  # 'copy32:128:800': induction warm-up, random-token copy rows
-            out.append((("copy", int(t[4:])), int(b), int(s)))
+            out.append((("copy", int(t[4:])), int(b), int(s), weights))
             continue
-        out.append((tuple(int(x) for x in t.split("/")), int(b), int(s)))
+        out.append((tuple(int(x) for x in t.split("/")), int(b), int(s), weights))
     return out
 
 
@@ -78,16 +93,69 @@ class Tokenized:
             full = p + sp.encode(completion)
         self.ids = [BOS] + full
         self.n_prompt = 1 + len(p)
+        self.spans = [(self.n_prompt, len(self.ids))]  # answer token ranges [start, end)
         self.task = sample.get("task", "")
 
 
+NEEDLE_RE = re.compile(r"One of the special magic numbers for (\S+) is: (\d+)\.")
+
+
+def every_key_asked(sp, sample, rng):
+    """niah_multikey augmentation ('mkq'): after the sample's own question and answer, every other
+    needle's key is asked in turn (the generator's question and answer-prefix templates with the
+    key swapped), each answer carrying loss. Several key-matching targets per row instead of one,
+    and later questions cannot be answered by position alone. None when the text does not split
+    into tokens at the segment boundaries."""
+    needles = NEEDLE_RE.findall(sample["context"])
+    asked = [(k, v) for k, v in needles if v == sample["answers"][0]]
+    if len(needles) < 2 or len(asked) != 1:
+        return None
+    key0 = asked[0][0]
+    others = [kv for kv in needles if kv[0] != key0]
+    rng.shuffle(others)
+    segments = [sample["context"] + sample["question"] + sample["answer_prefix"],
+                " " + sample["answers"][0] + "."]
+    for key, value in others:
+        segments.append(sample["question"].replace(key0, key) +
+                        sample["answer_prefix"].replace(key0, key))
+        segments.append(" " + value + ".")
+    text, bounds = "", []
+    for seg in segments:
+        text += seg
+        bounds.append(len(sp.encode(text)))
+    full = sp.encode(text)
+    for i, b in enumerate(bounds[:-1]):  # every boundary must be a token boundary
+        if sp.encode(text[:sum(len(x) for x in segments[:i + 1])]) != full[:b]:
+            return None
+    item = Tokenized.__new__(Tokenized)
+    item.ids = [BOS] + full
+    item.n_prompt = 1 + bounds[0]
+    item.spans = [(1 + bounds[i], 1 + bounds[i + 1]) for i in range(0, len(bounds) - 1, 2)]
+    item.task = "mkq"
+    return item
+
+
+def make_mkq_pool(sp, context, n, seed, snapkv):
+    """Pool of 'mkq' rows (every_key_asked) fitting in `context` tokens: niah_multikey samples
+    generated shorter by the room the extra questions take (about 42 tokens each)."""
+    needles, hops = task_counts(context)
+    gen_context = int(context * 0.95) - 42 * (needles - 1)
+    raw = corpus.generate_tasks("niah_multikey", n, gen_context, seed, "train", snapkv,
+                                extra=("--needles", str(needles), "--hops", str(hops)))
+    rng = random.Random(seed)
+    items = [every_key_asked(sp, s, rng) for s in raw]
+    return [x for x in items if x is not None and len(x.ids) <= context + 1]
+
+
 def make_pool(sp, context, n_per_task, seed, split, snapkv, tasks=corpus.TASKS):
-    """{task: [Tokenized]} fitting in `context` tokens (with BOS); generator asked for 95%."""
+    """{task: [Tokenized]} fitting in `context` tokens (with BOS); generator asked for 95%.
+    `n_per_task` is a count or {task: count}."""
     needles, hops = task_counts(context)
     pool = {}
     for task in tasks:
+        n = n_per_task[task] if isinstance(n_per_task, dict) else n_per_task
         try:
-            raw = corpus.generate_tasks(task, n_per_task, int(context * 0.95), seed, split, snapkv,
+            raw = corpus.generate_tasks(task, n, int(context * 0.95), seed, split, snapkv,
                                         extra=("--needles", str(needles), "--hops", str(hops)))
         except Exception:  # context too small for this task
             continue
@@ -101,8 +169,10 @@ def make_pool(sp, context, n_per_task, seed, split, snapkv, tasks=corpus.TASKS):
 class Batcher:
     """Builds (x, y, w) rows of length T: x input ids, y next-token targets, w loss weights."""
 
-    def __init__(self, sp, natural_ids, filler_ids, pool, T, answer_weight, mix, copy_random=0.0):
+    def __init__(self, sp, natural_ids, filler_ids, pool, T, answer_weight, mix, copy_random=0.0,
+                 task_weights=None):
         self.sp = sp
+        self.task_weights = task_weights or {}  # {task: weight}; empty: uniform draw
         self.copy_random = copy_random  # share of copy rows built from uniformly random tokens
         self.natural = natural_ids  # one long token stream
         self.filler = filler_ids    # haystack text token stream (from train samples)
@@ -143,6 +213,9 @@ class Batcher:
 
     def task_row(self, rng, task=None):
         tasks = sorted(self.pool)
+        if task is None and self.task_weights:
+            p = np.array([self.task_weights.get(t, 1.0) for t in tasks])
+            task = tasks[int(rng.choice(len(tasks), p=p / p.sum()))]
         task = task or tasks[int(rng.integers(0, len(tasks)))]
         item = self.pool[task][int(rng.integers(0, len(self.pool[task])))]
         return self.render(item)
@@ -153,9 +226,10 @@ class Batcher:
         row = np.full(T + 1, EOS, dtype=np.int64)
         row[:len(ids)] = ids
         w = np.zeros(T, dtype=np.float32)
-        # prompt: every 4th position at weight 0.25 (language signal, cheap); answer: full weight
-        w[0:item.n_prompt - 1:4] = 0.25
-        w[item.n_prompt - 1:len(ids) - 1] = self.answer_weight
+        # prompt: every 4th position at weight 0.25 (language signal, cheap); answers: full weight
+        w[0:len(ids) - 1:4] = 0.25
+        for a, b in item.spans:  # logits at a-1..b-2 predict the answer tokens a..b-1
+            w[a - 1:min(b, len(ids)) - 1] = self.answer_weight
         return row, w
 
     def batch(self, rng, B):
@@ -269,12 +343,12 @@ def main():
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=os.path.join(tok_dir, "spm.model"))
     stages = parse_stages(args.stages)
-    total_steps = sum(s for _, _, s in stages)
+    total_steps = sum(s for _, _, s, _ in stages)
 
     torch.manual_seed(args.seed)
     cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
                  n_head=args.n_head, n_head_kv=args.n_head_kv,
-                 context_length=max(2048, max(max(stage_lengths(t)) for t, _, _ in stages)))
+                 context_length=max(2048, max(max(stage_lengths(t)) for t, _, _, _ in stages)))
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
@@ -319,7 +393,7 @@ def main():
     signal.signal(signal.SIGINT, request_stop)
 
     stage_start = 0
-    for si, (lengths, B_max, n_steps) in enumerate(stages):
+    for si, (lengths, B_max, n_steps, weights) in enumerate(stages):
         stage_end = stage_start + n_steps
         if step >= stage_end:
             stage_start = stage_end
@@ -342,14 +416,20 @@ def main():
             B = B_max * T_max // T
             n_pool = min(2000, max(200, (n_steps * B) // (8 * len(lengths))))
             seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
-            pool = make_pool(sp, T, n_pool, seed=seed, split="train", snapkv=args.snapkv)
+            # a task drawn w times as often gets a pool w times as large (as many repeats)
+            n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
+                      for t in corpus.TASKS + ["mkq"]} if weights else n_pool
+            pool = make_pool(sp, T, n_task, seed=seed, split="train", snapkv=args.snapkv)
+            if weights.get("mkq", 0) > 0:
+                pool["mkq"] = make_mkq_pool(sp, T, n_task["mkq"], seed + 50, args.snapkv)
             eval_pools[T] = make_pool(sp, T, args.eval_n, seed=1, split="eval", snapkv=args.snapkv)
             copy_f = 0.5 if T <= 128 else 0.25
             mix = (copy_f, 0.85 * (1 - copy_f) if T > 128 else 0.35, 0.0)
             batchers[T] = Batcher(sp, natural_ids, filler_ids, pool, T, args.answer_weight, mix,
-                                  args.copy_random)
+                                  args.copy_random, weights)
             log(run_dir, f"stage {si} T={T} B={B} steps {stage_start}..{stage_end} pool "
-                f"{ {k: len(v) for k, v in pool.items()} }")
+                f"{ {k: len(v) for k, v in pool.items()} }"
+                + (f" task weights {weights}" if weights else ""))
         log(run_dir, f"stage {si} pools built in {time.time()-t0:.0f}s")
         last_ckpt = time.time()
         run_loss, run_n, t_step = 0.0, 0, time.time()
