@@ -8,10 +8,11 @@
 #   scripts/make_results.sh                      # defaults below
 #   N=5 CONTEXTS="1024" scripts/make_results.sh  # a quicker, smaller run
 #
-# Cost: runs = contexts x 2 protocols x tasks x N x (3 keeps x 7 keep-using methods + 2), plus the
-# perplexity windows. Measured on the project machine with the shipped 1.25M-parameter model and one
-# thread: about 0.3 s per run at 1K context and 1 s at 2K, so the defaults (6 tasks, N=20) take
-# hours. Shrink with N, TASKS, CONTEXTS or METHODS.
+# Cost: every sample is prefilled once per codec (fp16, kivi2) and the 23 method x keep cells fork
+# their caches from it (`snapkv eval`'s shared prefill). Measured on the project machine with the
+# shipped 1.25M-parameter model and one thread: 6 tasks x N=50 take 2.6 (query-aware) and 3.1
+# (question-agnostic) minutes at 1K; 3.9 and 4.4 at 2K with N=30. Shrink with N, TASKS, CONTEXTS
+# or METHODS.
 #
 # Environment: SNAPKV (binary, default build/snapkv), MODEL (default: first models/*.gguf),
 # N (samples per task), CONTEXTS, PPL_CONTEXTS (perplexity prefixes), TASKS, METHODS, KEEPS,
