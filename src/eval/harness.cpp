@@ -136,6 +136,13 @@ std::vector<int32_t> compressed_part(const PromptTokens& prompt, Protocol protoc
   return all;
 }
 
+// check_prompt, then compressed_part.
+std::vector<int32_t> checked_part(const LlamaModel& model, const PromptTokens& prompt,
+                                  const RunSettings& settings) {
+  check_prompt(model, prompt, settings);
+  return compressed_part(prompt, settings.protocol);
+}
+
 // After the prompt's prefill (compressed, prompt ended): appends the question when agnostic,
 // records the stats, decodes greedily until EOS, a newline or max_new_tokens, and scores.
 // `timer` has run since the prefill began.
@@ -204,15 +211,28 @@ CacheConfig shared_prefill_config(const CacheConfig& target, size_t prompt_token
   return base;
 }
 
-SharedPrefill::SharedPrefill(const LlamaModel& model, const PromptTokens& prompt,
-                             const CacheConfig& config, const RunSettings& settings)
-    : session(model, shared_prefill_config(config, prompt.size()),
-              SessionOptions{settings.prefill_chunk}) {
-  check_prompt(model, prompt, settings);
+std::map<std::string, size_t> shared_prefill_runs(const std::vector<Method>& methods,
+                                                  size_t n_keeps, bool share) {
+  std::map<std::string, size_t> runs;
+  if (!share) return runs;
+  for (const Method& method : methods) {
+    const std::string key = shared_prefill_key(method.config);
+    if (!key.empty()) runs[key] += method.uses_keep ? n_keeps : 1;
+  }
+  return runs;
+}
+
+SharedPrefill::SharedPrefill(const LlamaModel& model, std::span<const int32_t> tokens,
+                             const CacheConfig& config, size_t prefill_chunk)
+    : session(model, shared_prefill_config(config, tokens.size()), SessionOptions{prefill_chunk}) {
   Timer timer;
-  logits = session.prefill_shared(compressed_part(prompt, settings.protocol));
+  logits = session.prefill_shared(tokens);
   seconds = timer.seconds();
 }
+
+SharedPrefill::SharedPrefill(const LlamaModel& model, const PromptTokens& prompt,
+                             const CacheConfig& config, const RunSettings& settings)
+    : SharedPrefill(model, checked_part(model, prompt, settings), config, settings.prefill_chunk) {}
 
 SampleRun run_sample(const SharedPrefill& shared, const Tokenizer& tokenizer,
                      const PromptTokens& prompt, const std::vector<std::string>& answers,
@@ -275,13 +295,8 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
           options.protocol == Protocol::question_agnostic ? prompt.context.size() : prompt.size();
       // One shared prefill per codec among the end_of_prompt runs of this sample (when more than
       // one run can use it), built at its first use.
-      std::map<std::string, size_t> runs_per_codec;
-      for (const Method& method : options.methods) {
-        const std::string key = shared_prefill_key(method.config);
-        if (options.share_prefill && !key.empty()) {
-          runs_per_codec[key] += method.uses_keep ? options.keeps.size() : 1;
-        }
-      }
+      const std::map<std::string, size_t> runs_per_codec =
+          shared_prefill_runs(options.methods, options.keeps.size(), options.share_prefill);
       std::map<std::string, std::unique_ptr<SharedPrefill>> shared;
       for (size_t m = 0; m < options.methods.size(); ++m) {
         const Method& method = options.methods[m];

@@ -116,19 +116,9 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
     const std::span<const int32_t> continuation(
         &*(first + static_cast<std::ptrdiff_t>(o.prefix - 1)), o.continuation);
     // One shared prefix prefill per codec when more than one run of the window can fork it.
-    std::map<std::string, size_t> runs_per_key;
-    for (const Method& method : o.methods) {
-      const std::string key = shared_prefill_key(method.config);
-      if (o.share_prefill && !key.empty()) {
-        runs_per_key[key] += method.uses_keep ? o.keeps.size() : 1;
-      }
-    }
-    struct Shared {
-      std::unique_ptr<LlamaSession> session;
-      std::vector<float> logits;
-      double seconds = 0.0;
-    };
-    std::map<std::string, Shared> shared;
+    const std::map<std::string, size_t> runs_per_key =
+        shared_prefill_runs(o.methods, o.keeps.size(), o.share_prefill);
+    std::map<std::string, std::unique_ptr<SharedPrefill>> shared;
     for (size_t m = 0; m < o.methods.size(); ++m) {
       const Method& method = o.methods[m];
       const size_t n_keeps = method.uses_keep ? o.keeps.size() : 1;
@@ -142,19 +132,12 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
         std::vector<float> first_logits;
         double prefill_s = 0.0;
         if (it != runs_per_key.end() && it->second > 1) {
-          Shared& base = shared[key];
-          if (!base.session) {
-            base.session =
-                std::make_unique<LlamaSession>(model, shared_prefill_config(config, prefix.size()),
-                                               SessionOptions{o.prefill_chunk});
-            Timer timer;
-            base.logits = base.session->prefill_shared(prefix);
-            base.seconds = timer.seconds();
-          }
+          std::unique_ptr<SharedPrefill>& base = shared[key];
+          if (!base) base = std::make_unique<SharedPrefill>(model, prefix, config, o.prefill_chunk);
           Timer timer;
-          own.emplace(base.session->fork(config));
-          first_logits = base.logits;
-          prefill_s = base.seconds + timer.seconds();  // what a dedicated prefill spends
+          own.emplace(base->session.fork(config));
+          first_logits = base->logits;
+          prefill_s = base->seconds + timer.seconds();  // what a dedicated prefill spends
         } else {
           own.emplace(model, config, SessionOptions{o.prefill_chunk});
           Timer timer;

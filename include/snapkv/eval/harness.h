@@ -29,6 +29,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -82,8 +84,12 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
 // shared_prefill_config(config): config with policy snapkv (queries auto, end_of_prompt) and a
 // budget that evicts nothing, so that it keeps every row and the window's queries.
 struct SharedPrefill {
+  // Checks the prompt as run_sample does, then prefills its compressed part.
   SharedPrefill(const LlamaModel& model, const PromptTokens& prompt, const CacheConfig& config,
                 const RunSettings& settings);
+  // Prefills `tokens` as they are (perplexity's prefix).
+  SharedPrefill(const LlamaModel& model, std::span<const int32_t> tokens, const CacheConfig& config,
+                size_t prefill_chunk);
   LlamaSession session;       // prompt open: only forked
   std::vector<float> logits;  // [n_vocab] after the prefilled part
   double seconds = 0.0;       // prefill wall time
@@ -92,6 +98,10 @@ CacheConfig shared_prefill_config(const CacheConfig& target, size_t prompt_token
 // Configs with the same non-empty key can fork one shared prefill (end_of_prompt, same codec and
 // codec parameters, same window); "" for configs that cannot (every_chunk).
 std::string shared_prefill_key(const CacheConfig& config);
+// Runs per shared_prefill_key among `methods` x `n_keeps` kept fractions (policy-full methods run
+// once); empty when !share. A key with more than one run is worth a SharedPrefill.
+std::map<std::string, size_t> shared_prefill_runs(const std::vector<Method>& methods,
+                                                  size_t n_keeps, bool share);
 
 // run_sample on a fork of a shared prefill: the same result as the dedicated run_sample above, bit
 // for bit, for any config LayerCache::fork accepts (end_of_prompt, the shared prefill's codec and
