@@ -56,11 +56,12 @@ mkdir -p "$OUT"
 INFO=/usr/share/info/coreutils.info.gz
 if [[ -z "${TEXT:-}" ]]; then
   if [[ -f "$INFO" ]]; then
-    text_dir=$(mktemp -d)
-    trap 'rm -rf "$text_dir"' EXIT
-    TEXT=$text_dir/coreutils-manual.txt
+    # extracted into the build tree (a stable path: the report headers print it)
+    mkdir -p build
+    TEXT=build/coreutils-manual.txt
     zcat "$INFO" | tr -d '\037\000' | grep -a -v '^File: coreutils.info' \
-      | sed -n '/^1 Introduction$/,/^Appendix A GNU Free Documentation License$/p' > "$TEXT"
+      | sed -n '/^1 Introduction$/,/^Appendix A GNU Free Documentation License$/p' > "$TEXT.$$"
+    mv "$TEXT.$$" "$TEXT"  # atomic: two runs side by side never read a half-written file
   else
     echo "make_results.sh: warning: $INFO not found, perplexity uses filler text" >&2
     TEXT=filler

@@ -14,7 +14,6 @@ Writes RUN/log.txt (loss, held-out teacher-forced answer accuracy per task), RUN
 RUN/export-<T>/ at the end of each stage. Held-out samples use the eval split (disjoint seeds).
 """
 import argparse
-import math
 import os
 import random
 import re
@@ -45,7 +44,8 @@ def parse_stages(spec):
     several lengths draws one length per step (uniformly) and scales the batch to
     batch * max(T) / T, so every step holds the same number of tokens. An optional fourth field
     weights the task draw, e.g. '512:8:400:niah_multikey=4+niah_multiquery=2' (unnamed tasks
-    weigh 1; without the field every task is equally likely)."""
+    weigh 1; without the field every task is equally likely). The pseudo-tasks 'mkq' and 'mkqh'
+    (every_key_asked, shared_prefix_values) are drawn only when named."""
     out = []
     for part in spec.split(","):
         fields = part.split(":")
@@ -56,7 +56,7 @@ def parse_stages(spec):
         if len(fields) == 4:
             for item in fields[3].split("+"):
                 name, _, w = item.partition("=")
-                if name not in corpus.TASKS + ["mkq"] or not w:
+                if name not in corpus.TASKS + PSEUDO_TASKS or not w:
                     raise SystemExit(f"bad task weight '{item}' in stage '{part}': expected "
                                      f"TASK=W with TASK one of {', '.join(corpus.TASKS)} or mkq "
                                      "(niah_multikey with every key asked in turn)")
@@ -98,6 +98,37 @@ class Tokenized:
 
 
 NEEDLE_RE = re.compile(r"One of the special magic numbers for (\S+) is: (\d+)\.")
+PSEUDO_TASKS = ["mkq", "mkqh"]  # built in train.py from niah_multikey samples (below)
+
+
+def shared_prefix_values(sample, rng):
+    """Hard distractors ('mkqh'): rewrites the needles' values so that all of them start with the
+    same 1-4 digits (the asked needle's), each value still distinct. A model that finds the right
+    needle for the first digit and then copies from whichever needle continues that digit fails
+    these; it has to keep matching the key digit after digit."""
+    needles = NEEDLE_RE.findall(sample["context"])
+    values = [v for _, v in needles]
+    if len(needles) < 2 or len(set(values)) != len(values) or \
+            sample["answers"][0] not in values:
+        return None
+    asked = sample["answers"][0]
+    n_shared = rng.randint(1, min(4, len(asked) - 2))
+    new, used = {}, {asked}
+    for v in values:
+        if v == asked:
+            new[v] = v
+            continue
+        w = asked[:n_shared] + v[n_shared:]
+        while w in used:
+            w = asked[:n_shared] + "".join(rng.choice("0123456789") for _ in v[n_shared:])
+        used.add(w)
+        new[v] = w
+    context = sample["context"]
+    for v, w in new.items():
+        if context.count(v) != 1:
+            return None
+        context = context.replace(v, w)
+    return dict(sample, context=context)
 
 
 def every_key_asked(sp, sample, rng):
@@ -135,15 +166,21 @@ def every_key_asked(sp, sample, rng):
     return item
 
 
-def make_mkq_pool(sp, context, n, seed, snapkv):
+def make_mkq_pool(sp, context, n, seed, snapkv, hard=False):
     """Pool of 'mkq' rows (every_key_asked) fitting in `context` tokens: niah_multikey samples
-    generated shorter by the room the extra questions take (about 42 tokens each)."""
+    generated shorter by the room the extra questions take (about 42 tokens each). hard: 'mkqh',
+    the needles' values rewritten to share their first digits (shared_prefix_values)."""
     needles, hops = task_counts(context)
     gen_context = int(context * 0.95) - 42 * (needles - 1)
     raw = corpus.generate_tasks("niah_multikey", n, gen_context, seed, "train", snapkv,
                                 extra=("--needles", str(needles), "--hops", str(hops)))
     rng = random.Random(seed)
+    if hard:
+        raw = [x for x in (shared_prefix_values(s, rng) for s in raw) if x is not None]
     items = [every_key_asked(sp, s, rng) for s in raw]
+    for x in items:
+        if x is not None and hard:
+            x.task = "mkqh"
     return [x for x in items if x is not None and len(x.ids) <= context + 1]
 
 
@@ -332,6 +369,10 @@ def main():
     ap.add_argument("--eval-n", type=int, default=16)
     ap.add_argument("--ckpt-minutes", type=float, default=4.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--init", default=None, metavar="CKPT",
+                    help="start a new run from another run's checkpoint (weights and AdamW state; "
+                         "model shape taken from it); steps, stages and the LR schedule are this "
+                         "run's own")
     ap.add_argument("--copy-random", type=float, default=0.0,
                     help="share of copy-task rows made of uniformly random tokens (default 0)")
     args = ap.parse_args()
@@ -346,14 +387,29 @@ def main():
     total_steps = sum(s for _, _, s, _ in stages)
 
     torch.manual_seed(args.seed)
-    cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
-                 n_head=args.n_head, n_head_kv=args.n_head_kv,
-                 context_length=max(2048, max(max(stage_lengths(t)) for t, _, _, _ in stages)))
+    n_ctx = max(2048, max(max(stage_lengths(t)) for t, _, _, _ in stages))
+    init = torch.load(args.init) if args.init else None
+    if init:
+        shape = {k: init["config"][k] for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")}
+        cfg = Config(sp.get_piece_size(), context_length=max(n_ctx, init["config"]["context_length"]),
+                     **shape)
+        if init["config"]["vocab_size"] != cfg.vocab_size:
+            raise SystemExit(f"--init {args.init}: vocabulary of {init['config']['vocab_size']} "
+                             f"pieces, the tokenizer has {cfg.vocab_size}")
+    else:
+        cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
+                     n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx)
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
-    if os.path.exists(ckpt_path):
+    if init and not os.path.exists(ckpt_path):
+        model.load_state_dict(init["model"])
+        opt.load_state_dict(init["opt"])
+        log(run_dir, f"start: {' '.join(sys.argv)}")
+        log(run_dir, f"initialised from {args.init} (its step {init['step']}); config "
+            f"{cfg.to_dict()} stages {stages}")
+    elif os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
@@ -418,10 +474,13 @@ def main():
             seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
             # a task drawn w times as often gets a pool w times as large (as many repeats)
             n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
-                      for t in corpus.TASKS + ["mkq"]} if weights else n_pool
+                      for t in corpus.TASKS + PSEUDO_TASKS} if weights else n_pool
             pool = make_pool(sp, T, n_task, seed=seed, split="train", snapkv=args.snapkv)
             if weights.get("mkq", 0) > 0:
                 pool["mkq"] = make_mkq_pool(sp, T, n_task["mkq"], seed + 50, args.snapkv)
+            if weights.get("mkqh", 0) > 0:
+                pool["mkqh"] = make_mkq_pool(sp, T, n_task["mkqh"], seed + 60, args.snapkv,
+                                             hard=True)
             eval_pools[T] = make_pool(sp, T, args.eval_n, seed=1, split="eval", snapkv=args.snapkv)
             copy_f = 0.5 if T <= 128 else 0.25
             mix = (copy_f, 0.85 * (1 - copy_f) if T > 128 else 0.35, 0.0)
