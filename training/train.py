@@ -58,8 +58,9 @@ def parse_stages(spec):
                 name, _, w = item.partition("=")
                 if name not in corpus.TASKS + PSEUDO_TASKS or not w:
                     raise SystemExit(f"bad task weight '{item}' in stage '{part}': expected "
-                                     f"TASK=W with TASK one of {', '.join(corpus.TASKS)} or mkq "
-                                     "(niah_multikey with every key asked in turn)")
+                                     f"TASK=W with TASK one of {', '.join(corpus.TASKS)}, mkq "
+                                     "(niah_multikey with every key asked in turn) or mkqh (the "
+                                     "same, needles sharing their first digits)")
                 weights[name] = float(w)
         if t.startswith("copy"):  # 'copy32:128:800': induction warm-up, random-token copy rows
             out.append((("copy", int(t[4:])), int(b), int(s), weights))
