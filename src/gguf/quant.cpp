@@ -1,5 +1,5 @@
 // Tensor types: names, block sizes, byte-size arithmetic with overflow checks, and the scalar
-// reference conversions between fp32 and F16 / BF16 / Q8_0 / Q4_0 rows.
+// reference conversions between fp32 and F16 / BF16 / Q8_0 / Q4_0 / Q2_K..Q6_K rows.
 #include "snapkv/gguf/quant.h"
 
 #include <cctype>
@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "snapkv/ops/quant_blocks.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv::gguf {
@@ -23,6 +24,10 @@ std::string ne_string(std::span<const int64_t> ne) {
   }
   return s + "}";
 }
+
+constexpr TensorType kSupported[] = {
+    TensorType::f32,  TensorType::f16,  TensorType::q4_0, TensorType::q8_0, TensorType::q2_K,
+    TensorType::q3_K, TensorType::q4_K, TensorType::q5_K, TensorType::q6_K, TensorType::bf16};
 
 void check_row_length(TensorType type, size_t n, std::string_view who) {
   const size_t bs = block_size(type);
@@ -54,10 +59,38 @@ std::string_view tensor_type_name(TensorType type) {
       return "q4_0";
     case TensorType::q8_0:
       return "q8_0";
+    case TensorType::q2_K:
+      return "q2_K";
+    case TensorType::q3_K:
+      return "q3_K";
+    case TensorType::q4_K:
+      return "q4_K";
+    case TensorType::q5_K:
+      return "q5_K";
+    case TensorType::q6_K:
+      return "q6_K";
     case TensorType::bf16:
       return "bf16";
   }
   return "unknown";
+}
+
+std::string_view ggml_type_name(int32_t id) {
+  // ggml's type ids (ggml.h); 4, 5 and 31..33, 36..38 were assigned once and retired.
+  static constexpr std::string_view kNames[] = {
+      "F32",   "F16",        "Q4_0",       "Q4_1",      "Q4_2",     "Q4_3",     "Q5_0",
+      "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",      "Q3_K",     "Q4_K",     "Q5_K",
+      "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",    "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
+      "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",        "I16",      "I32",      "I64",
+      "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",  "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8"};
+  if (id < 0 || static_cast<size_t>(id) >= std::size(kNames)) return "";
+  return kNames[id];
+}
+
+std::string_view supported_tensor_types() {
+  return "F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), Q2_K (10), Q3_K (11), Q4_K (12), Q5_K (13), "
+         "Q6_K (14) or BF16 (30)";
 }
 
 std::optional<TensorType> tensor_type_from_id(int32_t id) {
@@ -70,6 +103,16 @@ std::optional<TensorType> tensor_type_from_id(int32_t id) {
       return TensorType::q4_0;
     case 8:
       return TensorType::q8_0;
+    case 10:
+      return TensorType::q2_K;
+    case 11:
+      return TensorType::q3_K;
+    case 12:
+      return TensorType::q4_K;
+    case 13:
+      return TensorType::q5_K;
+    case 14:
+      return TensorType::q6_K;
     case 30:
       return TensorType::bf16;
     default:
@@ -78,11 +121,13 @@ std::optional<TensorType> tensor_type_from_id(int32_t id) {
 }
 
 std::optional<TensorType> tensor_type_from_name(std::string_view name) {
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (TensorType t :
-       {TensorType::f32, TensorType::f16, TensorType::q4_0, TensorType::q8_0, TensorType::bf16}) {
-    if (tensor_type_name(t) == lower) return t;
+  const auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  for (TensorType t : kSupported) {
+    if (lower(tensor_type_name(t)) == lower(name)) return t;
   }
   return std::nullopt;
 }
@@ -93,13 +138,19 @@ size_t block_size(TensorType type) {
       return kQK8_0;
     case TensorType::q4_0:
       return kQK4_0;
+    case TensorType::q2_K:
+    case TensorType::q3_K:
+    case TensorType::q4_K:
+    case TensorType::q5_K:
+    case TensorType::q6_K:
+      return kQK_K;
     case TensorType::f32:
     case TensorType::f16:
     case TensorType::bf16:
       return 1;
   }
   throw_invalid(kComponent, "unknown tensor type", std::to_string(static_cast<int32_t>(type)),
-                "f32, f16, q4_0, q8_0 or bf16");
+                std::string(supported_tensor_types()));
 }
 
 size_t type_size(TensorType type) {
@@ -113,9 +164,19 @@ size_t type_size(TensorType type) {
       return sizeof(block_q8_0);
     case TensorType::q4_0:
       return sizeof(block_q4_0);
+    case TensorType::q2_K:
+      return sizeof(BlockQ2_K);
+    case TensorType::q3_K:
+      return sizeof(BlockQ3_K);
+    case TensorType::q4_K:
+      return sizeof(BlockQ4_K);
+    case TensorType::q5_K:
+      return sizeof(BlockQ5_K);
+    case TensorType::q6_K:
+      return sizeof(BlockQ6_K);
   }
   throw_invalid(kComponent, "unknown tensor type", std::to_string(static_cast<int32_t>(type)),
-                "f32, f16, q4_0, q8_0 or bf16");
+                std::string(supported_tensor_types()));
 }
 
 int64_t element_count(std::span<const int64_t> ne) {
@@ -250,6 +311,26 @@ void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n) {
   }
 }
 
+// ---- K-quants: whole blocks through ops/quant_blocks.h, copied so any alignment works -------
+
+template <class Block>
+void dequantize_k_row(float* out, const uint8_t* src, size_t n) {
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    Block blk;
+    std::memcpy(&blk, src + b * sizeof blk, sizeof blk);
+    decode_block(out + b * kQK_K, blk);
+  }
+}
+
+template <class Block>
+void quantize_k_row(uint8_t* dst, const float* in, size_t n) {
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    Block blk;
+    quantize_block(&blk, in + b * kQK_K);
+    std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
+  }
+}
+
 // ---- generic rows (any input alignment) ----------------------------------------------------
 
 void dequantize_row(float* out, const void* in, TensorType type, size_t n) {
@@ -287,6 +368,16 @@ void dequantize_row(float* out, const void* in, TensorType type, size_t n) {
         dequantize_row_q4_0(out + b * kQK4_0, &blk, kQK4_0);
       }
       return;
+    case TensorType::q2_K:
+      return dequantize_k_row<BlockQ2_K>(out, src, n);
+    case TensorType::q3_K:
+      return dequantize_k_row<BlockQ3_K>(out, src, n);
+    case TensorType::q4_K:
+      return dequantize_k_row<BlockQ4_K>(out, src, n);
+    case TensorType::q5_K:
+      return dequantize_k_row<BlockQ5_K>(out, src, n);
+    case TensorType::q6_K:
+      return dequantize_k_row<BlockQ6_K>(out, src, n);
   }
   block_size(type);  // throws for an unknown type
 }
@@ -324,6 +415,16 @@ void quantize_row(void* out, const float* in, TensorType type, size_t n) {
         std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
       }
       return;
+    case TensorType::q2_K:
+      return quantize_k_row<BlockQ2_K>(dst, in, n);
+    case TensorType::q3_K:
+      return quantize_k_row<BlockQ3_K>(dst, in, n);
+    case TensorType::q4_K:
+      return quantize_k_row<BlockQ4_K>(dst, in, n);
+    case TensorType::q5_K:
+      return quantize_k_row<BlockQ5_K>(dst, in, n);
+    case TensorType::q6_K:
+      return quantize_k_row<BlockQ6_K>(dst, in, n);
   }
   block_size(type);  // throws for an unknown type
 }

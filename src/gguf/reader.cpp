@@ -370,8 +370,13 @@ void File::parse() {
     const auto type_id = cur.read<int32_t>("tensor type");
     const auto type = tensor_type_from_id(type_id);
     if (!type) {
-      cur.fail("unknown or unsupported tensor type", std::to_string(type_id),
-               "f32 (0), f16 (1), q4_0 (2), q8_0 (8) or bf16 (30)");
+      // Name the type when ggml defines it ("IQ2_XS (type 17)"), the bare id otherwise.
+      const std::string_view ggml_name = ggml_type_name(type_id);
+      cur.fail("unknown or unsupported tensor type",
+               ggml_name.empty()
+                   ? std::to_string(type_id)
+                   : std::string(ggml_name) + " (type " + std::to_string(type_id) + ")",
+               std::string(supported_tensor_types()));
     }
     t.type = *type;
     const auto bs = static_cast<int64_t>(block_size(t.type));

@@ -152,7 +152,8 @@ void Writer::add_tensor(std::string_view name, TensorType type, std::vector<int6
   }
   if (!tensor_type_from_id(static_cast<int32_t>(type))) {
     throw_invalid(kComponent, who + ": unknown tensor type",
-                  std::to_string(static_cast<int32_t>(type)), "f32, f16, q4_0, q8_0 or bf16");
+                  std::to_string(static_cast<int32_t>(type)),
+                  std::string(supported_tensor_types()));
   }
   const uint64_t n_bytes = tensor_n_bytes(type, ne);  // validates ne
   if (bytes.size() != n_bytes) {

@@ -35,7 +35,8 @@ class TensorLoader {
     return *t;
   }
 
-  // A matrix [rows][cols] (ggml ne {cols, rows}) in F32, F16 or Q8_0.
+  // A matrix [rows][cols] (ggml ne {cols, rows}) in any type the reader accepts (gemm.h decodes
+  // each in place).
   WeightMatrix matrix(const std::string& name, size_t cols, size_t rows) {
     const gguf::TensorInfo& t = get(name);
     const int64_t expected[2] = {static_cast<int64_t>(cols), static_cast<int64_t>(rows)};
@@ -51,9 +52,27 @@ class TensorLoader {
       case gguf::TensorType::q8_0:
         w.type = WeightType::q8_0;
         break;
-      default:
-        throw_runtime(kComponent, "tensor '" + name + "' type not supported",
-                      std::string(gguf::tensor_type_name(t.type)), "f32, f16 or q8_0");
+      case gguf::TensorType::bf16:
+        w.type = WeightType::bf16;
+        break;
+      case gguf::TensorType::q4_0:
+        w.type = WeightType::q4_0;
+        break;
+      case gguf::TensorType::q2_K:
+        w.type = WeightType::q2_K;
+        break;
+      case gguf::TensorType::q3_K:
+        w.type = WeightType::q3_K;
+        break;
+      case gguf::TensorType::q4_K:
+        w.type = WeightType::q4_K;
+        break;
+      case gguf::TensorType::q5_K:
+        w.type = WeightType::q5_K;
+        break;
+      case gguf::TensorType::q6_K:
+        w.type = WeightType::q6_K;
+        break;
     }
     w.data = t.data;
     w.rows = rows;

@@ -1,5 +1,7 @@
-// Weight-format-aware GEMV/GEMM: F32, F16 and Q8_0 rows decoded inside the kernels.
-// SIMD: one AVX2+F16C path per inner loop under SNAPKV_GEMM_AVX2, a scalar loop otherwise.
+// Weight-format-aware GEMV/GEMM: F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside
+// the kernels. SIMD: one AVX2+F16C path per inner loop under SNAPKV_GEMM_AVX2, a scalar loop
+// otherwise. Q4_0 and the K-quants decode one block at a time (quant_blocks.h) into a stack
+// buffer and dot it with x.
 #include "snapkv/ops/gemm.h"
 
 #include <cblas.h>
@@ -8,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "snapkv/util/error.h"
@@ -130,6 +133,105 @@ void dequant_q8_0_row(float* out, const BlockQ8_0* blocks, size_t n) {
   }
 }
 
+float dot_bf16(const uint16_t* row, const float* x, size_t n) {
+  size_t c = 0;
+  float sum = 0.0f;
+#if SNAPKV_GEMM_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; c + 16 <= n; c += 16) {
+    const __m256i h0 =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c)));
+    const __m256i h1 =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c + 8)));
+    acc0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h0, 16)), _mm256_loadu_ps(x + c),
+                           acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h1, 16)),
+                           _mm256_loadu_ps(x + c + 8), acc1);
+  }
+  sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; c < n; ++c) sum += bf16_bits_to_fp32(row[c]) * x[c];
+  return sum;
+}
+
+// Elements per block of a decode_block type.
+template <class Block>
+constexpr size_t kBlockElems = kQK_K;
+template <>
+constexpr size_t kBlockElems<BlockQ4_0> = kQ4_0BlockSize;
+
+// dot(row, x) for a row of n / kBlockElems blocks: each block is decoded into a stack buffer and
+// multiplied with x into running fp32 accumulators.
+template <class Block>
+float dot_blocks(const Block* blocks, const float* x, size_t n) {
+  constexpr size_t kN = kBlockElems<Block>;
+  alignas(32) float buf[kN];
+  const size_t n_blocks = n / kN;
+#if SNAPKV_GEMM_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (size_t b = 0; b < n_blocks; ++b) {
+    decode_block(buf, blocks[b]);
+    const float* xb = x + b * kN;
+    for (size_t j = 0; j < kN; j += 16) {
+      acc0 = _mm256_fmadd_ps(_mm256_load_ps(buf + j), _mm256_loadu_ps(xb + j), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_load_ps(buf + j + 8), _mm256_loadu_ps(xb + j + 8), acc1);
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+#else
+  float sum = 0.0f;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    decode_block(buf, blocks[b]);
+    for (size_t j = 0; j < kN; ++j) sum += buf[j] * x[b * kN + j];
+  }
+  return sum;
+#endif
+}
+
+template <class Block>
+void decode_row(float* out, const Block* blocks, size_t n) {
+  constexpr size_t kN = kBlockElems<Block>;
+  for (size_t b = 0; b < n / kN; ++b) decode_block(out + b * kN, blocks[b]);
+}
+
+// Element c of a row of Block, through the reference decoder (the block is copied first, so the
+// row may have any alignment).
+template <class Block>
+float ref_value(const uint8_t* row, size_t c, float (*value)(const Block&, size_t)) {
+  constexpr size_t kN = kBlockElems<Block>;
+  Block block;
+  std::memcpy(&block, row + (c / kN) * sizeof(Block), sizeof block);
+  return value(block, c % kN);
+}
+
+// Calls f(static_cast<const Block*>(nullptr)) with the block type of a decode_block type; returns
+// false for the plain and Q8_0 types.
+template <class F>
+bool with_block_type(WeightType type, F&& f) {
+  switch (type) {
+    case WeightType::q4_0:
+      f(static_cast<const BlockQ4_0*>(nullptr));
+      return true;
+    case WeightType::q2_K:
+      f(static_cast<const BlockQ2_K*>(nullptr));
+      return true;
+    case WeightType::q3_K:
+      f(static_cast<const BlockQ3_K*>(nullptr));
+      return true;
+    case WeightType::q4_K:
+      f(static_cast<const BlockQ4_K*>(nullptr));
+      return true;
+    case WeightType::q5_K:
+      f(static_cast<const BlockQ5_K*>(nullptr));
+      return true;
+    case WeightType::q6_K:
+      f(static_cast<const BlockQ6_K*>(nullptr));
+      return true;
+    default:
+      return false;
+  }
+}
+
 void check_rows(const WeightMatrix& w, size_t row_begin, size_t row_end) {
   if (row_begin > row_end || row_end > w.rows) {
     throw_invalid("gemm", "row range out of bounds",
@@ -148,21 +250,56 @@ size_t rows_per_task(size_t rows, size_t cols) {
 
 }  // namespace
 
+size_t weight_block_size(WeightType type) {
+  switch (type) {
+    case WeightType::f32:
+    case WeightType::f16:
+    case WeightType::bf16:
+      return 1;
+    case WeightType::q8_0:
+      return kQ8BlockSize;
+    case WeightType::q4_0:
+      return kQ4_0BlockSize;
+    case WeightType::q2_K:
+    case WeightType::q3_K:
+    case WeightType::q4_K:
+    case WeightType::q5_K:
+    case WeightType::q6_K:
+      return kQK_K;
+  }
+  throw_invalid("gemm", "unknown weight type", std::to_string(static_cast<int>(type)),
+                "f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K or q6_K");
+}
+
 size_t weight_row_bytes(WeightType type, size_t cols) {
+  const size_t bs = weight_block_size(type);
+  if (cols % bs != 0) {
+    throw_invalid("gemm",
+                  std::string(to_string(type)) + " row length not a multiple of the block size",
+                  std::to_string(cols), "a multiple of " + std::to_string(bs));
+  }
   switch (type) {
     case WeightType::f32:
       return cols * sizeof(float);
     case WeightType::f16:
-      return cols * sizeof(fp16_t);
+    case WeightType::bf16:
+      return cols * sizeof(uint16_t);
     case WeightType::q8_0:
-      if (cols % kQ8BlockSize != 0) {
-        throw_invalid("gemm", "q8_0 row length not a multiple of the block size",
-                      std::to_string(cols), "a multiple of 32");
-      }
-      return cols / kQ8BlockSize * sizeof(BlockQ8_0);
+      return cols / bs * sizeof(BlockQ8_0);
+    case WeightType::q4_0:
+      return cols / bs * sizeof(BlockQ4_0);
+    case WeightType::q2_K:
+      return cols / bs * sizeof(BlockQ2_K);
+    case WeightType::q3_K:
+      return cols / bs * sizeof(BlockQ3_K);
+    case WeightType::q4_K:
+      return cols / bs * sizeof(BlockQ4_K);
+    case WeightType::q5_K:
+      return cols / bs * sizeof(BlockQ5_K);
+    case WeightType::q6_K:
+      return cols / bs * sizeof(BlockQ6_K);
   }
-  throw_invalid("gemm", "unknown weight type", std::to_string(static_cast<int>(type)),
-                "f32, f16 or q8_0");
+  return 0;  // unreachable: weight_block_size threw
 }
 
 size_t WeightMatrix::row_bytes() const {
@@ -177,6 +314,20 @@ const char* to_string(WeightType type) {
       return "f16";
     case WeightType::q8_0:
       return "q8_0";
+    case WeightType::bf16:
+      return "bf16";
+    case WeightType::q4_0:
+      return "q4_0";
+    case WeightType::q2_K:
+      return "q2_K";
+    case WeightType::q3_K:
+      return "q3_K";
+    case WeightType::q4_K:
+      return "q4_K";
+    case WeightType::q5_K:
+      return "q5_K";
+    case WeightType::q6_K:
+      return "q6_K";
   }
   return "?";
 }
@@ -187,7 +338,7 @@ void validate_weight(const WeightMatrix& w, const char* what) {
     throw_invalid("gemm", std::string(what) + ": empty matrix",
                   std::to_string(w.rows) + "x" + std::to_string(w.cols), "rows, cols > 0");
   }
-  (void)w.row_bytes();  // throws for a bad Q8_0 width
+  (void)w.row_bytes();  // throws for an unknown type or a width that is not whole blocks
 }
 
 void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end) {
@@ -205,6 +356,20 @@ void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t
         dequant_q8_0_row(out + r * w.cols,
                          reinterpret_cast<const BlockQ8_0*>(row_ptr(w, row_begin + r)), w.cols);
       }
+      return;
+    case WeightType::bf16: {
+      const auto* src = reinterpret_cast<const uint16_t*>(row_ptr(w, row_begin));
+      for (size_t i = 0; i < n * w.cols; ++i) out[i] = bf16_bits_to_fp32(src[i]);
+      return;
+    }
+    default:
+      with_block_type(w.type, [&](const auto* tag) {
+        using Block = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
+        for (size_t r = 0; r < n; ++r) {
+          decode_row(out + r * w.cols, reinterpret_cast<const Block*>(row_ptr(w, row_begin + r)),
+                     w.cols);
+        }
+      });
       return;
   }
 }
@@ -234,6 +399,30 @@ void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, si
           o[c] = fp16_to_fp32(block.d) * static_cast<float>(block.qs[c % kQ8BlockSize]);
           break;
         }
+        case WeightType::bf16: {
+          uint16_t h;
+          std::memcpy(&h, p + c * sizeof(uint16_t), sizeof h);
+          o[c] = bf16_bits_to_fp32(h);
+          break;
+        }
+        case WeightType::q4_0:
+          o[c] = ref_value<BlockQ4_0>(p, c, q4_0_value);
+          break;
+        case WeightType::q2_K:
+          o[c] = ref_value<BlockQ2_K>(p, c, q2_K_value);
+          break;
+        case WeightType::q3_K:
+          o[c] = ref_value<BlockQ3_K>(p, c, q3_K_value);
+          break;
+        case WeightType::q4_K:
+          o[c] = ref_value<BlockQ4_K>(p, c, q4_K_value);
+          break;
+        case WeightType::q5_K:
+          o[c] = ref_value<BlockQ5_K>(p, c, q5_K_value);
+          break;
+        case WeightType::q6_K:
+          o[c] = ref_value<BlockQ6_K>(p, c, q6_K_value);
+          break;
       }
     }
   }
@@ -257,6 +446,15 @@ void gemv(float* out, const float* x, const WeightMatrix& w) {
           break;
         case WeightType::q8_0:
           out[r] = dot_q8_0(reinterpret_cast<const BlockQ8_0*>(p), x, w.cols);
+          break;
+        case WeightType::bf16:
+          out[r] = dot_bf16(reinterpret_cast<const uint16_t*>(p), x, w.cols);
+          break;
+        default:
+          with_block_type(w.type, [&](const auto* tag) {
+            using Block = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
+            out[r] = dot_blocks(reinterpret_cast<const Block*>(p), x, w.cols);
+          });
           break;
       }
     }

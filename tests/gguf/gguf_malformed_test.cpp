@@ -200,7 +200,7 @@ std::vector<Case> malformed_cases() {
   add("tensor-bytes-overflow", one_tensor("a", {int64_t{1} << 31, int64_t{1} << 31}, 0, 0),
       {"tensor 'a': byte size overflows int64"});
   add("tensor-type-q4_1", one_tensor("a", {32}, 3, 0),
-      {"tensor 'a': unknown or unsupported tensor type, got 3"});
+      {"tensor 'a': unknown or unsupported tensor type, got Q4_1 (type 3)"});
   add("tensor-type-negative", one_tensor("a", {32}, -7, 0),
       {"unknown or unsupported tensor type, got -7"});
   add("tensor-type-huge", one_tensor("a", {32}, 1 << 30, 0), {"tensor type, got 1073741824"});

@@ -1,5 +1,6 @@
-// GEMV / GEMM over F32, F16 and Q8_0 weights against the double-accumulating reference, and the
-// fast dequantizers against the scalar ones and against the GGUF layer's reference conversions.
+// GEMV / GEMM over every weight type (F32, F16, BF16, Q8_0, Q4_0, Q2_K..Q6_K) against the
+// double-accumulating reference, and the fast dequantizers against the scalar ones and against
+// the GGUF layer's reference conversions.
 #include "snapkv/ops/gemm.h"
 
 #include <gtest/gtest.h>
@@ -32,10 +33,14 @@ std::vector<uint8_t> encode(WeightType type, const std::vector<float>& m, size_t
       std::vector<fp16_t> h(cols);
       for (size_t c = 0; c < cols; ++c) h[c] = fp32_to_fp16(src[c]);
       std::memcpy(dst, h.data(), cols * sizeof(fp16_t));
-    } else {
+    } else if (type == WeightType::q8_0) {
       std::vector<BlockQ8_0> blocks(cols / kQ8BlockSize);
       quantize_q8_0(blocks.data(), src, cols);
       std::memcpy(dst, blocks.data(), blocks.size() * sizeof(BlockQ8_0));
+    } else {  // the other types through the GGUF layer's encoders (same ggml type names)
+      const auto gt = gguf::tensor_type_from_name(to_string(type));
+      if (!gt) throw std::logic_error("no gguf encoder for this weight type");
+      gguf::quantize_row(dst, src, *gt, cols);
     }
   }
   return bytes;
@@ -77,9 +82,11 @@ class GemmTest : public ::testing::TestWithParam<WeightType> {};
 TEST_P(GemmTest, MatchesDoubleReferenceAcrossShapes) {
   const WeightType type = GetParam();
   // Token counts on both sides of kGemmMinTokens; cols multiple of 32 (Q8_0) with odd row counts
-  // and a row count above the dequantization tile.
+  // and a row count above the dequantization tile; cols rounded up to 256 for the K-quants.
   const Shape shapes[] = {{1, 37, 64}, {3, 5, 96}, {4, 64, 32}, {9, 131, 160}, {5, 600, 2048}};
-  for (const Shape& s : shapes) {
+  const size_t bs = weight_block_size(type);
+  for (Shape s : shapes) {
+    s.cols = (s.cols + bs - 1) / bs * bs;
     const auto m = random_vec(s.rows * s.cols, 7);
     const auto x = random_vec(s.n_tokens * s.cols, 11);
     const auto bytes = encode(type, m, s.rows, s.cols);
@@ -116,7 +123,10 @@ TEST_P(GemmTest, GemvIsThreadCountIndependent) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
-                         ::testing::Values(WeightType::f32, WeightType::f16, WeightType::q8_0),
+                         ::testing::Values(WeightType::f32, WeightType::f16, WeightType::q8_0,
+                                           WeightType::bf16, WeightType::q4_0, WeightType::q2_K,
+                                           WeightType::q3_K, WeightType::q4_K, WeightType::q5_K,
+                                           WeightType::q6_K),
                          [](const auto& param_info) {
                            return std::string(to_string(param_info.param));
                          });
@@ -168,6 +178,7 @@ TEST(Gemm, Q8QuantizationErrorWithinHalfStep) {
 TEST(Gemm, RejectsBadArguments) {
   float data[64] = {};
   EXPECT_THROW(weight_row_bytes(WeightType::q8_0, 33), std::invalid_argument);
+  EXPECT_THROW(weight_row_bytes(WeightType::q4_K, 128), std::invalid_argument);
   EXPECT_THROW(validate_weight(WeightMatrix{WeightType::f32, nullptr, 2, 2}, "w"),
                std::invalid_argument);
   EXPECT_THROW(validate_weight(WeightMatrix{WeightType::f32, data, 0, 2}, "w"),

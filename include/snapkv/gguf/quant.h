@@ -1,9 +1,11 @@
 // Tensor element types of GGUF files and their block layouts, byte-size arithmetic with overflow
 // checks, and row conversion (quantize / dequantize) between fp32 and each type.
 //
-// Covers F32, F16, BF16, Q8_0 and Q4_0 exactly as ggml lays them out; every other ggml type is
-// "unknown" here. Scalar code only: these are the reference conversions. Engines that want SIMD
-// dot products over Q8_0/F16 rows write them elsewhere and test them against these.
+// Covers F32, F16, BF16, Q8_0, Q4_0 and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K exactly as ggml
+// lays them out (the K-quant block layouts and decoders live in ops/quant_blocks.h, shared with
+// the matmul kernels); every other ggml type is "unsupported" here and named by ggml_type_name.
+// Scalar code only: these are the reference conversions. K-quant encoding (quantize_row) is a
+// simple round-to-nearest, not ggml's scale search.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +24,11 @@ enum class TensorType : int32_t {
   f16 = 1,
   q4_0 = 2,
   q8_0 = 8,
+  q2_K = 10,
+  q3_K = 11,
+  q4_K = 12,
+  q5_K = 13,
+  q6_K = 14,
   bf16 = 30,
 };
 
@@ -46,14 +53,20 @@ static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match ggml's 18-byte la
 
 using bf16_t = uint16_t;  // raw bfloat16 bits (upper half of an IEEE binary32)
 
-// "f32", "f16", "q4_0", "q8_0", "bf16"; "unknown" for other ids.
+// "f32", "f16", "q4_0", "q8_0", "q2_K" .. "q6_K", "bf16" (ggml's spelling); "unknown" for others.
 std::string_view tensor_type_name(TensorType type);
-// The type with this ggml id, or nullopt when the id is not one of the five above.
+// The name ggml gives type id `id` ("Q4_1", "IQ2_XS", "TQ1_0", ...), for any id ggml has defined,
+// supported here or not; "" for ids ggml never assigned.
+std::string_view ggml_type_name(int32_t id);
+// The type with this ggml id, or nullopt when the id is not one of the supported ones above.
 std::optional<TensorType> tensor_type_from_id(int32_t id);
-// The type named "f32" / "F32" / "q8_0" / "Q8_0" ..., or nullopt.
+// "F32 (0), F16 (1), Q4_0 (2), ..." : the supported types, for error messages.
+std::string_view supported_tensor_types();
+// The type named "f32" / "F32" / "q8_0" / "Q4_K" ... (any case), or nullopt.
 std::optional<TensorType> tensor_type_from_name(std::string_view name);
 
-// Elements per block (1 for f32/f16/bf16, 32 for q8_0/q4_0) and bytes per block (4, 2, 2, 34, 18).
+// Elements per block (1 for f32/f16/bf16, 32 for q8_0/q4_0, 256 for the K-quants) and bytes per
+// block (4, 2, 2, 34, 18; q2_K 84, q3_K 110, q4_K 144, q5_K 176, q6_K 210).
 size_t block_size(TensorType type);
 size_t type_size(TensorType type);
 

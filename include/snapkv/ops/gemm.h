@@ -1,12 +1,14 @@
-// Matrix products against weight matrices that stay in their stored format (F32, F16, Q8_0).
-// The weights are used in place (e.g. straight from a memory-mapped GGUF file): F16 and Q8_0 rows
-// are dequantized inside the kernels, a tile at a time, never copied whole to fp32.
+// Matrix products against weight matrices that stay in their stored format (F32, F16, BF16, Q8_0,
+// Q4_0 and the K-quants Q2_K..Q6_K; block layouts in quant_blocks.h). The weights are used in
+// place (e.g. straight from a memory-mapped GGUF file): encoded rows are dequantized inside the
+// kernels, a block or a tile at a time, never copied whole to fp32.
 //
 //   matmul: out[t][r] = sum_c W[r][c] * x[t][c]   (x [n_tokens][cols], out [n_tokens][rows])
 //     n_tokens >= kGemmMinTokens: a tile of rows is dequantized into a small fp32 scratch, then
 //     cblas_sgemm (OpenBLAS); smaller n_tokens go through the threaded GEMV.
 //   gemv:   out[r] = sum_c W[r][c] * x[c], rows spread over snapkv::parallel_for, F16C/AVX2 inner
-//     loops with a scalar fallback.
+//     loops with a scalar fallback; block types decode one block into registers-sized scratch
+//     (decode_block) and dot it with x in fp32.
 // Each fast kernel has a scalar reference (*_ref) accumulating in double, which tests hold it to.
 // This file knows nothing about files, models or caches.
 #pragma once
@@ -14,11 +16,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "snapkv/ops/quant_blocks.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
 
-enum class WeightType { f32, f16, q8_0 };
+enum class WeightType { f32, f16, q8_0, bf16, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K };
 
 // Q8_0 as ggml stores it: 32 weights share one fp16 scale, value = d * qs[j].
 inline constexpr size_t kQ8BlockSize = 32;
@@ -32,7 +35,8 @@ static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes as in ggml")
 inline constexpr size_t kGemmMinTokens = 4;
 
 // Non-owning view of a row-major weight matrix [rows][cols] in one of the supported formats. Row r
-// starts at data + r * row_bytes(). For Q8_0, cols must be a multiple of 32. (In ggml terms:
+// starts at data + r * row_bytes(). For a block type, cols must be a multiple of its block size
+// (32 for Q8_0 / Q4_0, 256 for the K-quants). (In ggml terms:
 // ne[0] = cols, ne[1] = rows.)
 struct WeightMatrix {
   WeightType type = WeightType::f32;
@@ -44,12 +48,16 @@ struct WeightMatrix {
   size_t total_bytes() const { return rows * row_bytes(); }
 };
 
-// Bytes of one row of `cols` elements; throws std::invalid_argument for Q8_0 with cols % 32 != 0.
+// Bytes of one row of `cols` elements; throws std::invalid_argument when cols is not a multiple
+// of the type's block size.
 size_t weight_row_bytes(WeightType type, size_t cols);
+// Elements per block: 1 (f32, f16, bf16), 32 (q8_0, q4_0) or 256 (q2_K .. q6_K).
+size_t weight_block_size(WeightType type);
+// "f32", "f16", "q8_0", "bf16", "q4_0", "q2_K" ... (ggml's spelling).
 const char* to_string(WeightType type);
 
-// Checks the view (non-null data, rows/cols > 0, Q8_0 alignment); throws std::invalid_argument
-// naming `what`.
+// Checks the view (non-null data, rows/cols > 0, cols a multiple of the block size); throws
+// std::invalid_argument naming `what`.
 void validate_weight(const WeightMatrix& w, const char* what);
 
 // Decodes rows [row_begin, row_end) into out [row_end - row_begin][cols] (fast and reference).

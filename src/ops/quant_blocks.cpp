@@ -1,0 +1,209 @@
+// Decoders of the Q4_0 and K-quant blocks: a one-pass decoder per type (the fast path of gemm.h's
+// kernels, written as plain loops the compiler vectorizes) and an element-at-a-time reference
+// that follows the layout description in quant_blocks.h. Every weight is the fp32 expression
+// documented there, evaluated in the same order in both, so the two agree bit for bit.
+#include "snapkv/ops/quant_blocks.h"
+
+namespace snapkv {
+namespace {
+
+// Q4_K / Q5_K: 6-bit scale and min of sub-block s (< 8) from the 12 packed bytes.
+void scale_min_k4(const uint8_t* q, size_t s, int& sc, int& m) {
+  if (s < 4) {
+    sc = q[s] & 63;
+    m = q[s + 4] & 63;
+  } else {
+    sc = (q[s + 4] & 0x0F) | ((q[s - 4] >> 6) << 4);
+    m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+  }
+}
+
+// Q3_K: 6-bit scale of sub-block s (< 16), offset removed (range -32..31).
+int scale_q3_K(const uint8_t* q, size_t s) {
+  const int low = s < 8 ? (q[s] & 0x0F) : (q[s - 8] >> 4);
+  const int high = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+}  // namespace
+
+// ---- Q4_0 ------------------------------------------------------------------------------------
+
+void decode_block(float* out, const BlockQ4_0& b) {
+  const float d = fp16_to_fp32(b.d);
+  constexpr size_t half = kQ4_0BlockSize / 2;
+  for (size_t j = 0; j < half; ++j) {
+    out[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
+    out[j + half] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+  }
+}
+
+float q4_0_value(const BlockQ4_0& b, size_t i) {
+  const uint8_t byte = b.qs[i % 16];
+  const int nib = i < 16 ? (byte & 0x0F) : (byte >> 4);
+  return static_cast<float>(nib - 8) * fp16_to_fp32(b.d);
+}
+
+// ---- Q2_K ------------------------------------------------------------------------------------
+
+void decode_block(float* out, const BlockQ2_K& b) {
+  const float d = fp16_to_fp32(b.d);
+  const float dmin = fp16_to_fp32(b.dmin);
+  for (size_t h = 0; h < 2; ++h) {
+    const uint8_t* q = b.qs + 32 * h;
+    for (size_t j = 0; j < 4; ++j) {
+      const unsigned shift = static_cast<unsigned>(2 * j);
+      for (size_t part = 0; part < 2; ++part) {
+        const uint8_t sm = b.scales[8 * h + 2 * j + part];
+        const float dl = d * static_cast<float>(sm & 0x0F);
+        const float ml = dmin * static_cast<float>(sm >> 4);
+        float* y = out + 128 * h + 32 * j + 16 * part;
+        const uint8_t* qp = q + 16 * part;
+        for (size_t l = 0; l < 16; ++l) y[l] = dl * static_cast<float>((qp[l] >> shift) & 3) - ml;
+      }
+    }
+  }
+}
+
+float q2_K_value(const BlockQ2_K& b, size_t i) {
+  const size_t h = i / 128, j = (i % 128) / 32, l = i % 32;
+  const int q = (b.qs[32 * h + l] >> (2 * j)) & 3;
+  const uint8_t sm = b.scales[8 * h + 2 * j + l / 16];
+  const float dl = fp16_to_fp32(b.d) * static_cast<float>(sm & 0x0F);
+  const float ml = fp16_to_fp32(b.dmin) * static_cast<float>(sm >> 4);
+  return dl * static_cast<float>(q) - ml;
+}
+
+// ---- Q3_K ------------------------------------------------------------------------------------
+
+void decode_block(float* out, const BlockQ3_K& b) {
+  const float d = fp16_to_fp32(b.d);
+  int sc[16];
+  for (size_t s = 0; s < 16; ++s) sc[s] = scale_q3_K(b.scales, s);
+  for (size_t h = 0; h < 2; ++h) {
+    const uint8_t* q = b.qs + 32 * h;
+    for (size_t j = 0; j < 4; ++j) {
+      const unsigned shift = static_cast<unsigned>(2 * j);
+      const uint8_t hbit = static_cast<uint8_t>(1u << (4 * h + j));
+      for (size_t part = 0; part < 2; ++part) {
+        const float dl = d * static_cast<float>(sc[8 * h + 2 * j + part]);
+        float* y = out + 128 * h + 32 * j + 16 * part;
+        for (size_t l = 16 * part; l < 16 * part + 16; ++l) {
+          const int v = ((q[l] >> shift) & 3) - ((b.hmask[l] & hbit) ? 0 : 4);
+          y[l - 16 * part] = dl * static_cast<float>(v);
+        }
+      }
+    }
+  }
+}
+
+float q3_K_value(const BlockQ3_K& b, size_t i) {
+  const size_t h = i / 128, j = (i % 128) / 32, l = i % 32;
+  const int low = (b.qs[32 * h + l] >> (2 * j)) & 3;
+  const bool high_set = ((b.hmask[l] >> (4 * h + j)) & 1) != 0;
+  const int q = high_set ? low : low - 4;
+  const float dl =
+      fp16_to_fp32(b.d) * static_cast<float>(scale_q3_K(b.scales, 8 * h + 2 * j + l / 16));
+  return dl * static_cast<float>(q);
+}
+
+// ---- Q4_K ------------------------------------------------------------------------------------
+
+void decode_block(float* out, const BlockQ4_K& b) {
+  const float d = fp16_to_fp32(b.d);
+  const float dmin = fp16_to_fp32(b.dmin);
+  for (size_t g = 0; g < 4; ++g) {
+    int sc0, m0, sc1, m1;
+    scale_min_k4(b.scales, 2 * g, sc0, m0);
+    scale_min_k4(b.scales, 2 * g + 1, sc1, m1);
+    const float d0 = d * static_cast<float>(sc0), min0 = dmin * static_cast<float>(m0);
+    const float d1 = d * static_cast<float>(sc1), min1 = dmin * static_cast<float>(m1);
+    const uint8_t* q = b.qs + 32 * g;
+    float* y = out + 64 * g;
+    for (size_t l = 0; l < 32; ++l) y[l] = d0 * static_cast<float>(q[l] & 0x0F) - min0;
+    for (size_t l = 0; l < 32; ++l) y[32 + l] = d1 * static_cast<float>(q[l] >> 4) - min1;
+  }
+}
+
+float q4_K_value(const BlockQ4_K& b, size_t i) {
+  const size_t g = i / 64, k = (i % 64) / 32, l = i % 32;
+  const uint8_t byte = b.qs[32 * g + l];
+  const int q = k == 0 ? (byte & 0x0F) : (byte >> 4);
+  int sc, m;
+  scale_min_k4(b.scales, 2 * g + k, sc, m);
+  const float dl = fp16_to_fp32(b.d) * static_cast<float>(sc);
+  const float ml = fp16_to_fp32(b.dmin) * static_cast<float>(m);
+  return dl * static_cast<float>(q) - ml;
+}
+
+// ---- Q5_K ------------------------------------------------------------------------------------
+
+void decode_block(float* out, const BlockQ5_K& b) {
+  const float d = fp16_to_fp32(b.d);
+  const float dmin = fp16_to_fp32(b.dmin);
+  for (size_t g = 0; g < 4; ++g) {
+    int sc0, m0, sc1, m1;
+    scale_min_k4(b.scales, 2 * g, sc0, m0);
+    scale_min_k4(b.scales, 2 * g + 1, sc1, m1);
+    const float d0 = d * static_cast<float>(sc0), min0 = dmin * static_cast<float>(m0);
+    const float d1 = d * static_cast<float>(sc1), min1 = dmin * static_cast<float>(m1);
+    const uint8_t* q = b.qs + 32 * g;
+    const unsigned bit0 = static_cast<unsigned>(2 * g), bit1 = bit0 + 1;
+    float* y = out + 64 * g;
+    for (size_t l = 0; l < 32; ++l) {
+      const int v = (q[l] & 0x0F) | (((b.qh[l] >> bit0) & 1) << 4);
+      y[l] = d0 * static_cast<float>(v) - min0;
+    }
+    for (size_t l = 0; l < 32; ++l) {
+      const int v = (q[l] >> 4) | (((b.qh[l] >> bit1) & 1) << 4);
+      y[32 + l] = d1 * static_cast<float>(v) - min1;
+    }
+  }
+}
+
+float q5_K_value(const BlockQ5_K& b, size_t i) {
+  const size_t g = i / 64, k = (i % 64) / 32, l = i % 32;
+  const uint8_t byte = b.qs[32 * g + l];
+  const int low = k == 0 ? (byte & 0x0F) : (byte >> 4);
+  const int q = low + (((b.qh[l] >> (2 * g + k)) & 1) ? 16 : 0);
+  int sc, m;
+  scale_min_k4(b.scales, 2 * g + k, sc, m);
+  const float dl = fp16_to_fp32(b.d) * static_cast<float>(sc);
+  const float ml = fp16_to_fp32(b.dmin) * static_cast<float>(m);
+  return dl * static_cast<float>(q) - ml;
+}
+
+// ---- Q6_K ------------------------------------------------------------------------------------
+
+void decode_block(float* out, const BlockQ6_K& b) {
+  const float d = fp16_to_fp32(b.d);
+  for (size_t h = 0; h < 2; ++h) {
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    const int8_t* sc = b.scales + 8 * h;
+    float* y = out + 128 * h;
+    for (size_t l = 0; l < 32; ++l) {
+      const size_t s = l / 16;
+      const int q0 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q1 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[s]) * static_cast<float>(q0);
+      y[l + 32] = d * static_cast<float>(sc[s + 2]) * static_cast<float>(q1);
+      y[l + 64] = d * static_cast<float>(sc[s + 4]) * static_cast<float>(q2);
+      y[l + 96] = d * static_cast<float>(sc[s + 6]) * static_cast<float>(q3);
+    }
+  }
+}
+
+float q6_K_value(const BlockQ6_K& b, size_t i) {
+  const size_t h = i / 128, k = (i % 128) / 32, l = i % 32;
+  const uint8_t low_byte = b.ql[64 * h + 32 * (k % 2) + l];
+  const int low = k < 2 ? (low_byte & 0x0F) : (low_byte >> 4);
+  const int high = (b.qh[32 * h + l] >> (2 * k)) & 3;
+  const int q = (low | (high << 4)) - 32;
+  const float dl = fp16_to_fp32(b.d) * static_cast<float>(b.scales[8 * h + 2 * k + l / 16]);
+  return dl * static_cast<float>(q);
+}
+
+}  // namespace snapkv
