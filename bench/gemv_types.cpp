@@ -3,7 +3,7 @@
 // Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, single thread. Counters: weight bytes read per second (GB/s)
 // and weights per second.
 //
-//   build/bench/bench_gemv_types --benchmark_min_time=0.5s
+//   build/bench/bench_gemv_types --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
