@@ -1,8 +1,14 @@
 // Decoders of the Q4_0 and K-quant blocks: a one-pass decoder per type (the fast path of gemm.h's
-// kernels, written as plain loops the compiler vectorizes) and an element-at-a-time reference
-// that follows the layout description in quant_blocks.h. Every weight is the fp32 expression
-// documented there, evaluated in the same order in both, so the two agree bit for bit.
+// kernels: plain loops the compiler vectorizes, Q6_K with AVX2 byte arithmetic) and an
+// element-at-a-time reference that follows the layout description in quant_blocks.h. Every weight
+// is the fp32 expression documented there, evaluated in the same order in both, so the two agree
+// bit for bit.
 #include "snapkv/ops/quant_blocks.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define SNAPKV_QUANT_AVX2 1
+#endif
 
 namespace snapkv {
 namespace {
@@ -177,6 +183,34 @@ float q5_K_value(const BlockQ5_K& b, size_t i) {
 
 void decode_block(float* out, const BlockQ6_K& b) {
   const float d = fp16_to_fp32(b.d);
+#if SNAPKV_QUANT_AVX2
+  // 32 six-bit values at a time as bytes, then 8 at a time to fp32 times their run's d * sc.
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
+  const __m256i offset = _mm256_set1_epi8(32);
+  for (size_t h = 0; h < 2; ++h) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    for (size_t k = 0; k < 4; ++k) {
+      const __m256i ql =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * h + 32 * (k % 2)));
+      const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(2 * k)),
+                                          low2);  // bits 2k..2k+1 of each byte
+      const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), offset);
+      alignas(32) int8_t qs[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(qs), q);
+      float* y = out + 128 * h + 32 * k;
+      for (size_t part = 0; part < 2; ++part) {
+        const __m256 dl = _mm256_set1_ps(d * static_cast<float>(b.scales[8 * h + 2 * k + part]));
+        for (size_t j = 0; j < 16; j += 8) {
+          int64_t bits;
+          std::memcpy(&bits, qs + 16 * part + j, sizeof bits);
+          const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bits)));
+          _mm256_storeu_ps(y + 16 * part + j, _mm256_mul_ps(dl, v));
+        }
+      }
+    }
+  }
+#else
   // Per 16-weight run the scale is fixed, so each inner loop is a plain vectorizable map.
   for (size_t h = 0; h < 2; ++h) {
     const uint8_t* ql = b.ql + 64 * h;
@@ -195,6 +229,7 @@ void decode_block(float* out, const BlockQ6_K& b) {
       }
     }
   }
+#endif
 }
 
 float q6_K_value(const BlockQ6_K& b, size_t i) {
