@@ -1,5 +1,5 @@
 // Decoders of the Q4_0 and K-quant blocks: a one-pass decoder per type (the fast path of gemm.h's
-// kernels: plain loops the compiler vectorizes, Q6_K with AVX2 byte arithmetic) and an
+// kernels: plain loops the compiler vectorizes, Q4_0 and Q6_K with AVX2 byte arithmetic) and an
 // element-at-a-time reference that follows the layout description in quant_blocks.h. Every weight
 // is the fp32 expression documented there, evaluated in the same order in both, so the two agree
 // bit for bit.
@@ -38,10 +38,25 @@ int scale_q3_K(const uint8_t* q, size_t s) {
 void decode_block(float* out, const BlockQ4_0& b) {
   const float d = fp16_to_fp32(b.d);
   constexpr size_t half = kQ4_0BlockSize / 2;
+#if SNAPKV_QUANT_AVX2
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, mask), eight);
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), eight);
+  const __m256 vd = _mm256_set1_ps(d);
+  const auto store8 = [&](float* y, __m128i q8) {  // low 8 int8 lanes of q8 -> y[0..8)
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), vd));
+  };
+  store8(out, lo);
+  store8(out + 8, _mm_srli_si128(lo, 8));
+  store8(out + half, hi);
+  store8(out + half + 8, _mm_srli_si128(hi, 8));
+#else
   for (size_t j = 0; j < half; ++j) {
     out[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
     out[j + half] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
   }
+#endif
 }
 
 float q4_0_value(const BlockQ4_0& b, size_t i) {
