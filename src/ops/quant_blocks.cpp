@@ -1,8 +1,8 @@
 // Decoders of the Q4_0 and K-quant blocks: a one-pass decoder per type (the fast path of gemm.h's
-// kernels: plain loops the compiler vectorizes, Q4_0 and Q6_K with AVX2 byte arithmetic) and an
-// element-at-a-time reference that follows the layout description in quant_blocks.h. Every weight
-// is the fp32 expression documented there, evaluated in the same order in both, so the two agree
-// bit for bit.
+// kernels: plain loops the compiler vectorizes, Q4_0, Q2_K, Q3_K and Q6_K with AVX2 byte
+// arithmetic) and an element-at-a-time reference that follows the layout description in
+// quant_blocks.h. Every weight is the fp32 expression documented there, evaluated in the same order
+// in both, so the two agree bit for bit.
 #include "snapkv/ops/quant_blocks.h"
 
 #if defined(__AVX2__)
@@ -30,6 +30,24 @@ int scale_q3_K(const uint8_t* q, size_t s) {
   const int high = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
   return (low | (high << 4)) - 32;
 }
+
+#if SNAPKV_QUANT_AVX2
+// y[0..32) = dl[l / 16] * q[l] - ml[l / 16] for 32 int8 quants q (two runs of 16 with their own
+// step and offset); the same fp32 expression, multiply then subtract, as the scalar decoders.
+void store_two_runs(float* y, __m256i q, const float dl[2], const float ml[2]) {
+  alignas(32) int8_t qs[32];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(qs), q);
+  for (size_t part = 0; part < 2; ++part) {
+    const __m256 vd = _mm256_set1_ps(dl[part]), vm = _mm256_set1_ps(ml[part]);
+    for (size_t j = 0; j < 16; j += 8) {
+      int64_t bits;
+      std::memcpy(&bits, qs + 16 * part + j, sizeof bits);
+      const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bits)));
+      _mm256_storeu_ps(y + 16 * part + j, _mm256_sub_ps(_mm256_mul_ps(vd, v), vm));
+    }
+  }
+}
+#endif
 
 }  // namespace
 
@@ -72,16 +90,27 @@ void decode_block(float* out, const BlockQ2_K& b) {
   const float dmin = fp16_to_fp32(b.dmin);
   for (size_t h = 0; h < 2; ++h) {
     const uint8_t* q = b.qs + 32 * h;
+#if SNAPKV_QUANT_AVX2
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+#endif
     for (size_t j = 0; j < 4; ++j) {
       const unsigned shift = static_cast<unsigned>(2 * j);
+      float dl[2], ml[2];
       for (size_t part = 0; part < 2; ++part) {
         const uint8_t sm = b.scales[8 * h + 2 * j + part];
-        const float dl = d * static_cast<float>(sm & 0x0F);
-        const float ml = dmin * static_cast<float>(sm >> 4);
-        float* y = out + 128 * h + 32 * j + 16 * part;
-        const uint8_t* qp = q + 16 * part;
-        for (size_t l = 0; l < 16; ++l) y[l] = dl * static_cast<float>((qp[l] >> shift) & 3) - ml;
+        dl[part] = d * static_cast<float>(sm & 0x0F);
+        ml[part] = dmin * static_cast<float>(sm >> 4);
       }
+      float* y = out + 128 * h + 32 * j;
+#if SNAPKV_QUANT_AVX2
+      const __m256i v =
+          _mm256_and_si256(_mm256_srli_epi16(bytes, static_cast<int>(shift)), _mm256_set1_epi8(3));
+      store_two_runs(y, v, dl, ml);
+#else
+      for (size_t l = 0; l < 32; ++l) {
+        y[l] = dl[l / 16] * static_cast<float>((q[l] >> shift) & 3) - ml[l / 16];
+      }
+#endif
     }
   }
 }
@@ -99,21 +128,35 @@ float q2_K_value(const BlockQ2_K& b, size_t i) {
 
 void decode_block(float* out, const BlockQ3_K& b) {
   const float d = fp16_to_fp32(b.d);
-  int sc[16];
-  for (size_t s = 0; s < 16; ++s) sc[s] = scale_q3_K(b.scales, s);
+  const float zero[2] = {0.0f, 0.0f};
+#if SNAPKV_QUANT_AVX2
+  const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+#endif
   for (size_t h = 0; h < 2; ++h) {
     const uint8_t* q = b.qs + 32 * h;
+#if SNAPKV_QUANT_AVX2
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+#endif
     for (size_t j = 0; j < 4; ++j) {
       const unsigned shift = static_cast<unsigned>(2 * j);
-      const uint8_t hbit = static_cast<uint8_t>(1u << (4 * h + j));
-      for (size_t part = 0; part < 2; ++part) {
-        const float dl = d * static_cast<float>(sc[8 * h + 2 * j + part]);
-        float* y = out + 128 * h + 32 * j + 16 * part;
-        for (size_t l = 16 * part; l < 16 * part + 16; ++l) {
-          const int v = ((q[l] >> shift) & 3) - ((b.hmask[l] & hbit) ? 0 : 4);
-          y[l - 16 * part] = dl * static_cast<float>(v);
-        }
+      const unsigned hbit = static_cast<unsigned>(4 * h + j);
+      const float dl[2] = {d * static_cast<float>(scale_q3_K(b.scales, 8 * h + 2 * j)),
+                           d * static_cast<float>(scale_q3_K(b.scales, 8 * h + 2 * j + 1))};
+      float* y = out + 128 * h + 32 * j;
+#if SNAPKV_QUANT_AVX2
+      const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+      const __m256i low =
+          _mm256_and_si256(_mm256_srli_epi16(bytes, static_cast<int>(shift)), three);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, static_cast<int>(hbit)), one);
+      // q = low - 4 when the high bit is clear: subtract 4 * (1 - high)
+      const __m256i minus = _mm256_slli_epi16(_mm256_xor_si256(high, one), 2);
+      store_two_runs(y, _mm256_sub_epi8(low, minus), dl, zero);
+#else
+      for (size_t l = 0; l < 32; ++l) {
+        const int v = ((q[l] >> shift) & 3) - (((b.hmask[l] >> hbit) & 1) ? 0 : 4);
+        y[l] = dl[l / 16] * static_cast<float>(v) - zero[l / 16];
       }
+#endif
     }
   }
 }
