@@ -1,5 +1,5 @@
 // Decoders of the Q4_0 and K-quant blocks: a one-pass decoder per type (the fast path of gemm.h's
-// kernels: plain loops the compiler vectorizes, Q4_0, Q2_K, Q3_K and Q6_K with AVX2 byte
+// kernels: plain loops the compiler vectorizes, Q4_0, Q2_K, Q3_K, Q5_K and Q6_K with AVX2 byte
 // arithmetic) and an element-at-a-time reference that follows the layout description in
 // quant_blocks.h. Every weight is the fp32 expression documented there, evaluated in the same order
 // in both, so the two agree bit for bit.
@@ -214,6 +214,20 @@ void decode_block(float* out, const BlockQ5_K& b) {
     const uint8_t* q = b.qs + 32 * g;
     const unsigned bit0 = static_cast<unsigned>(2 * g), bit1 = bit0 + 1;
     float* y = out + 64 * g;
+#if SNAPKV_QUANT_AVX2
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i fifth0 = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(bit0)), one);
+    const __m256i fifth1 = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(bit1)), one);
+    const __m256i v0 = _mm256_or_si256(_mm256_and_si256(bytes, low4), _mm256_slli_epi16(fifth0, 4));
+    const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4),
+                                       _mm256_slli_epi16(fifth1, 4));
+    const float dl0[2] = {d0, d0}, ml0[2] = {min0, min0};
+    const float dl1[2] = {d1, d1}, ml1[2] = {min1, min1};
+    store_two_runs(y, v0, dl0, ml0);
+    store_two_runs(y + 32, v1, dl1, ml1);
+#else
     for (size_t l = 0; l < 32; ++l) {
       const int v = (q[l] & 0x0F) | (((b.qh[l] >> bit0) & 1) << 4);
       y[l] = d0 * static_cast<float>(v) - min0;
@@ -222,6 +236,7 @@ void decode_block(float* out, const BlockQ5_K& b) {
       const int v = (q[l] >> 4) | (((b.qh[l] >> bit1) & 1) << 4);
       y[32 + l] = d1 * static_cast<float>(v) - min1;
     }
+#endif
   }
 }
 
