@@ -14,6 +14,7 @@
 // with q_dim = n_heads * head_dim and kv_dim = n_kv_heads * head_dim. Vectors must be F32 (as
 // llama.cpp's converter writes every 1-D tensor).
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_set>
@@ -168,6 +169,13 @@ LlamaWeights bind_weights(const gguf::File& file, const LlamaConfig& c, size_t* 
     w.tied_output = true;
   }
   w.rope_freqs = loader.family_vector("rope_freqs.weight", c.n_rot / 2, info.rope_freqs);
+  for (size_t i = 0; w.rope_freqs != nullptr && i < c.n_rot / 2; ++i) {
+    const float f = w.rope_freqs[i];
+    if (!(f > 0.0f) || !std::isfinite(f)) {  // the rotation angle is divided by it
+      throw_runtime(info.name, "tensor 'rope_freqs.weight' entry " + num(i) + " out of range",
+                    std::to_string(f), "finite and > 0");
+    }
+  }
   w.layers.resize(c.n_layers);
   // The biases come as a set: q, k and v together (llama.cpp reads each one alone, but no
   // converter writes a partial set, and a partial set is more likely a damaged file).

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -333,6 +334,26 @@ TEST(Arch, ArchitectureSpecificTensorsAreChecked) {
   expect_error(rebuild(fixture("llama3").path(),
                        Edit{{}, {"rope_freqs.weight"}, {}, {{"rope_freqs.weight", 8}}}),
                {"rope_freqs.weight"});
+  {
+    // A zero frequency factor would divide an angle by zero: refused at load, by name.
+    const gguf::File src = gguf::File::open(fixture("llama3").path());
+    const gguf::TensorInfo& t = src.get_tensor("rope_freqs.weight");
+    std::vector<float> factors(static_cast<size_t>(t.n_elements()));
+    std::memcpy(factors.data(), t.data, t.n_bytes);
+    factors[3] = 0.0f;
+    gguf::Writer w;
+    for (const auto& kv : src.metadata()) {
+      if (kv.key != gguf::kKeyAlignment) w.set(kv.key, kv.value);
+    }
+    for (const auto& ti : src.tensors()) {
+      if (ti.name == "rope_freqs.weight") {
+        w.add_tensor_f32(ti.name, gguf::TensorType::f32, ti.ne, factors);
+      } else {
+        w.add_tensor(ti.name, ti.type, ti.ne, std::span<const uint8_t>(ti.data, ti.n_bytes));
+      }
+    }
+    expect_error(gguf::File::from_bytes(w.to_bytes()), {"rope_freqs.weight", "entry 3"});
+  }
   expect_error(rebuild(fixture("qwen2").path(), Edit{{}, {}, {}, {{"rope_freqs.weight", 16}}}),
                {"rope_freqs.weight", "not used by architecture qwen2"});
   // key_length and value_length must agree; mixture-of-experts files are refused by name.
