@@ -1,4 +1,5 @@
-// Llama forward pass over GGUF weights (used in place) driving one LayerCache per layer.
+// The forward pass (llama, qwen2, qwen3) over GGUF weights used in place, driving one LayerCache
+// per layer. Which tensors each architecture has and how they are bound: src/model/arch.cpp.
 #include "snapkv/model/llama.h"
 
 #include "model/arch_weights.h"
