@@ -111,6 +111,7 @@ json model_json(const LlamaModel& model, const RunInfo& info) {
           {"bytes", info.model_bytes},
           {"sha256", info.model_sha256},
           {"name", c.name},
+          {"arch", c.arch_name()},
           {"n_ctx", c.n_ctx},
           {"n_embd", c.n_embd},
           {"n_layers", c.n_layers},

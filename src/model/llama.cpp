@@ -1,10 +1,12 @@
-// Llama forward pass over GGUF weights (used in place) driving one LayerCache per layer.
+// The forward pass (llama, qwen2, qwen3) over GGUF weights used in place, driving one LayerCache
+// per layer. Which tensors each architecture has and how they are bound: src/model/arch.cpp.
 #include "snapkv/model/llama.h"
+
+#include "model/arch_weights.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <unordered_set>
 #include <utility>
 
 #include "snapkv/ops/activation.h"
@@ -20,106 +22,6 @@ constexpr const char* kComponent = "llama";
 std::string num(size_t v) {
   return std::to_string(v);
 }
-
-class TensorLoader {
- public:
-  explicit TensorLoader(const gguf::File& file) : file_(file) {}
-
-  const gguf::TensorInfo& get(const std::string& name) {
-    const gguf::TensorInfo* t = file_.find_tensor(name);
-    if (t == nullptr) {
-      throw_runtime(kComponent, "tensor '" + name + "' missing", "absent",
-                    "present for architecture llama");
-    }
-    used_.insert(name);
-    return *t;
-  }
-
-  // A matrix [rows][cols] (ggml ne {cols, rows}) in any type the reader accepts (gemm.h decodes
-  // each in place).
-  WeightMatrix matrix(const std::string& name, size_t cols, size_t rows) {
-    const gguf::TensorInfo& t = get(name);
-    const int64_t expected[2] = {static_cast<int64_t>(cols), static_cast<int64_t>(rows)};
-    gguf::check_shape(t, expected);
-    WeightMatrix w;
-    switch (t.type) {
-      case gguf::TensorType::f32:
-        w.type = WeightType::f32;
-        break;
-      case gguf::TensorType::f16:
-        w.type = WeightType::f16;
-        break;
-      case gguf::TensorType::q8_0:
-        w.type = WeightType::q8_0;
-        break;
-      case gguf::TensorType::bf16:
-        w.type = WeightType::bf16;
-        break;
-      case gguf::TensorType::q4_0:
-        w.type = WeightType::q4_0;
-        break;
-      case gguf::TensorType::q2_K:
-        w.type = WeightType::q2_K;
-        break;
-      case gguf::TensorType::q3_K:
-        w.type = WeightType::q3_K;
-        break;
-      case gguf::TensorType::q4_K:
-        w.type = WeightType::q4_K;
-        break;
-      case gguf::TensorType::q5_K:
-        w.type = WeightType::q5_K;
-        break;
-      case gguf::TensorType::q6_K:
-        w.type = WeightType::q6_K;
-        break;
-    }
-    w.data = t.data;
-    w.rows = rows;
-    w.cols = cols;
-    if (t.data == nullptr || t.n_bytes != w.total_bytes()) {
-      throw_runtime(kComponent, "tensor '" + name + "' byte size mismatch",
-                    std::to_string(t.n_bytes), num(w.total_bytes()));
-    }
-    bytes_ += t.n_bytes;
-    return w;
-  }
-
-  // A vector [n] that must be F32.
-  const float* vector_f32(const std::string& name, size_t n) {
-    const gguf::TensorInfo& t = get(name);
-    const int64_t expected[1] = {static_cast<int64_t>(n)};
-    gguf::check_shape(t, expected);
-    if (t.type != gguf::TensorType::f32) {
-      throw_runtime(kComponent, "tensor '" + name + "' type not supported",
-                    std::string(gguf::tensor_type_name(t.type)), "f32 (norm weights)");
-    }
-    if (reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
-      throw_runtime(kComponent, "tensor '" + name + "' data misaligned", "address % 4 != 0",
-                    "4-byte aligned f32 data");
-    }
-    bytes_ += t.n_bytes;
-    return reinterpret_cast<const float*>(t.data);
-  }
-
-  // Every tensor of the file must have been used (llama.cpp refuses unknown tensors too).
-  void check_all_used() const {
-    for (const gguf::TensorInfo& t : file_.tensors()) {
-      if (used_.count(t.name) == 0) {
-        throw_runtime(kComponent, "tensor '" + t.name + "' not used by architecture llama",
-                      "present", "only llama tensors (token_embd, output_norm, output, blk.N.*)");
-      }
-    }
-  }
-
-  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  const gguf::File& file_;
-  std::unordered_set<std::string> used_;
-  size_t bytes_ = 0;
-};
 
 // dst [n_heads][S][hd] <- src [S][n_heads][hd]
 void to_head_major(float* dst, const float* src, size_t n_tokens, size_t n_heads, size_t hd) {
@@ -143,6 +45,12 @@ void add_in_place(float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// x [n_rows][n] += bias [n] on every row (no-op for a null bias).
+void add_bias_rows(float* x, const float* bias, size_t n_rows, size_t n) {
+  if (bias == nullptr) return;
+  for (size_t r = 0; r < n_rows; ++r) add_in_place(x + r * n, bias, n);
+}
+
 }  // namespace
 
 // ---- LlamaModel -------------------------------------------------------------------------------
@@ -153,34 +61,12 @@ LlamaModel LlamaModel::load(const std::string& path) {
 
 LlamaModel::LlamaModel(gguf::File file) : file_(std::make_unique<gguf::File>(std::move(file))) {
   config_ = read_llama_config(*file_);
-  const LlamaConfig& c = config_;
-  const size_t q_dim = c.n_heads * c.head_dim;
-  const size_t kv_dim = c.n_kv_heads * c.head_dim;
-  TensorLoader loader(*file_);
-  weights_.token_embd = loader.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  weights_.output_norm = loader.vector_f32("output_norm.weight", c.n_embd);
-  if (loader.has("output.weight")) {
-    weights_.output = loader.matrix("output.weight", c.n_embd, c.n_vocab);
-  } else {
-    weights_.output = weights_.token_embd;
-    weights_.tied_output = true;
-  }
-  weights_.layers.resize(c.n_layers);
-  for (size_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + num(l) + ".";
-    LlamaLayerWeights& lw = weights_.layers[l];
-    lw.attn_norm = loader.vector_f32(p + "attn_norm.weight", c.n_embd);
-    lw.wq = loader.matrix(p + "attn_q.weight", c.n_embd, q_dim);
-    lw.wk = loader.matrix(p + "attn_k.weight", c.n_embd, kv_dim);
-    lw.wv = loader.matrix(p + "attn_v.weight", c.n_embd, kv_dim);
-    lw.wo = loader.matrix(p + "attn_output.weight", q_dim, c.n_embd);
-    lw.ffn_norm = loader.vector_f32(p + "ffn_norm.weight", c.n_embd);
-    lw.w_gate = loader.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    lw.w_up = loader.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
-    lw.w_down = loader.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
-  }
-  loader.check_all_used();
-  weight_bytes_ = loader.bytes();
+  weights_ = bind_weights(*file_, config_, &weight_bytes_);
+}
+
+RopeParams LlamaModel::rope_params() const {
+  return RopeParams{config_.n_rot, config_.rope_freq_base, config_.rope_freq_scale,
+                    config_.info().rope, weights_.rope_freqs};
 }
 
 LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
@@ -253,7 +139,7 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
   if (tokens.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
   if (tokens.size() > c.n_ctx) {
     throw_invalid(kComponent, "prompt longer than the context", num(tokens.size()) + " tokens",
-                  "<= llama.context_length = " + num(c.n_ctx));
+                  "<= " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || static_cast<size_t>(tokens[i]) >= c.n_vocab) {
@@ -300,7 +186,7 @@ std::vector<float> LlamaSession::decode(int32_t token) {
   check_not_shared("decode");
   if (n_past() >= c.n_ctx) {
     throw_invalid(kComponent, "context full", num(n_past()) + " tokens",
-                  "< llama.context_length = " + num(c.n_ctx));
+                  "< " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
   }
   if (token < 0 || static_cast<size_t>(token) >= c.n_vocab) {
     throw_invalid(kComponent, "token id out of range", std::to_string(token),
@@ -317,12 +203,12 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
   const LlamaWeights& w = model_->weights();
   const size_t S = tokens.size();
   const size_t hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
-  const size_t q_dim = nh * hd, kv_dim = nkv * hd;
+  const size_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const size_t p0 = n_past();
 
   std::vector<int64_t> positions(S);
   for (size_t t = 0; t < S; ++t) positions[t] = static_cast<int64_t>(p0 + t);
-  const RopeTable rope(positions.data(), S, c.n_rot, c.rope_freq_base);
+  const RopeTable rope(positions.data(), S, model_->rope_params());
 
   std::vector<float> x(S * c.n_embd);  // [S][n_embd] residual stream
   for (size_t t = 0; t < S; ++t) {
@@ -344,6 +230,11 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
     matmul(q.data(), xb.data(), lw.wq, S);
     matmul(k.data(), xb.data(), lw.wk, S);
     matmul(v.data(), xb.data(), lw.wv, S);
+    add_bias_rows(q.data(), lw.bq, S, q_dim);
+    add_bias_rows(k.data(), lw.bk, S, kv_dim);
+    add_bias_rows(v.data(), lw.bv, S, kv_dim);
+    if (lw.q_norm != nullptr) rmsnorm_rows(q.data(), q.data(), lw.q_norm, S * nh, hd, c.rms_eps);
+    if (lw.k_norm != nullptr) rmsnorm_rows(k.data(), k.data(), lw.k_norm, S * nkv, hd, c.rms_eps);
     rope.apply(q.data(), nh, hd);
     rope.apply(k.data(), nkv, hd);
     to_head_major(qh.data(), q.data(), S, nh, hd);
@@ -364,6 +255,7 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
     }
     to_token_major(att.data(), att_h.data(), S, nh, hd);
     matmul(proj.data(), att.data(), lw.wo, S);
+    add_bias_rows(proj.data(), lw.bo, S, c.n_embd);
     add_in_place(x.data(), proj.data(), S * c.n_embd);
 
     rmsnorm_rows(xb.data(), x.data(), lw.ffn_norm, S, c.n_embd, c.rms_eps);

@@ -17,9 +17,10 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
   check_not_shared("extend");
   if (tokens.empty()) throw_invalid("llama", "extend with no tokens", "0 tokens", ">= 1 token");
   if (n_past() + tokens.size() > c.n_ctx) {
-    throw_invalid("llama", "extend past the context",
-                  std::to_string(n_past()) + " + " + std::to_string(tokens.size()) + " tokens",
-                  "<= llama.context_length = " + std::to_string(c.n_ctx));
+    throw_invalid(
+        "llama", "extend past the context",
+        std::to_string(n_past()) + " + " + std::to_string(tokens.size()) + " tokens",
+        "<= " + std::string(c.arch_name()) + ".context_length = " + std::to_string(c.n_ctx));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || static_cast<size_t>(tokens[i]) >= c.n_vocab) {

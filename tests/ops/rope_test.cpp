@@ -91,5 +91,88 @@ TEST(Rope, RejectsBadArguments) {
   EXPECT_THROW(RopeTable(&pos, 1, 8, 10000.0).apply(x, 1, 4), std::invalid_argument);
 }
 
+TEST(Rope, NeoxAndScaledTablesMatchDoubleReference) {
+  const size_t n_heads = 2, head_dim = 64, n_rot = 64;
+  const std::vector<int64_t> positions = {0, 3, 511, 40000};
+  std::vector<float> factors(n_rot / 2);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.25f * static_cast<float>(i);
+  for (RopeKind kind : {RopeKind::norm, RopeKind::neox}) {
+    for (const float* ff :
+         {static_cast<const float*>(nullptr), static_cast<const float*>(factors.data())}) {
+      const RopeParams p{n_rot, 500000.0, 0.25, kind, ff};
+      auto x = random_vec(positions.size() * n_heads * head_dim, 11);
+      auto expected = x;
+      for (size_t t = 0; t < positions.size(); ++t) {
+        for (size_t h = 0; h < n_heads; ++h) {
+          rope_ref(expected.data() + (t * n_heads + h) * head_dim, head_dim, positions[t], p);
+        }
+      }
+      RopeTable(positions.data(), positions.size(), p).apply(x.data(), n_heads, head_dim);
+      // Same bound as the NORM table test, per rotated pair (whatever its layout).
+      const size_t half = n_rot / 2;
+      for (size_t v = 0; v < x.size(); v += head_dim) {
+        for (size_t i = 0; i < half; ++i) {
+          const size_t a = kind == RopeKind::norm ? 2 * i : i;
+          const size_t b = kind == RopeKind::norm ? 2 * i + 1 : i + half;
+          const double pair_norm = std::hypot(expected[v + a], expected[v + b]);
+          EXPECT_LE(std::fabs(x[v + a] - expected[v + a]), 3 * kEps * pair_norm);
+          EXPECT_LE(std::fabs(x[v + b] - expected[v + b]), 3 * kEps * pair_norm);
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, NeoxPairsTheHalvesByHand) {
+  // head_dim 4, NEOX: pair 0 is (x[0], x[2]) turned by pos, pair 1 is (x[1], x[3]) by
+  // pos * base^(-1/2).
+  std::vector<float> x = {1, 0, 0, 1};
+  const int64_t pos = 3;
+  RopeTable(&pos, 1, RopeParams{4, 100.0, 1.0, RopeKind::neox, nullptr}).apply(x.data(), 1, 4);
+  EXPECT_NEAR(x[0], std::cos(3.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(3.0), 1e-6);
+  EXPECT_NEAR(x[1], -std::sin(0.3), 1e-6);
+  EXPECT_NEAR(x[3], std::cos(0.3), 1e-6);
+}
+
+TEST(Rope, LinearScaleAndFactorsDivideTheAngle) {
+  // freq_scale s at position p equals no scaling at position p * s (for integer p * s), and a
+  // frequency factor f on a pair equals a base that divides that pair's angle by f.
+  const size_t d = 16;
+  const auto x = random_vec(d, 13);
+  auto scaled = x, plain = x;
+  rope_ref(scaled.data(), d, 40, RopeParams{d, 10000.0, 0.25, RopeKind::norm, nullptr});
+  rope_ref(plain.data(), d, 10, RopeParams{d, 10000.0, 1.0, RopeKind::norm, nullptr});
+  for (size_t i = 0; i < d; ++i) EXPECT_NEAR(scaled[i], plain[i], 4 * kEps);
+  const std::vector<float> all_four(d / 2, 4.0f);
+  auto factored = x;
+  rope_ref(factored.data(), d, 40, RopeParams{d, 10000.0, 1.0, RopeKind::neox, all_four.data()});
+  auto quarter = x;
+  rope_ref(quarter.data(), d, 10, RopeParams{d, 10000.0, 1.0, RopeKind::neox, nullptr});
+  for (size_t i = 0; i < d; ++i) EXPECT_NEAR(factored[i], quarter[i], 4 * kEps);
+}
+
+TEST(Rope, NoScalingIsBitwiseTheOriginalTable) {
+  // The Llama path must not change by a bit: scale 1 and no factors give the old table exactly.
+  const std::vector<int64_t> positions = {0, 1, 77, 4095};
+  auto a = random_vec(positions.size() * 3 * 32, 17);
+  auto b = a;
+  RopeTable(positions.data(), positions.size(), 32, 10000.0).apply(a.data(), 3, 32);
+  const std::vector<float> ones(16, 1.0f);
+  RopeTable(positions.data(), positions.size(),
+            RopeParams{32, 10000.0, 1.0, RopeKind::norm, ones.data()})
+      .apply(b.data(), 3, 32);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Rope, RejectsBadScalingArguments) {
+  const int64_t pos = 0;
+  const float bad_factors[2] = {1.0f, 0.0f};
+  EXPECT_THROW(RopeTable(&pos, 1, RopeParams{4, 10000.0, 0.0, RopeKind::norm, nullptr}),
+               std::invalid_argument);
+  EXPECT_THROW(RopeTable(&pos, 1, RopeParams{4, 10000.0, 1.0, RopeKind::neox, bad_factors}),
+               std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace snapkv

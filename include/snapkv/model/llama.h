@@ -1,29 +1,24 @@
-// The reference engine: a Llama-architecture CPU forward pass over GGUF weights that drives one
-// snapkv LayerCache per layer.
+// The reference engine: a CPU forward pass over GGUF weights of a llama, qwen2 or qwen3 model
+// (model/arch.h) that drives one snapkv LayerCache per layer.
 //
 // LlamaModel owns the parsed GGUF file (memory-mapped) and views of its tensors: F32, F16 and Q8_0
 // matrices are used in place (ops/gemm.h dequantizes inside the kernels); there is no fp32 copy of
-// the weights. Norm weights must be F32 (as llama.cpp writes them).
-//
-// Tensors (llama.cpp names; ne in ggml order, ne[0] contiguous):
-//   token_embd.weight {n_embd, n_vocab}   output_norm.weight {n_embd}
-//   output.weight {n_embd, n_vocab} (optional: tied to token_embd when absent)
-//   blk.N.attn_norm.weight {n_embd}       blk.N.ffn_norm.weight {n_embd}
-//   blk.N.attn_q.weight {n_embd, n_heads*hd}      blk.N.attn_k/attn_v.weight {n_embd, n_kv*hd}
-//   blk.N.attn_output.weight {n_heads*hd, n_embd}
-//   blk.N.ffn_gate/ffn_up.weight {n_embd, n_ff}   blk.N.ffn_down.weight {n_ff, n_embd}
-// A missing tensor, a wrong shape or type, or a tensor the architecture does not use is a
+// the weights. 1-D tensors (norms, biases, rope_freqs) must be F32 (as llama.cpp writes them).
+// Which tensors each architecture has, with their shapes, is listed in src/model/arch.cpp; a
+// missing tensor, a wrong shape or type, or a tensor the architecture does not use is a
 // snapkv::RuntimeError naming the tensor ("got {a, b}, expected {c, d}").
 //
 // LlamaSession runs one request: prefill(prompt) in chunks of `prefill_chunk` tokens, then
-// decode(token) step by step. Per layer and chunk: RMSNorm -> q, k, v -> RoPE (NORM, adjacent
-// pairs) at positions taken from cache.offset() -> cache.attend(q, k, v) -> cache.update(k, v,
-// q_window) -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual. q_window holds
-// the rotated queries of the chunk's last min(window, S) positions whenever the cache config's
-// policy scores with queries (query_source != keys); when that is so the last prefill chunk is
-// extended backwards so that it holds the prompt's last `window` positions (the SnapKV observation
-// window). After the prompt every cache gets end_prompt(). Eviction never shifts positions: RoPE is
-// always applied at the true absolute position.
+// decode(token) step by step. Per layer and chunk: RMSNorm -> q, k, v (+ biases when the file has
+// them) -> per-head RMSNorm of q and k (qwen3) -> RoPE (NORM for llama, NEOX for qwen2/qwen3, with
+// the file's frequency factors and linear scaling) at positions taken from cache.offset() ->
+// cache.attend(q, k, v) -> cache.update(k, v, q_window) -> output projection (+ bias) -> residual
+// -> RMSNorm -> SwiGLU FFN -> residual. q_window holds the rotated queries of the chunk's last
+// min(window, S) positions whenever the cache config's policy scores with queries (query_source !=
+// keys); when that is so the last prefill chunk is extended backwards so that it holds the
+// prompt's last `window` positions (the SnapKV observation window). After the prompt every cache
+// gets end_prompt(). Eviction never shifts positions: RoPE is always applied at the true absolute
+// position.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +34,7 @@
 #include "snapkv/kv/layer_cache.h"
 #include "snapkv/model/model_config.h"
 #include "snapkv/ops/gemm.h"
+#include "snapkv/ops/rope.h"
 
 namespace snapkv {
 
@@ -50,6 +46,12 @@ struct LlamaLayerWeights {
   WeightMatrix wo;                   // [n_embd][n_heads*hd]
   WeightMatrix w_gate, w_up;         // [n_ff][n_embd]
   WeightMatrix w_down;               // [n_embd][n_ff]
+  const float* bq = nullptr;         // [n_heads*hd] or nullptr (no bias)
+  const float* bk = nullptr;         // [n_kv*hd] or nullptr
+  const float* bv = nullptr;         // [n_kv*hd] or nullptr
+  const float* bo = nullptr;         // [n_embd] or nullptr
+  const float* q_norm = nullptr;     // [hd] per-head RMSNorm weight of q (qwen3) or nullptr
+  const float* k_norm = nullptr;     // [hd] per-head RMSNorm weight of k (qwen3) or nullptr
 };
 
 struct LlamaWeights {
@@ -57,12 +59,14 @@ struct LlamaWeights {
   const float* output_norm = nullptr;  // [n_embd]
   WeightMatrix output;                 // [n_vocab][n_embd] (== token_embd when tied)
   bool tied_output = false;
+  const float* rope_freqs = nullptr;  // [n_rot/2] RoPE frequency factors, or nullptr (all 1)
   std::vector<LlamaLayerWeights> layers;
 };
 
 class LlamaModel {
  public:
-  // Memory-maps and validates a GGUF file. Throws snapkv::RuntimeError.
+  // Memory-maps and validates a GGUF file (general.architecture llama, qwen2 or qwen3). Throws
+  // snapkv::RuntimeError.
   static LlamaModel load(const std::string& path);
   // Takes ownership of a parsed file (e.g. gguf::File::from_bytes for in-memory models).
   explicit LlamaModel(gguf::File file);
@@ -78,6 +82,8 @@ class LlamaModel {
   const gguf::File& file() const { return *file_; }
   // Bytes of all weight tensors as stored (the mapped size the forward pass reads).
   size_t weight_bytes() const { return weight_bytes_; }
+  // The RoPE parameters of the model (layout, base, linear scale, frequency factors).
+  RopeParams rope_params() const;
 
  private:
   std::unique_ptr<gguf::File> file_;  // stable address: weights_ point into its mapping
