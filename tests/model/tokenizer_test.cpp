@@ -378,9 +378,10 @@ TEST(TokenizerGguf, RejectsUnsupportedAndInconsistentFiles) {
   const Vocab v = make_vocab({{kSpace, -1}, {"a", -2}});
   {
     auto w = tokenizer_writer(v);
-    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.model", "bert");
     const std::string msg = runtime_message([&] { load(w); });
-    EXPECT_NE(msg.find("[tokenizer] tokenizer.ggml.model not supported yet, got 'gpt2'"),
+    EXPECT_NE(msg.find("[tokenizer] tokenizer.ggml.model not supported, got 'bert', expected "
+                       "'llama' (SentencePiece-style) or 'gpt2' (byte-level BPE)"),
               std::string::npos)
         << msg;
   }
