@@ -324,6 +324,16 @@ TEST(BpePreTokenizer, SplitsAsTheNamedRegexes) {
   EXPECT_EQ(words(fallback, ""), Words{});
 }
 
+TEST(BpePreTokenizer, AliasesResolveToTheirFamily) {
+  EXPECT_EQ(detail::BpePreTokenizer("llama3").family(), "llama-bpe");
+  EXPECT_TRUE(detail::BpePreTokenizer("llama-v3").ignore_merges());
+  EXPECT_FALSE(detail::BpePreTokenizer("dbrx").ignore_merges());  // Llama 3's regex only
+  EXPECT_EQ(detail::BpePreTokenizer("deepseek-r1-qwen").family(), "qwen2");
+  EXPECT_EQ(detail::BpePreTokenizer("starcoder").family(), "smollm");
+  EXPECT_EQ(detail::BpePreTokenizer("roberta-bpe").family(), "gpt-2");
+  EXPECT_EQ(detail::BpePreTokenizer("").family(), "default");
+}
+
 TEST(BpePreTokenizer, UnknownNameIsAClearError) {
   try {
     detail::BpePreTokenizer pre("tekken");
