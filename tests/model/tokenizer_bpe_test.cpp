@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -259,6 +260,29 @@ TEST(BpeTokenizer, InvalidUtf8BytesBecomeReplacementCharacters) {
             l3.encode("a" + fffd + "b", false, false));
   EXPECT_EQ(l3.encode("\xE2\x82", false, false), l3.encode(fffd + fffd, false, false));
   EXPECT_EQ(l3.decode(l3.encode("x\xC0\xAFy", false, false)), "x" + fffd + fffd + "y");
+}
+
+// Arbitrary bytes (mostly invalid UTF-8): never a crash, and decode(encode(x)) is x with each
+// invalid byte replaced by U+FFFD, for both vocabularies and with special parsing on.
+TEST(BpeTokenizer, RandomBytesRoundTripThroughTheReplacementRule) {
+  std::mt19937 rng(7);
+  for (const char* name : {"llama3", "qwen3"}) {
+    const Tokenizer& tok = vocab_tokenizer(name);
+    for (int trial = 0; trial < 400; ++trial) {
+      std::string bytes(rng() % 48, '\0');
+      for (char& c : bytes) {
+        const auto r = static_cast<uint32_t>(rng());
+        // Bias towards lead and continuation bytes so that sequences form and break.
+        c = static_cast<char>(r % 4 == 0   ? 0x80 + (r >> 8) % 0x40
+                              : r % 4 == 1 ? 0xC0 + (r >> 8) % 0x40
+                                           : (r >> 8) % 0x100);
+      }
+      const std::string expected = detail::sanitize_utf8(bytes);
+      ASSERT_EQ(tok.decode(tok.encode(bytes, false, false)), expected)
+          << name << " trial " << trial;
+      ASSERT_EQ(tok.decode(tok.encode(bytes, false, true), true), expected) << name;
+    }
+  }
 }
 
 TEST(BpeHelpers, SanitizeUtf8ReplacesEachBadByte) {
