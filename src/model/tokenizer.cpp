@@ -1,7 +1,7 @@
-// GGUF "llama" (SentencePiece-style) tokenizer: vocabulary checks, llama.cpp's SPM encode, decode.
-// Semantics are documented in include/snapkv/model/tokenizer.h; this file follows llama.cpp's
-// llm_tokenizer_spm / llama_vocab::tokenize / token_to_piece behaviour, written from its
-// description.
+// GGUF tokenizers: vocabulary checks, special-token partition, llama.cpp's SPM encode, dispatch to
+// byte-level BPE (tokenizer_bpe.cpp), decode, GGUF loading. Semantics are documented in
+// include/snapkv/model/tokenizer.h; this file follows llama.cpp's llm_tokenizer_spm /
+// llama_vocab::tokenize / token_to_piece behaviour, written from its description.
 #include "snapkv/model/tokenizer.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/util/error.h"
+#include "tokenizer_bpe.h"
 
 namespace snapkv {
 namespace {
@@ -165,15 +166,26 @@ void Vocab::validate() const {
       byte_owner[*byte] = static_cast<int>(i);
     }
   }
-  const auto check_special = [&](const char* name, TokenId value) {
+  const bool bpe = model == TokenizerModel::bpe;
+  const auto check_special = [&](const char* name, TokenId value, bool needed) {
+    if (bpe && value == -1 && !needed) return;  // BPE vocabularies may lack the token
     if (value < 0 || static_cast<size_t>(value) >= n) {
       throw_invalid(kComponent, std::string(name) + " out of range", std::to_string(value),
-                    "0 <= id < " + std::to_string(n));
+                    "0 <= id < " + std::to_string(n) +
+                        (bpe ? std::string(needed ? " (add_bos/add_eos needs it)" : " or -1")
+                             : std::string()));
     }
   };
-  check_special("bos_id", bos_id);
-  check_special("eos_id", eos_id);
-  check_special("unk_id", unk_id);
+  check_special("bos_id", bos_id, add_bos);
+  check_special("eos_id", eos_id, add_eos);
+  check_special("unk_id", unk_id, false);
+  if (bpe && merges.empty()) {
+    throw_invalid(kComponent, "BPE vocabulary without merges", "0 merges", "at least 1");
+  }
+  if (!bpe && !merges.empty()) {
+    throw_invalid(kComponent, "merges given to an SPM vocabulary",
+                  std::to_string(merges.size()) + " merges", "none (merges are for BPE)");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -192,14 +204,40 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
     if (id < 0) id = find(std::string_view(reinterpret_cast<const char*>(&byte), 1));
     byte_to_id_[b] = id;
   }
+  // Special tokens, matched in the text longest first (llama.cpp's cache_special_tokens).
+  static constexpr std::string_view kEogTexts[] = {"<|eot_id|>",    "<|im_end|>",    "<|end|>",
+                                                   "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+                                                   "<EOT>"};
   for (size_t i = 0; i < n; ++i) {
-    if (vocab_.types[i] == TokenType::user_defined) {
-      user_defined_by_length_.push_back(static_cast<TokenId>(i));
+    const TokenType t = vocab_.types[i];
+    if (t == TokenType::user_defined || t == TokenType::control || t == TokenType::unknown) {
+      special_by_length_.push_back(static_cast<TokenId>(i));
+    }
+    for (const std::string_view eog : kEogTexts) {
+      if (vocab_.tokens[i] == eog) eog_ids_.push_back(static_cast<TokenId>(i));
     }
   }
-  std::stable_sort(
-      user_defined_by_length_.begin(), user_defined_by_length_.end(),
-      [&](TokenId a, TokenId b) { return vocab_.tokens[a].size() > vocab_.tokens[b].size(); });
+  if (vocab_.eos_id >= 0) eog_ids_.push_back(vocab_.eos_id);
+  std::sort(eog_ids_.begin(), eog_ids_.end());
+  eog_ids_.erase(std::unique(eog_ids_.begin(), eog_ids_.end()), eog_ids_.end());
+  std::stable_sort(special_by_length_.begin(), special_by_length_.end(), [&](TokenId a, TokenId b) {
+    return vocab_.tokens[a].size() > vocab_.tokens[b].size();
+  });
+
+  if (vocab_.model == TokenizerModel::bpe) {
+    bpe_ = std::make_shared<const detail::BpeEncoder>(vocab_.pre, vocab_.merges);
+    bpe_pieces_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (vocab_.types[i] != TokenType::normal) continue;
+      // A NORMAL token outside the byte alphabet (none in real vocabularies) decodes as its text.
+      auto bytes = detail::byte_level_decode(vocab_.tokens[i]);
+      bpe_pieces_[i] = bytes ? std::move(*bytes) : vocab_.tokens[i];
+    }
+  }
+}
+
+bool Tokenizer::is_eog(TokenId id) const {
+  return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
 }
 
 TokenId Tokenizer::find(std::string_view piece) const {
@@ -312,21 +350,42 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<TokenId>& out) con
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos) const {
+  return encode_impl(text, add_bos, false, false);
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
+  return encode_impl(text, add_special && vocab_.add_bos, add_special && vocab_.add_eos,
+                     parse_special);
+}
+
+std::vector<TokenId> Tokenizer::encode_impl(std::string_view text, bool add_bos, bool add_eos,
+                                            bool parse_special) const {
   // Symbols are indexed by int (as in llama.cpp); the escaped text grows by at most 3x + 3 bytes.
   if (text.size() > static_cast<size_t>(INT32_MAX) / 4) {
     throw_invalid(kComponent, "text too long to encode", std::to_string(text.size()) + " bytes",
                   "at most " + std::to_string(INT32_MAX / 4) + " bytes");
   }
-  // Fragments: raw text ranges and USER_DEFINED tokens matched literally (longest piece first,
-  // leftmost occurrences), as llama.cpp's tokenizer_st_partition with parse_special = false.
+  if (add_bos && vocab_.bos_id < 0) {
+    throw_invalid(kComponent, "BOS requested but the vocabulary has none", "bos_id -1",
+                  "a vocabulary with tokenizer.ggml.bos_token_id");
+  }
+  if (add_eos && vocab_.eos_id < 0) {
+    throw_invalid(kComponent, "EOS requested but the vocabulary has none", "eos_id -1",
+                  "a vocabulary with tokenizer.ggml.eos_token_id");
+  }
+  // Fragments: raw text ranges and special tokens matched literally (longest piece first,
+  // leftmost occurrences), as llama.cpp's tokenizer_st_partition. USER_DEFINED tokens are always
+  // matched; CONTROL and UNKNOWN ones only with parse_special.
   struct Fragment {
-    TokenId token = -1;  // >= 0: a matched USER_DEFINED token
+    TokenId token = -1;  // >= 0: a matched special token
     size_t offset = 0;
     size_t length = 0;
   };
   std::vector<Fragment> fragments;
   if (!text.empty()) fragments.push_back({-1, 0, text.size()});
-  for (const TokenId special : user_defined_by_length_) {
+  for (const TokenId special : special_by_length_) {
+    if (!parse_special && vocab_.types[special] != TokenType::user_defined) continue;
     const std::string& piece = vocab_.tokens[special];
     std::vector<Fragment> split;
     split.reserve(fragments.size() + 2);
@@ -354,10 +413,15 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos) cons
   if (add_bos) out.push_back(vocab_.bos_id);
   bool previous_was_special = true;  // the first fragment gets the dummy prefix
   std::string escaped;
+  const auto find_piece = [this](std::string_view piece) { return find(piece); };
   for (const Fragment& f : fragments) {
     if (f.token >= 0) {
       out.push_back(f.token);
       previous_was_special = true;
+      continue;
+    }
+    if (bpe_) {
+      bpe_->encode_fragment(text.substr(f.offset, f.length), find_piece, out);
       continue;
     }
     escaped.clear();
@@ -367,36 +431,39 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_bos) cons
     encode_spm(escaped, out);
     previous_was_special = false;
   }
+  if (add_eos) out.push_back(vocab_.eos_id);
   return out;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Decode
 
-std::string Tokenizer::token_to_piece(TokenId id) const {
+std::string Tokenizer::token_to_piece(TokenId id, bool special) const {
   check_id(id);
   const std::string& text = vocab_.tokens[id];
+  const bool bpe = vocab_.model == TokenizerModel::bpe;
   switch (vocab_.types[id]) {
     case TokenType::normal:
-      return unescape_spaces(text);
-    case TokenType::byte:
-      return std::string(1, static_cast<char>(*parse_byte_piece(text)));
+      return bpe ? bpe_pieces_[id] : unescape_spaces(text);
+    case TokenType::byte:  // llama.cpp gives nothing for a BYTE token of a BPE vocabulary
+      return bpe ? std::string() : std::string(1, static_cast<char>(*parse_byte_piece(text)));
     case TokenType::user_defined:
       return text;
     case TokenType::unknown:
     case TokenType::control:
+      return special ? text : std::string();
     case TokenType::unused:
       return {};
   }
   return {};
 }
 
-std::string Tokenizer::decode(std::span<const TokenId> ids) const {
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool special) const {
   for (const TokenId id : ids) check_id(id);
   std::string out;
-  bool first_text = true;
+  bool first_text = vocab_.model == TokenizerModel::spm;
   for (const TokenId id : ids) {
-    std::string piece = token_to_piece(id);
+    std::string piece = token_to_piece(id, special);
     if (piece.empty()) continue;
     if (first_text && vocab_.add_space_prefix && piece.front() == ' ') piece.erase(0, 1);
     first_text = false;
@@ -439,6 +506,7 @@ std::vector<int64_t> integer_array(const gguf::Value& value, std::string_view ke
 }
 
 TokenId special_id(const gguf::File& file, std::string_view key, TokenId fallback) {
+  if (!file.has_key(key)) return fallback;
   const int64_t id = static_cast<int64_t>(file.get_u32_or(key, static_cast<uint32_t>(fallback)));
   if (id > INT32_MAX) {
     throw_runtime(kComponent, "key '" + std::string(key) + "' out of range", std::to_string(id),
@@ -451,10 +519,11 @@ TokenId special_id(const gguf::File& file, std::string_view key, TokenId fallbac
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
   const std::string model = file.get_string("tokenizer.ggml.model");
-  if (model != "llama") {
-    throw_runtime(kComponent, "tokenizer.ggml.model not supported yet", "'" + model + "'",
-                  "'llama' (SentencePiece-style vocabulary)");
+  if (model != "llama" && model != "gpt2") {
+    throw_runtime(kComponent, "tokenizer.ggml.model not supported", "'" + model + "'",
+                  "'llama' (SentencePiece-style) or 'gpt2' (byte-level BPE)");
   }
+  const bool bpe = model == "gpt2";
   Vocab vocab;
   vocab.tokens = file.get_string_array("tokenizer.ggml.tokens");
   const size_t n = vocab.tokens.size();
@@ -489,11 +558,23 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
   if (!arch.empty() && file.has_key(arch + ".vocab_size")) {
     check_length(arch + ".vocab_size", file.get_u64(arch + ".vocab_size"));
   }
+  if (bpe) {
+    // llama.cpp's defaults for "gpt2" vocabularies; add_bos only for the Llama 3 pre-tokenizer.
+    vocab.model = TokenizerModel::bpe;
+    vocab.merges = file.get_string_array("tokenizer.ggml.merges");
+    vocab.pre = file.get_string_or("tokenizer.ggml.pre", "default");
+    vocab.bos_id = 11;
+    vocab.eos_id = 11;
+    vocab.unk_id = -1;
+    vocab.add_bos = vocab.pre == "llama-bpe" || vocab.pre == "llama3" || vocab.pre == "llama-v3" ||
+                    vocab.pre == "falcon3";
+  }
   vocab.bos_id = special_id(file, "tokenizer.ggml.bos_token_id", vocab.bos_id);
   vocab.eos_id = special_id(file, "tokenizer.ggml.eos_token_id", vocab.eos_id);
   vocab.unk_id = special_id(file, "tokenizer.ggml.unknown_token_id", vocab.unk_id);
   vocab.add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", vocab.add_bos);
-  vocab.add_space_prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+  vocab.add_eos = file.get_bool_or("tokenizer.ggml.add_eos_token", false);
+  vocab.add_space_prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", !bpe);
   try {
     return Tokenizer(std::move(vocab));
   } catch (const std::invalid_argument& e) {

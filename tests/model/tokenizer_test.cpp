@@ -216,6 +216,19 @@ TEST(TokenizerEncode, WithoutByteTokensUnknownCharactersBecomeUnk) {
 TEST(TokenizerEncode, ControlPiecesAreNotParsedFromText) {
   const Tokenizer tok(make_vocab({{kSpace, -1}, {"<", -2}, {"s", -3}, {">", -4}}));
   EXPECT_EQ(pieces_of(tok, tok.encode("<s>", false)), (Pieces{kSpace, "<", "s", ">"}));
+  EXPECT_EQ(tok.encode("<s>", false), tok.encode("<s>", false, false));
+}
+
+TEST(TokenizerEncode, ParseSpecialTurnsControlTextsIntoTokens) {
+  const Tokenizer tok(make_vocab({{kSpace, -1}, {"a", -2}, {kSpace + "a", -3}}));
+  // As llama.cpp: the fragment after a special token gets the space prefix again.
+  EXPECT_EQ(pieces_of(tok, tok.encode("<s>a</s>", false, true)),
+            (Pieces{"<s>", kSpace + "a", "</s>"}));
+  // add_special follows the vocabulary's add_bos (true) and add_eos (false) flags.
+  EXPECT_EQ(pieces_of(tok, tok.encode("a", true, false)), (Pieces{"<s>", kSpace + "a"}));
+  // decode(special = true) gives the control texts back.
+  EXPECT_EQ(tok.decode(tok.encode("<s>a</s>", false, true), true), "<s> a</s>");
+  EXPECT_EQ(tok.decode(tok.encode("<s>a</s>", false, true)), "a");
 }
 
 TEST(TokenizerEncode, UserDefinedPiecesSplitTheText) {
@@ -378,9 +391,10 @@ TEST(TokenizerGguf, RejectsUnsupportedAndInconsistentFiles) {
   const Vocab v = make_vocab({{kSpace, -1}, {"a", -2}});
   {
     auto w = tokenizer_writer(v);
-    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.model", "bert");
     const std::string msg = runtime_message([&] { load(w); });
-    EXPECT_NE(msg.find("[tokenizer] tokenizer.ggml.model not supported yet, got 'gpt2'"),
+    EXPECT_NE(msg.find("[tokenizer] tokenizer.ggml.model not supported, got 'bert', expected "
+                       "'llama' (SentencePiece-style) or 'gpt2' (byte-level BPE)"),
               std::string::npos)
         << msg;
   }
