@@ -84,10 +84,10 @@ snapkv_status snapkv_caches_create(const snapkv_model_dims* dims, const char* co
 void snapkv_caches_free(snapkv_caches* caches);
 
 /* Adds n_tokens tokens to layer `layer`. q_window may be NULL (n_window ignored): the policy then
- * uses the last `window` keys as proxy queries (engine-agnostic mode). */
+ * uses the last `window` keys as proxy queries (engine-agnostic mode). kind is a
+ * snapkv_update_kind value (an int, so that any value a foreign caller passes is checked). */
 snapkv_status snapkv_update(snapkv_caches* caches, size_t layer, const float* k, const float* v,
-                            size_t n_tokens, const float* q_window, size_t n_window,
-                            snapkv_update_kind kind);
+                            size_t n_tokens, const float* q_window, size_t n_window, int kind);
 
 /* Attention of a chunk's queries over layer `layer`'s retained rows plus the chunk's own rows
  * (causal inside the chunk). Call before snapkv_update with the same k and v. */

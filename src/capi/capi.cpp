@@ -220,13 +220,12 @@ void snapkv_caches_free(snapkv_caches* caches) {
 }
 
 snapkv_status snapkv_update(snapkv_caches* caches, size_t layer, const float* k, const float* v,
-                            size_t n_tokens, const float* q_window, size_t n_window,
-                            snapkv_update_kind kind) {
+                            size_t n_tokens, const float* q_window, size_t n_window, int kind) {
   return guarded([&] {
     layer_of(caches, layer);
     require(
         kind == SNAPKV_UPDATE_AUTO || kind == SNAPKV_UPDATE_PREFILL || kind == SNAPKV_UPDATE_DECODE,
-        "update kind", num(static_cast<size_t>(kind)), "0 (auto), 1 (prefill) or 2 (decode)");
+        "update kind", std::to_string(kind), "0 (auto), 1 (prefill) or 2 (decode)");
     const snapkv::ModelDims& d = caches->dims;
     const snapkv::Tensor3 kt{k, d.n_kv_heads, n_tokens, d.head_dim};
     const snapkv::Tensor3 vt{v, d.n_kv_heads, n_tokens, d.head_dim};
