@@ -8,9 +8,9 @@
 //         return [opts] { return run_select(*opts); };   // runs after parsing, returns exit code
 //       }};
 //
-// Exit codes (STYLE.md): 0 success, 1 runtime error (bad file, bad data), 2 bad usage.
-// Throw std::invalid_argument for bad usage/config (exit 2) and snapkv::RuntimeError or any other
-// std::exception for runtime errors (exit 1); main prints "snapkv: error: <message>".
+// Exit codes (README.md, "The command line"): 0 success, 1 runtime error (bad file, bad data), 2
+// bad usage. Throw std::invalid_argument for bad usage/config (exit 2) and snapkv::RuntimeError or
+// any other std::exception for runtime errors (exit 1); main prints "snapkv: error: <message>".
 #pragma once
 
 #include <CLI/CLI.hpp>

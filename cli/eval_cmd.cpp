@@ -125,6 +125,7 @@ int run_eval_cmd(const EvalCliOptions& o) {
     po.prefill_chunk = o.prefill_chunk;
     po.defaults = defaults;
     po.share_prefill = !o.no_share_prefill;
+    check_perplexity_options(po, model.config().n_ctx);  // before building any text
     std::string text;
     if (!o.text.empty()) {
       std::ifstream in(o.text, std::ios::binary);

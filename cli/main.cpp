@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <stdexcept>
 
 #include "command.h"
+#include "snapkv/ops/gemm.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/mapped_file.h"
 
 namespace snapkv::cli {
 
@@ -21,12 +24,23 @@ RegisterCommand::RegisterCommand(std::string name, std::string help, Setup setup
   command_registry().push_back({std::move(name), std::move(help), std::move(setup)});
 }
 
-bool stderr_is_tty() { return isatty(STDERR_FILENO) == 1; }
+bool stderr_is_tty() {
+  return isatty(STDERR_FILENO) == 1;
+}
 
 }  // namespace snapkv::cli
 
 int main(int argc, char** argv) {
   using namespace snapkv::cli;
+  // Under an address-space limit (ulimit -v) OpenBLAS's worker threads, started when the library
+  // loads, spin forever on their 128 MiB buffers (ops/gemm.h, blas_allowed). Only the environment
+  // read at load time stops them, so re-execute once with OPENBLAS_NUM_THREADS=1.
+  if (!snapkv::blas_allowed() && std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    ::execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+  }
+  // A model file truncated while mapped becomes a named error and exit 1, not a bus error.
+  snapkv::install_mapped_file_fault_handler();
   CLI::App app{"snapkv: SnapKV KV-cache compression and a small GGUF Llama engine"};
   app.name("snapkv");
   app.require_subcommand(1);

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,15 +52,21 @@ std::string shape_string(const snapkv::NpyArray& a) {
   return s + "]";
 }
 
-// Bad data in a file is a runtime error (exit 1), named by file and index.
-void check_finite_file(const snapkv::NpyArray& a, const std::string& path) {
+// Bad data in a file is a runtime error (exit 1), named by file and index. Keys are stored by the
+// cache in fp16, so they follow the cache's rule (|x| <= 65504, LayerCache::update) here too.
+void check_finite_file(const snapkv::NpyArray& a, const std::string& path, bool stored_in_fp16) {
+  const float limit = stored_in_fp16 ? snapkv::kFp16Max : std::numeric_limits<float>::max();
   for (size_t i = 0; i < a.data.size(); ++i) {
-    if (!std::isfinite(a.data[i])) {
+    if (!(std::fabs(a.data[i]) <= limit)) {
       const size_t d2 = a.shape[2], d1 = a.shape[1];
-      snapkv::throw_runtime("select",
-                            path + ": non-finite value at [" + num(i / (d1 * d2)) + "][" +
-                                num(i / d2 % d1) + "][" + num(i % d2) + "]",
-                            std::to_string(a.data[i]), "finite float32 values");
+      const bool finite = std::isfinite(a.data[i]);
+      snapkv::throw_runtime(
+          "select",
+          path + (finite ? ": value outside the fp16 range" : ": non-finite value") + " at [" +
+              num(i / (d1 * d2)) + "][" + num(i / d2 % d1) + "][" + num(i % d2) + "]",
+          std::to_string(a.data[i]),
+          stored_in_fp16 ? "finite values with |x| <= 65504 (keys are stored in fp16)"
+                         : "finite float32 values");
     }
   }
 }
@@ -96,7 +103,7 @@ int run_select(SelectOptions opts) {
     throw_runtime("select", opts.keys + ": empty keys tensor", "shape " + shape_string(k),
                   "[n_kv_heads >= 1][S >= 1][head_dim >= 1]");
   }
-  check_finite_file(k, opts.keys);
+  check_finite_file(k, opts.keys, true);
 
   std::optional<NpyArray> q;
   size_t n_heads = opts.heads != 0 ? opts.heads : n_kv_heads;
@@ -126,7 +133,7 @@ int run_select(SelectOptions opts) {
       throw_invalid("select", "--window disagrees with the rows of " + opts.queries,
                     num(opts.window), num(q->shape[1]));
     }
-    check_finite_file(*q, opts.queries);
+    check_finite_file(*q, opts.queries, false);
     n_heads = q->shape[0];
     opts.window = q->shape[1];
   }
@@ -252,7 +259,7 @@ snapkv::cli::RegisterCommand reg{
                      "pooling kernel, odd (default 7 when pooling, else 1)");
       sub.add_flag("--keep-window", opts->keep_window, "always keep the window's own rows (paper)");
       sub.add_flag("--no-causal", opts->no_causal,
-                   "no causal mask inside the window (reproduces the method notes)");
+                   "no causal mask inside the window (as SnapKV's reference code)");
       sub.add_option("--heads", opts->heads,
                      "query heads (implied by Q's first dimension; default n_kv_heads)");
       sub.add_flag("--json", opts->json, "JSON on stdout (the default output)");

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libcli11-dev nlohmann-json3-dev gnuplot-nox
+          libbenchmark-dev libcli11-dev nlohmann-json3-dev libssl-dev gnuplot-nox
           libsentencepiece-dev libpcre2-dev clang libomp-dev libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -53,14 +53,38 @@ double continuation_nll(std::span<const float> first_logits, std::span<const flo
   return total / static_cast<double>(continuation.size());
 }
 
+void check_perplexity_options(const PerplexityOptions& options, size_t n_ctx) {
+  const PerplexityOptions& o = options;
+  if (o.methods.empty()) throw_invalid("perplexity", "no methods given", "0", ">= 1 method");
+  if (o.keeps.empty()) throw_invalid("perplexity", "no kept fractions given", "0", ">= 1 keep");
+  if (o.n_windows == 0) throw_invalid("perplexity", "windows", "0", ">= 1");
+  if (o.prefix < 2) throw_invalid("perplexity", "prefix tokens", num(o.prefix), ">= 2");
+  if (o.continuation < 1) throw_invalid("perplexity", "continuation tokens", "0", ">= 1");
+  if (o.prefix + o.continuation > n_ctx) {
+    throw_invalid("perplexity", "prefix + continuation longer than the model's context",
+                  num(o.prefix) + " + " + num(o.continuation),
+                  "<= llama.context_length = " + num(n_ctx));
+  }
+  const size_t stride = o.prefix - 1 + o.continuation;
+  if (o.n_windows > std::numeric_limits<size_t>::max() / stride) {
+    throw_invalid("perplexity", "windows x tokens per window overflows", num(o.n_windows),
+                  "<= " + num(std::numeric_limits<size_t>::max() / stride));
+  }
+}
+
 std::string filler_text(const Tokenizer& tokenizer, size_t min_tokens, uint64_t seed) {
   TaskRng rng(seed);
   std::string text;
+  // approx_token_count is additive over space-separated sentences, so the estimate is kept as a
+  // running sum (linear time; recounting the whole text per sentence was quadratic).
+  size_t approx = 0;
   while (true) {
     // Grow by an estimate of what is missing, then measure with the real tokenizer.
-    while (approx_token_count(text) < min_tokens + min_tokens / 8 + 16) {
+    while (approx < min_tokens + min_tokens / 8 + 16) {
       if (!text.empty()) text += ' ';
-      text += filler_sentence(rng);
+      const std::string sentence = filler_sentence(rng);
+      approx += approx_token_count(sentence);
+      text += sentence;
     }
     if (tokenizer.encode(text, false).size() >= min_tokens) return text;
     for (size_t i = 0; i < 32 + min_tokens / 16; ++i) text += ' ' + filler_sentence(rng);
@@ -71,18 +95,8 @@ std::string filler_text(const Tokenizer& tokenizer, size_t min_tokens, uint64_t 
 PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& tokenizer,
                                  const std::string& text, const PerplexityOptions& options,
                                  const ProgressFn& progress) {
+  check_perplexity_options(options, model.config().n_ctx);
   const PerplexityOptions& o = options;
-  if (o.methods.empty()) throw_invalid("perplexity", "no methods given", "0", ">= 1 method");
-  if (o.keeps.empty()) throw_invalid("perplexity", "no kept fractions given", "0", ">= 1 keep");
-  if (o.n_windows == 0) throw_invalid("perplexity", "windows", "0", ">= 1");
-  if (o.prefix < 2) throw_invalid("perplexity", "prefix tokens", num(o.prefix), ">= 2");
-  if (o.continuation < 1) throw_invalid("perplexity", "continuation tokens", "0", ">= 1");
-  const size_t n_ctx = model.config().n_ctx;
-  if (o.prefix + o.continuation > n_ctx) {
-    throw_invalid("perplexity", "prefix + continuation longer than the model's context",
-                  num(o.prefix) + " + " + num(o.continuation),
-                  "<= llama.context_length = " + num(n_ctx));
-  }
   const std::vector<int32_t> stream = tokenizer.encode(text, false);
   const size_t stride = o.prefix - 1 + o.continuation;
   if (stream.size() < o.n_windows * stride) {

@@ -117,9 +117,6 @@ std::span<const int32_t> File::get_i32_array(std::string_view key) const {
 uint32_t File::get_u32_or(std::string_view key, uint32_t fallback) const {
   return has_key(key) ? get_u32(key) : fallback;
 }
-int32_t File::get_i32_or(std::string_view key, int32_t fallback) const {
-  return has_key(key) ? get_i32(key) : fallback;
-}
 uint64_t File::get_u64_or(std::string_view key, uint64_t fallback) const {
   return has_key(key) ? get_u64(key) : fallback;
 }

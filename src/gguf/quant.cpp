@@ -135,7 +135,7 @@ std::optional<TensorType> tensor_type_from_name(std::string_view name) {
 size_t block_size(TensorType type) {
   switch (type) {
     case TensorType::q8_0:
-      return kQK8_0;
+      return kQ8BlockSize;
     case TensorType::q4_0:
       return kQK4_0;
     case TensorType::q2_K:
@@ -161,7 +161,7 @@ size_t type_size(TensorType type) {
     case TensorType::bf16:
       return 2;
     case TensorType::q8_0:
-      return sizeof(block_q8_0);
+      return sizeof(BlockQ8_0);
     case TensorType::q4_0:
       return sizeof(block_q4_0);
     case TensorType::q2_K:
@@ -247,25 +247,26 @@ void quantize_row_bf16(bf16_t* out, const float* in, size_t n) {
 
 // ---- q8_0 ----------------------------------------------------------------------------------
 
-void dequantize_row_q8_0(float* out, const block_q8_0* in, size_t n) {
+void dequantize_row_q8_0(float* out, const BlockQ8_0* in, size_t n) {
   check_row_length(TensorType::q8_0, n, "dequantize_row_q8_0");
-  for (size_t b = 0; b < n / kQK8_0; ++b) {
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
     const float d = fp16_to_fp32(in[b].d);
-    for (size_t j = 0; j < kQK8_0; ++j) out[b * kQK8_0 + j] = static_cast<float>(in[b].qs[j]) * d;
+    for (size_t j = 0; j < kQ8BlockSize; ++j)
+      out[b * kQ8BlockSize + j] = static_cast<float>(in[b].qs[j]) * d;
   }
 }
 
 // d = amax / 127, q = round(x / d); an all-zero block stores d = 0 and q = 0 (no division by 0).
-void quantize_row_q8_0(block_q8_0* out, const float* in, size_t n) {
+void quantize_row_q8_0(BlockQ8_0* out, const float* in, size_t n) {
   check_row_length(TensorType::q8_0, n, "quantize_row_q8_0");
-  for (size_t b = 0; b < n / kQK8_0; ++b) {
-    const float* x = in + b * kQK8_0;
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const float* x = in + b * kQ8BlockSize;
     float amax = 0.0f;
-    for (size_t j = 0; j < kQK8_0; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    for (size_t j = 0; j < kQ8BlockSize; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
     const float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = fp32_to_fp16(d);
-    for (size_t j = 0; j < kQK8_0; ++j) {
+    for (size_t j = 0; j < kQ8BlockSize; ++j) {
       out[b].qs[j] = static_cast<int8_t>(clamp_round(x[j] * inv_d, -127, 127));
     }
   }
@@ -355,10 +356,10 @@ void dequantize_row(float* out, const void* in, TensorType type, size_t n) {
       }
       return;
     case TensorType::q8_0:
-      for (size_t b = 0; b < n / kQK8_0; ++b) {
-        block_q8_0 blk;
+      for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+        BlockQ8_0 blk;
         std::memcpy(&blk, src + b * sizeof blk, sizeof blk);
-        dequantize_row_q8_0(out + b * kQK8_0, &blk, kQK8_0);
+        dequantize_row_q8_0(out + b * kQ8BlockSize, &blk, kQ8BlockSize);
       }
       return;
     case TensorType::q4_0:
@@ -402,9 +403,9 @@ void quantize_row(void* out, const float* in, TensorType type, size_t n) {
       }
       return;
     case TensorType::q8_0:
-      for (size_t b = 0; b < n / kQK8_0; ++b) {
-        block_q8_0 blk;
-        quantize_row_q8_0(&blk, in + b * kQK8_0, kQK8_0);
+      for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+        BlockQ8_0 blk;
+        quantize_row_q8_0(&blk, in + b * kQ8BlockSize, kQ8BlockSize);
         std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
       }
       return;

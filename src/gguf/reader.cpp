@@ -4,12 +4,7 @@
 // Every read goes through Cursor, which checks the remaining bytes first; every count read from the
 // file is bounded by the bytes left before anything is allocated for it. Errors name the key or
 // tensor ("key #3", "tensor 'blk.0.attn_q.weight'") and are snapkv::RuntimeError.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cfloat>
 #include <cstring>
 #include <limits>
@@ -19,20 +14,13 @@
 #include "gguf/value_traits.h"
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/mapped_file.h"
 
 namespace snapkv::gguf {
 
 struct File::Mapping {
-  void* addr = nullptr;  // mmap'd region, or nullptr
-  size_t length = 0;
+  MappedFile file;             // read-only map of File::open's path (registered for SIGBUS)
   std::vector<uint8_t> owned;  // from_bytes copy
-
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (addr != nullptr) munmap(addr, length);
-  }
 };
 
 namespace {
@@ -183,34 +171,9 @@ File File::open(const std::string& path) {
   File f;
   f.origin_ = path;
   f.mapping_ = std::make_unique<Mapping>();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw_runtime(kComponent, "cannot open file '" + path + "'", std::strerror(errno),
-                  "a readable GGUF file");
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    throw_runtime(kComponent, "cannot read file '" + path + "'",
-                  S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file",
-                  "a regular GGUF file");
-  }
-  const auto size = static_cast<size_t>(st.st_size);
-  if (size > 0) {
-    void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (addr == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      throw_runtime(kComponent, "cannot memory-map file '" + path + "'", std::strerror(err),
-                    "a mappable GGUF file");
-    }
-    f.mapping_->addr = addr;
-    f.mapping_->length = size;
-    f.base_ = static_cast<const uint8_t*>(addr);
-  }
-  ::close(fd);  // the mapping stays valid
-  f.size_ = size;
+  f.mapping_->file = MappedFile::open(path, kComponent, "a readable regular GGUF file");
+  f.base_ = f.mapping_->file.data();
+  f.size_ = f.mapping_->file.size();
   f.parse();
   return f;
 }
@@ -330,8 +293,10 @@ void File::parse() {
     if (v == nullptr) {
       cur.fail("wrong type", a->is_array() ? "array" : value_type_name(a->type()), "u32");
     }
-    if (*v == 0 || (*v & (*v - 1)) != 0) {
-      cur.fail("alignment is not a power of two", std::to_string(*v), "a power of two");
+    if (*v == 0 || (*v & (*v - 1)) != 0 || *v > kMaxAlignment) {
+      cur.fail(*v > kMaxAlignment ? "alignment too large" : "alignment is not a power of two",
+               std::to_string(*v),
+               "a power of two at most " + std::to_string(kMaxAlignment) + " (1 MiB)");
     }
     alignment_ = *v;
   }
@@ -395,16 +360,30 @@ void File::parse() {
     tensors_.push_back(std::move(t));
   }
 
-  // data layout: section start padded to the alignment; each tensor at the running padded sum.
+  // data layout: section start padded to the alignment (the padding is zeros, as ggml and gguf-py
+  // write it); each tensor at the running padded sum; the file ends after the last tensor's
+  // padding (or its last byte). Bytes left over mean the tensor infos and the data disagree (a
+  // lowered tensor count reads the last info as padding): an error, never a silent misread.
   const uint64_t info_end = cur.pos();
   data_offset_ = pad_to(info_end, alignment_);  // info_end <= size_ < 2^63: no wrap
-  if (!tensors_.empty() && data_offset_ > size_) {
-    cur.set_where("data section");
+  cur.set_where("data section");
+  if (data_offset_ > size_ && !tensors_.empty()) {
     cur.fail("starts past the end of the file", std::to_string(data_offset_),
              "at most " + std::to_string(size_));
   }
-  const uint64_t data_size = tensors_.empty() ? 0 : size_ - data_offset_;
+  const uint64_t padding_end = std::min<uint64_t>(data_offset_, size_);
+  for (uint64_t i = info_end; i < padding_end; ++i) {
+    if (base_[i] != 0) {
+      cur.fail(
+          "padding before the data section is not zero (tensor count too low?)",
+          "byte " + std::to_string(static_cast<unsigned>(base_[i])) + " at offset " +
+              std::to_string(i),
+          "zeros from offset " + std::to_string(info_end) + " to " + std::to_string(data_offset_));
+    }
+  }
+  const uint64_t data_size = size_ > data_offset_ ? size_ - data_offset_ : 0;
   uint64_t expected = 0;
+  uint64_t data_end = 0;  // end of the last tensor's bytes, unpadded
   for (size_t i = 0; i < tensors_.size(); ++i) {
     TensorInfo& t = tensors_[i];
     cur.set_where("tensor " + quoted(t.name));
@@ -425,8 +404,18 @@ void File::parse() {
                "at most " + std::to_string(data_size));
     }
     t.data = base_ + data_offset_ + t.offset;
-    // Within data_size < 2^63 and alignment <= 2^31, so no wrap.
-    expected = pad_to(t.offset + t.n_bytes, alignment_);
+    // Within data_size < 2^63 and alignment <= kMaxAlignment, so no wrap.
+    data_end = t.offset + t.n_bytes;
+    expected = pad_to(data_end, alignment_);
+  }
+  // The last tensor's padding may be cut short (or absent) at the end of the file, never longer.
+  if (data_size > expected) {
+    cur.set_where("data section");
+    cur.fail("bytes after the last tensor that no tensor info describes (tensor count too low?)",
+             std::to_string(data_size - data_end) + " bytes after " +
+                 (tensors_.empty() ? std::string("the header")
+                                   : "tensor " + quoted(tensors_.back().name)),
+             "at most " + std::to_string(expected - data_end) + " bytes of padding");
   }
 }
 

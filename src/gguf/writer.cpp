@@ -124,9 +124,12 @@ void Writer::set(std::string_view key, Value value) {
       throw_invalid(kComponent, "key 'general.alignment' has the wrong type",
                     value.is_array() ? "array" : value_type_name(value.type()), "u32");
     }
-    if (!is_power_of_two(*a)) {
-      throw_invalid(kComponent, "key 'general.alignment' is not a power of two", std::to_string(*a),
-                    "a power of two");
+    if (!is_power_of_two(*a) || *a > kMaxAlignment) {
+      throw_invalid(kComponent,
+                    *a > kMaxAlignment ? "key 'general.alignment' is too large"
+                                       : "key 'general.alignment' is not a power of two",
+                    std::to_string(*a),
+                    "a power of two at most " + std::to_string(kMaxAlignment) + " (1 MiB)");
     }
   }
   for (KeyValue& kv : kvs_) {

@@ -1,9 +1,11 @@
 // The fp16 RowStore: rows kept as IEEE binary16, contiguous [rows][head_dim]. Reads go through
-// the F16C kernels of ops/dot.h (dot_f16, axpy_f16), so attention never builds an fp32 copy.
+// the F16C kernels of ops/dot.h (dot_f16, axpy_f16) via kv/fp16_rows.h, so attention never builds
+// an fp32 copy.
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "kv/fp16_rows.h"
 #include "kv/stores.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
@@ -28,7 +30,6 @@ class Fp16RowStore final : public RowStore {
   }
 
   void retain(std::span<const uint32_t> keep) override {
-    size_t write = 0;
     for (size_t i = 0; i < keep.size(); ++i) {
       const size_t row = keep[i];
       if (row >= rows_ || (i > 0 && row <= keep[i - 1])) {
@@ -37,15 +38,8 @@ class Fp16RowStore final : public RowStore {
                       "< " + std::to_string(rows_) + " and above the previous one");
       }
     }
-    for (const uint32_t row : keep) {
-      if (row != write) {
-        std::copy_n(data_.begin() + static_cast<std::ptrdiff_t>(row * head_dim_), head_dim_,
-                    data_.begin() + static_cast<std::ptrdiff_t>(write * head_dim_));
-      }
-      ++write;
-    }
+    fp16_rows_compact(data_, keep, 0, head_dim_);
     rows_ = keep.size();
-    data_.resize(rows_ * head_dim_);
     data_.shrink_to_fit();  // eviction is meant to give memory back
   }
 
@@ -59,19 +53,11 @@ class Fp16RowStore final : public RowStore {
   }
 
   void dot_rows(float* out, const float* q, size_t n_q) const override {
-    for (size_t i = 0; i < rows_; ++i) {
-      const fp16_t* row = data_.data() + i * head_dim_;
-      for (size_t j = 0; j < n_q; ++j)
-        out[j * rows_ + i] = dot_f16(q + j * head_dim_, row, head_dim_);
-    }
+    fp16_rows_dot(out, rows_, q, n_q, data_.data(), rows_, head_dim_);
   }
 
   void accumulate_rows(float* out, const float* w, size_t n_q) const override {
-    for (size_t i = 0; i < rows_; ++i) {
-      const fp16_t* row = data_.data() + i * head_dim_;
-      for (size_t j = 0; j < n_q; ++j)
-        axpy_f16(out + j * head_dim_, w[j * rows_ + i], row, head_dim_);
-    }
+    fp16_rows_accumulate(out, w, rows_, n_q, data_.data(), rows_, head_dim_);
   }
 
   size_t bytes() const override { return data_.size() * sizeof(fp16_t); }

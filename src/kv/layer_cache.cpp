@@ -10,6 +10,7 @@
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/fp16.h"
 #include "snapkv/util/parallel.h"
 
 namespace snapkv {
@@ -54,15 +55,25 @@ void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* d
     throw_invalid(kComponent, std::string(name) + " data", "null", "a pointer");
 }
 
-void check_finite(const Tensor3& t, const char* name) {
+// Every value finite; for k and v (rows the cache stores, in fp16 or a codec built on fp16 ranges)
+// also within the binary16 range, so a key that fits fp32 but not fp16 is the same named error for
+// every codec instead of an infinity that turns scores into zeros or NaN.
+void check_values(const Tensor3& t, const char* name, bool stored_in_fp16) {
   const size_t n = t.dim0 * t.dim1 * t.dim2;
+  const float limit = stored_in_fp16 ? kFp16Max : std::numeric_limits<float>::max();
   for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(t.data[i])) {
+    if (!(std::fabs(t.data[i]) <= limit)) {  // also catches NaN
       const size_t row = i / t.dim2;
-      throw_invalid(kComponent,
-                    std::string(name) + " holds a non-finite value at [" + num(row / t.dim1) +
-                        "][" + num(row % t.dim1) + "][" + num(i % t.dim2) + "]",
-                    std::to_string(t.data[i]), "finite values (NaN/Inf are rejected)");
+      const bool finite = std::isfinite(t.data[i]);
+      throw_invalid(
+          kComponent,
+          std::string(name) + " holds " +
+              (finite ? "a value outside the fp16 range" : "a non-finite value") + " at [" +
+              num(row / t.dim1) + "][" + num(row % t.dim1) + "][" + num(i % t.dim2) + "]",
+          std::to_string(t.data[i]),
+          stored_in_fp16 ? "finite values with |x| <= 65504 (stored rows are fp16; NaN/Inf "
+                           "are rejected)"
+                         : "finite values (NaN/Inf are rejected)");
     }
   }
 }
@@ -92,14 +103,6 @@ double CacheStats::eviction_ratio() const {
 double CacheStats::keep_rate() const {
   if (tokens_seen == 0) return 1.0;
   return static_cast<double>(tokens_kept) / static_cast<double>(tokens_seen);
-}
-
-CacheStats& CacheStats::operator+=(const CacheStats& other) {
-  tokens_seen += other.tokens_seen;
-  tokens_kept += other.tokens_kept;
-  bytes_stored += other.bytes_stored;
-  bytes_full_fp16 += other.bytes_full_fp16;
-  return *this;
 }
 
 LayerCache::LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_index)
@@ -187,15 +190,15 @@ void LayerCache::validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) 
   if (v.dim1 != k.dim1) {
     throw_invalid(kComponent, "v token count differs from k", num(v.dim1), "S = " + num(k.dim1));
   }
-  check_finite(k, "k");
-  check_finite(v, "v");
+  check_values(k, "k", true);
+  check_values(v, "v", true);
   if (q_window != nullptr) {
     check_tensor(*q_window, "q_window", dims_.n_heads, "n_heads", dims_.head_dim);
     if (q_window->dim1 > k.dim1) {
       throw_invalid(kComponent, "q_window has more rows than the chunk", num(q_window->dim1),
                     "<= S = " + num(k.dim1));
     }
-    check_finite(*q_window, "q_window");
+    check_values(*q_window, "q_window", false);
   }
 }
 
@@ -305,9 +308,9 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
                   "the same S for q, k and v");
   }
   if (out == nullptr) throw_invalid(kComponent, "attend output", "null", "a pointer");
-  check_finite(q, "q");
-  check_finite(k, "k");
-  check_finite(v, "v");
+  check_values(q, "q", false);
+  check_values(k, "k", true);
+  check_values(v, "v", true);
 
   const size_t n_new = q.dim1;
   const size_t head_dim = dims_.head_dim;

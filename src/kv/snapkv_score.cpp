@@ -1,14 +1,13 @@
 // SnapKV window scores (sgemm logits + stable softmax per window row), pooling and selection.
 #include "snapkv/kv/snapkv_score.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "snapkv/ops/dot.h"
+#include "snapkv/ops/gemm.h"
 #include "snapkv/ops/pool.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/ops/topk.h"
@@ -55,8 +54,6 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
   std::vector<float> logits(chunk * n_rows);     // [chunk][n_rows]
   std::vector<float> tile_max(chunk * n_tiles);  // [chunk][n_tiles] shift used per tile
   std::vector<float> row_max(chunk), row_sum(chunk);
-  const int k = static_cast<int>(head_dim);
-  const int ldc = static_cast<int>(n_rows);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (size_t r0 = 0; r0 < n_total; r0 += chunk) {
     const size_t m = std::min(chunk, n_total - r0);
@@ -72,9 +69,7 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
     for (size_t t = 0; t < n_tiles; ++t) {
       const size_t c0 = t * kColBlock;
       const size_t nc = std::min(kColBlock, n_rows - c0);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
-                  static_cast<int>(nc), k, scale, q.data(), k, keys + c0 * head_dim, k, 0.0f,
-                  logits.data() + c0, ldc);
+      sgemm_nt(logits.data() + c0, q.data(), keys + c0 * head_dim, m, nc, head_dim, scale, n_rows);
       for (size_t i = 0; i < m; ++i) {
         const size_t end = std::min(visible(i), c0 + nc);
         float& shift = tile_max[i * n_tiles + t];

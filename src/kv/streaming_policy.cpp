@@ -1,5 +1,5 @@
 // streaming (StreamingLLM): the first n_sink rows plus the most recent budget - n_sink rows.
-// Positions are not renumbered (see ARCHITECTURE.md): kept keys keep their original rotation.
+// Positions are not renumbered (README.md, "Positions"): kept keys keep their original rotation.
 #include <algorithm>
 
 #include "kv/policies.h"

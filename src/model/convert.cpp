@@ -12,6 +12,7 @@
 
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/mapped_file.h"
 #include "snapkv/util/npy.h"
 
 namespace snapkv {
@@ -26,6 +27,7 @@ constexpr const char* kComponent = "convert";
 constexpr uint32_t kFileTypeAllF32 = 0, kFileTypeMostlyF16 = 1, kFileTypeMostlyQ8_0 = 7;
 
 json read_json(const fs::path& path) {
+  require_regular_file(path.string(), kComponent, "a regular JSON file");
   std::ifstream in(path);
   if (!in) throw_runtime(kComponent, "cannot open " + path.string(), "unreadable", "a JSON file");
   try {
@@ -221,7 +223,7 @@ gguf::Writer convert_export(const std::string& dir, gguf::TensorType type) {
     gguf::TensorType t = gguf::TensorType::f32;
     if (shape.size() == 2) {
       t = type;
-      if (t == gguf::TensorType::q8_0 && shape[1] % gguf::kQK8_0 != 0) t = gguf::TensorType::f16;
+      if (t == gguf::TensorType::q8_0 && shape[1] % kQ8BlockSize != 0) t = gguf::TensorType::f16;
     }
     w.add_tensor_f32(tname, t, std::move(ne), a.data);
   };

@@ -49,10 +49,10 @@ std::vector<uint8_t> random_matrix(gguf::TensorType type, size_t rows, size_t co
     }
   } else {  // q8_0: uniform integers in [-127, 127] times d = amp / 127
     const fp16_t d = fp32_to_fp16(amp / 127.0f);
-    auto* blocks = reinterpret_cast<gguf::block_q8_0*>(bytes.data());
-    for (size_t b = 0; b < n / gguf::kQK8_0; ++b) {
+    auto* blocks = reinterpret_cast<BlockQ8_0*>(bytes.data());
+    for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
       blocks[b].d = d;
-      for (size_t j = 0; j < gguf::kQK8_0; ++j) {
+      for (size_t j = 0; j < kQ8BlockSize; ++j) {
         blocks[b].qs[j] = static_cast<int8_t>(static_cast<int>(rng.next() % 255) - 127);
       }
     }

@@ -5,6 +5,7 @@
 #include "snapkv/ops/gemm.h"
 
 #include <cblas.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -461,10 +462,32 @@ void gemv(float* out, const float* x, const WeightMatrix& w) {
   });
 }
 
+bool blas_allowed() {
+  static const bool allowed = [] {
+    rlimit lim{};
+    return ::getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY;
+  }();
+  return allowed;
+}
+
+void sgemm_nt(float* c, const float* a, const float* b, size_t m, size_t n, size_t k, float alpha,
+              size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (blas_allowed()) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), alpha, a, static_cast<int>(k), b, static_cast<int>(k), 0.0f, c,
+                static_cast<int>(ldc));
+    return;
+  }
+  parallel_for(m, [&](size_t i) {
+    for (size_t j = 0; j < n; ++j) c[i * ldc + j] = alpha * dot_f32(b + j * k, a + i * k, k);
+  });
+}
+
 void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
   validate_weight(w, "matmul weight");
   if (n_tokens == 0) return;
-  if (n_tokens < kGemmMinTokens) {
+  if (n_tokens < kGemmMinTokens || !blas_allowed()) {
     for (size_t t = 0; t < n_tokens; ++t) gemv(out + t * w.rows, x + t * w.cols, w);
     return;
   }
@@ -509,25 +532,8 @@ void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_toke
   }
 }
 
-void quantize_q8_0(BlockQ8_0* out, const float* x, size_t n) {
-  if (n % kQ8BlockSize != 0) {
-    throw_invalid("gemm", "quantize_q8_0 length not a multiple of the block size",
-                  std::to_string(n), "a multiple of 32");
-  }
-  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
-    const float* xb = x + b * kQ8BlockSize;
-    float amax = 0.0f;
-    for (size_t j = 0; j < kQ8BlockSize; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    out[b].d = fp32_to_fp16(d);
-    for (size_t j = 0; j < kQ8BlockSize; ++j) {
-      out[b].qs[j] = static_cast<int8_t>(std::lround(xb[j] * id));
-    }
-  }
-}
-
 void set_blas_threads(int n) {
+  if (!blas_allowed()) return;  // more OpenBLAS threads would each want a 128 MiB buffer
   openblas_set_num_threads(std::max(1, n));
 }
 

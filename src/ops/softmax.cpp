@@ -1,6 +1,6 @@
 // Stable softmax over a row and the polynomial exp behind it. exp_approx is the portable scalar
 // definition; the AVX2 path (exp8) performs the same IEEE operations in the same order (no FMA
-// contraction: the project builds with -std=c++20, i.e. -ffp-contract=off), so the bulk results
+// contraction: CMakeLists.txt builds every target with -ffp-contract=off), so the bulk results
 // are bit-identical to the scalar ones and tests can compare them exactly.
 #include "snapkv/ops/softmax.h"
 

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "snapkv/util/error.h"
+#include "snapkv/util/mapped_file.h"
 
 namespace snapkv {
 namespace {
@@ -321,6 +322,10 @@ NpyArray decode_npy(std::span<const uint8_t> bytes, std::string_view name, size_
 }
 
 NpyArray read_npy(const std::string& path, size_t expected_rank) {
+  // A FIFO would block the open below, a directory read as empty: regular files only.
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+    fail(path, "cannot open file", problem, "a readable regular .npy file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open file", std::strerror(errno), "a readable .npy file");
   in.seekg(0, std::ios::end);

@@ -1,8 +1,9 @@
 // Regression run of the committed fuzzing corpus through the same exerciser the libFuzzer target
 // uses: no file may crash; files named valid-* must parse and files named bad-* must be rejected
 // with a snapkv::RuntimeError. tests/gguf/corpus holds the generated seeds (written by
-// GgufMalformed.WriteSeedCorpusWhenAsked) and, under fuzz/, the inputs libFuzzer found that add
+// tools/write_gguf_seed_corpus.cpp) and, under fuzz/, the inputs libFuzzer found that add
 // coverage beyond them (kept with `fuzz_gguf_reader -merge=1 <copy of corpus> <new inputs>`).
+// This test is the one replay of the corpus (every ctest run, and under ASan + UBSan in CI).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -36,7 +37,7 @@ TEST(GgufCorpus, EveryCommittedFileIsHandled) {
     ++n_files;
   }
   EXPECT_GE(n_valid, 3u);
-  EXPECT_GE(n_bad, 40u);
+  EXPECT_GE(n_bad, 50u);
   RecordProperty("corpus_files", static_cast<int>(n_files));
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 using testing::test_values;
 
-static_assert(offsetof(block_q8_0, qs) == 2 && offsetof(block_q4_0, qs) == 2);
+static_assert(offsetof(BlockQ8_0, qs) == 2 && offsetof(block_q4_0, qs) == 2);
 
 // Values spanning many magnitudes: uniform in [-1, 1] times 2^k for k in [-12, 12] per block.
 std::vector<float> multi_scale_values(size_t n_blocks, uint64_t seed) {
@@ -55,7 +55,7 @@ TEST(GgufQuant, TypeTablesAndByteSizes) {
 }
 
 TEST(GgufQuant, BlockLayoutsMatchGgml) {
-  block_q8_0 q8{};
+  BlockQ8_0 q8{};
   q8.d = 0x3800;  // 0.5
   for (int j = 0; j < 32; ++j) q8.qs[j] = static_cast<int8_t>(j - 16);
   float out[32];
@@ -75,7 +75,7 @@ TEST(GgufQuant, BlockLayoutsMatchGgml) {
 TEST(GgufQuant, Q8_0ErrorWithinHalfAStepOfItsBlockScale) {
   constexpr size_t kBlocks = 1000;
   const std::vector<float> x = multi_scale_values(kBlocks, 11);
-  std::vector<block_q8_0> q(kBlocks);
+  std::vector<BlockQ8_0> q(kBlocks);
   std::vector<float> y(x.size());
   quantize_row_q8_0(q.data(), x.data(), x.size());
   dequantize_row_q8_0(y.data(), q.data(), y.size());
@@ -138,7 +138,7 @@ TEST(GgufQuant, Q4_0ErrorWithinItsBlockScale) {
 
 TEST(GgufQuant, ZeroBlocksStoreZeroScale) {
   const std::vector<float> zeros(64, 0.0f);
-  std::vector<block_q8_0> q8(2);
+  std::vector<BlockQ8_0> q8(2);
   std::vector<block_q4_0> q4(2);
   std::vector<float> out(64, 1.0f);
   quantize_row_q8_0(q8.data(), zeros.data(), 64);
@@ -182,11 +182,11 @@ TEST(GgufQuant, F16AndBf16RoundToNearest) {
 
 TEST(GgufQuant, GenericRowsEqualTypedRowsAndHandleUnalignedInput) {
   const std::vector<float> x = test_values(128, 21, 3.0f);
-  std::vector<block_q8_0> q8(4);
+  std::vector<BlockQ8_0> q8(4);
   quantize_row_q8_0(q8.data(), x.data(), 128);
-  std::vector<uint8_t> buf(1 + 4 * sizeof(block_q8_0));
+  std::vector<uint8_t> buf(1 + 4 * sizeof(BlockQ8_0));
   quantize_row(buf.data() + 1, x.data(), TensorType::q8_0, 128);  // odd address
-  EXPECT_EQ(std::memcmp(buf.data() + 1, q8.data(), 4 * sizeof(block_q8_0)), 0);
+  EXPECT_EQ(std::memcmp(buf.data() + 1, q8.data(), 4 * sizeof(BlockQ8_0)), 0);
   std::vector<float> a(128), b(128);
   dequantize_row_q8_0(a.data(), q8.data(), 128);
   dequantize_row(b.data(), buf.data() + 1, TensorType::q8_0, 128);

@@ -1,4 +1,4 @@
-// CacheConfig: the method notes' defaults, every validation rule (message names the field, the
+// CacheConfig: SnapKV's defaults, every validation rule (message names the field, the
 // value and the rule), and the enum names round-tripping through parse_*.
 #include "snapkv/kv/config.h"
 

@@ -1,5 +1,5 @@
-// LayerCache: the cache contract of ARCHITECTURE.md and the method notes' Evidence list on the
-// cache object (compressed shape and fp16 storage, budget >= S keeps all, eviction_ratio,
+// LayerCache: the cache contract (README.md, "The library") and SnapKV's documented behaviour on
+// the cache object (compressed shape and fp16 storage, budget >= S keeps all, eviction_ratio,
 // keep_rate, decode growth, determinism, offset vs size across chunks and decode), query vs proxy
 // mode, GQA scores vs a double reference, both chunk modes, accounting, every invalid input.
 #include "snapkv/kv/layer_cache.h"
@@ -339,6 +339,50 @@ TEST(LayerCache, InvalidInputsThrowAndLeaveTheCacheUnchanged) {
   EXPECT_THROW(strict.update(k_ok, v_ok), std::invalid_argument);
   EXPECT_EQ(strict.offset(), 0u);
   EXPECT_NO_THROW(strict.update(view(p.k, n_kv, 1, d), view(p.v, n_kv, 1, d)));  // decode: fine
+}
+
+// Keys or values that fit fp32 but not fp16 (stored rows are fp16 or fp16-based for every codec):
+// one named error for every codec and policy, in update() and attend(), instead of infinities
+// turning scores into zeros (the keys x 1e30) for one codec and an error for another.
+TEST(LayerCache, ValuesOutsideTheFp16RangeAreOneNamedErrorForEveryCodec) {
+  const size_t n_heads = 2, n_kv = 2, s = 40, d = 8;
+  const auto p = make_prompt(n_kv, s, d, 21);
+  for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2, CodecKind::kivi4}) {
+    for (const float big : {70000.0f, 1e30f, -65520.0f}) {
+      CacheConfig config = small_config(8);
+      config.codec = codec;
+      if (codec != CodecKind::fp16) config.kivi_group = 8, config.kivi_residual = 8;
+      LayerCache cache({n_heads, n_kv, d}, config);
+      auto k = p.k;
+      k[3 * d + 1] = big;
+      auto v = p.v;
+      v[s * d + 2] = big;
+      const std::string label = std::string(to_string(codec)) + " " + std::to_string(big);
+      for (const bool in_k : {true, false}) {
+        const Tensor3 kt = view(in_k ? k : p.k, n_kv, s, d);
+        const Tensor3 vt = view(in_k ? p.v : v, n_kv, s, d);
+        const std::string where = in_k ? "k holds a value outside the fp16 range at [0][3][1]"
+                                       : "v holds a value outside the fp16 range at [1][0][2]";
+        try {
+          cache.update(kt, vt);
+          ADD_FAILURE() << label << ": update accepted it";
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("|x| <= 65504"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(cache.offset(), 0u) << label;
+        std::vector<float> out(n_heads * s * d);
+        const auto q = random_normal(n_heads * s * d, 22);
+        EXPECT_THROW(cache.attend(out.data(), view(q, n_heads, s, d), kt, vt),
+                     std::invalid_argument)
+            << label;
+      }
+      // The largest finite fp16 magnitude itself is accepted.
+      auto edge = p.k;
+      edge[0] = -65504.0f;
+      EXPECT_NO_THROW(cache.update(view(edge, n_kv, s, d), view(p.v, n_kv, s, d))) << label;
+    }
+  }
 }
 
 TEST(LayerCache, InvalidDimsAndConfigsThrowAtConstruction) {

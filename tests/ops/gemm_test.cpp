@@ -35,7 +35,7 @@ std::vector<uint8_t> encode(WeightType type, const std::vector<float>& m, size_t
       std::memcpy(dst, h.data(), cols * sizeof(fp16_t));
     } else if (type == WeightType::q8_0) {
       std::vector<BlockQ8_0> blocks(cols / kQ8BlockSize);
-      quantize_q8_0(blocks.data(), src, cols);
+      gguf::quantize_row_q8_0(blocks.data(), src, cols);
       std::memcpy(dst, blocks.data(), blocks.size() * sizeof(BlockQ8_0));
     } else {  // the other types through the GGUF layer's encoders (same ggml type names)
       const auto gt = gguf::tensor_type_from_name(to_string(type));
@@ -134,7 +134,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GemmTest,
 TEST(Gemm, DequantizersAgreeWithGgufReference) {
   const size_t n = 256;
   const auto v = random_vec(n, 5, 3.0f);
-  std::vector<gguf::block_q8_0> q(n / gguf::kQK8_0);
+  std::vector<BlockQ8_0> q(n / kQ8BlockSize);
   gguf::quantize_row_q8_0(q.data(), v.data(), n);
   std::vector<float> theirs(n), ours(n);
   gguf::dequantize_row_q8_0(theirs.data(), q.data(), n);
@@ -154,7 +154,7 @@ TEST(Gemm, Q8QuantizationErrorWithinHalfStep) {
   const size_t n = 4096;
   const auto v = random_vec(n, 9, 2.0f);
   std::vector<BlockQ8_0> q(n / kQ8BlockSize);
-  quantize_q8_0(q.data(), v.data(), n);
+  gguf::quantize_row_q8_0(q.data(), v.data(), n);
   std::vector<float> back(n);
   dequantize_rows_ref(back.data(), WeightMatrix{WeightType::q8_0, q.data(), 1, n}, 0, 1);
   for (size_t b = 0; b < q.size(); ++b) {
@@ -170,7 +170,7 @@ TEST(Gemm, Q8QuantizationErrorWithinHalfStep) {
   // An all-zero block has scale 0 and decodes to zeros (no division by zero).
   std::vector<float> zeros(32, 0.0f), out(32, 1.0f);
   BlockQ8_0 zb;
-  quantize_q8_0(&zb, zeros.data(), 32);
+  gguf::quantize_row_q8_0(&zb, zeros.data(), 32);
   dequantize_rows(out.data(), WeightMatrix{WeightType::q8_0, &zb, 1, 32}, 0, 1);
   for (float o : out) EXPECT_EQ(o, 0.0f);
 }

@@ -10,7 +10,7 @@
 //  - per method and budget: the fraction of that mass on the kept rows and the recall of the
 //    planted needle rows, with every policy run through a real LayerCache (one prefill update);
 //  - a text table and a JSON report.
-// Leaves out: real models (this is the method notes' offline harness, synthetic by design), the
+// Leaves out: real models (this is SnapKV's offline coverage harness, synthetic by design), the
 // inside of any policy (policies are configured through CacheConfig only).
 //
 // The generator, per KV head h. Channels: pair i = (2i, 2i+1) rotates by pos * base^(-2i/d)

@@ -76,6 +76,11 @@ double continuation_nll(std::span<const float> first_logits, std::span<const flo
 // Sum of -log softmax(logits)[token] in double. logits: [n_vocab].
 double token_nll(std::span<const float> logits, int32_t token);
 
+// The option checks run_perplexity starts with (methods, keeps, windows, prefix >= 2, prefix +
+// continuation within n_ctx): std::invalid_argument. Callers that build a text for the run (the
+// filler) call it first, so an impossible request fails before any text is built.
+void check_perplexity_options(const PerplexityOptions& options, size_t n_ctx);
+
 // Filler sentences (tasks.h filler_sentence, TaskRng(seed)) joined by spaces until the text holds
 // at least `min_tokens` tokens by the tokenizer.
 std::string filler_text(const Tokenizer& tokenizer, size_t min_tokens, uint64_t seed);

@@ -4,8 +4,17 @@
 // Layout (little-endian): "GGUF", u32 version = 3, i64 n_tensors, i64 n_kv; n_kv key/value pairs
 // (string key, i32 value type, value); n_tensors tensor infos (string name, u32 n_dims, i64
 // ne[n_dims], i32 ggml type, u64 offset); zero padding to `general.alignment` (u32, power of two,
-// default 32); the data section, where each tensor starts at the running sum of the earlier
-// tensors' sizes, each padded to the alignment. Strings are u64 length + bytes (no NUL).
+// default 32, at most kMaxAlignment = 1 MiB); the data section, where each tensor starts at the
+// running sum of the earlier tensors' sizes, each padded to the alignment. Strings are u64 length +
+// bytes (no NUL). The reader requires the padding before the data section to be zeros and the file
+// to end with the last tensor (its padding may be cut short): leftover bytes mean the tensor infos
+// and the data disagree.
+//
+// File::open maps the file read-only (MAP_PRIVATE) and registers the map with util/mapped_file.h:
+// if the file is truncated while mapped, the next read of a lost page raises SIGBUS, which
+// install_mapped_file_fault_handler() (installed by the `snapkv` command) turns into a named error
+// and exit status 1. Library users that map files another process may truncate should install it
+// too (or load from bytes).
 //
 // The reader checks every count, length, dimension, element-count product, type id, offset and
 // alignment before using it, and throws snapkv::RuntimeError naming the key or tensor at fault:
@@ -37,6 +46,9 @@ namespace snapkv::gguf {
 inline constexpr uint32_t kMagic = 0x46554747u;  // "GGUF" read as a little-endian u32
 inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kDefaultAlignment = 32;
+// Largest `general.alignment` accepted (reader and writer): ggml uses 32, and a larger value only
+// pads; the bound keeps a hostile header from making a rewrite pad by gigabytes.
+inline constexpr uint32_t kMaxAlignment = 1u << 20;
 inline constexpr size_t kMaxDims = 4;
 inline constexpr size_t kMaxTensorNameLength = 63;  // ggml's GGML_MAX_NAME (64) minus the NUL
 inline constexpr std::string_view kKeyAlignment = "general.alignment";
@@ -134,7 +146,8 @@ std::string shape_string(std::span<const int64_t> ne);
 class File {
  public:
   // Memory-maps `path` read-only and parses it. Throws snapkv::RuntimeError on any I/O problem or
-  // malformed content (the message starts with "[gguf] " and includes the path).
+  // malformed content (the message starts with "[gguf] " and includes the path). Only regular
+  // files are opened (a FIFO, directory or device is refused before open(), which could block).
   static File open(const std::string& path);
   // Parses a copy of the bytes held by the File (tests, generated files).
   static File from_bytes(std::vector<uint8_t> bytes);
@@ -175,7 +188,6 @@ class File {
 
   // Same, with a fallback used only when the key is absent (a wrong type still throws).
   uint32_t get_u32_or(std::string_view key, uint32_t fallback) const;
-  int32_t get_i32_or(std::string_view key, int32_t fallback) const;
   uint64_t get_u64_or(std::string_view key, uint64_t fallback) const;
   float get_f32_or(std::string_view key, float fallback) const;
   bool get_bool_or(std::string_view key, bool fallback) const;

@@ -14,6 +14,7 @@
 #include <span>
 #include <string_view>
 
+#include "snapkv/ops/gemm.h"  // BlockQ8_0, kQ8BlockSize (header only)
 #include "snapkv/util/fp16.h"
 
 namespace snapkv::gguf {
@@ -33,15 +34,10 @@ enum class TensorType : int32_t {
 };
 
 // Elements per block of a quantized type.
-inline constexpr size_t kQK8_0 = 32;
 inline constexpr size_t kQK4_0 = 32;
 
-// Q8_0: value[j] = qs[j] * d, d = amax / 127 (fp16). 34 bytes per 32 values.
-struct block_q8_0 {
-  fp16_t d;           // scale
-  int8_t qs[kQK8_0];  // quants
-};
-static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must match ggml's 34-byte layout");
+// Q8_0 (value[j] = qs[j] * d, d = amax / 127 in fp16, 34 bytes per 32 values): the one layout is
+// snapkv::BlockQ8_0 / kQ8BlockSize of ops/gemm.h, which the matmul kernels read in place.
 
 // Q4_0: value[j] = ((qs[j] & 0xF) - 8) * d and value[j + 16] = ((qs[j] >> 4) - 8) * d for j < 16.
 // 18 bytes per 32 values.
@@ -91,8 +87,9 @@ void dequantize_row(float* out, const void* in, TensorType type, size_t n);
 void quantize_row(void* out, const float* in, TensorType type, size_t n);
 
 // Typed forms of the above. Quantized ones take n values = n / 32 blocks.
-void dequantize_row_q8_0(float* out, const block_q8_0* in, size_t n);
-void quantize_row_q8_0(block_q8_0* out, const float* in, size_t n);
+void dequantize_row_q8_0(float* out, const BlockQ8_0* in, size_t n);
+// d = amax / 127, q = round(x / d) half away from zero; d = 0 for an all-zero block (ggml's rule).
+void quantize_row_q8_0(BlockQ8_0* out, const float* in, size_t n);
 void dequantize_row_q4_0(float* out, const block_q4_0* in, size_t n);
 void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n);
 void dequantize_row_bf16(float* out, const bf16_t* in, size_t n);

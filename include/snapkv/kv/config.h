@@ -15,7 +15,7 @@ enum class PolicyKind {
   full,       // keep everything (baseline)
   snapkv,     // observation-window attention scores, per KV head (SnapKV)
   streaming,  // StreamingLLM: first n_sink rows + the most recent rows
-  random,     // seeded uniform choice among non-sink rows (baseline of the method notes)
+  random,     // seeded uniform choice among non-sink rows (a baseline)
   knorm,      // keep the keys with the lowest L2 norm (sinks kept)
   chunkkv,  // ChunkKV-adapted: whole chunks of chunk_size positions ranked by summed SnapKV scores
 };
@@ -56,7 +56,7 @@ struct CacheConfig {
   size_t kernel = 1;         // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
   bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
                              // (applies to snapkv, chunkkv, knorm, random)
-  bool causal = true;        // causal mask inside the window (false reproduces the method notes)
+  bool causal = true;  // causal mask inside the window (false reproduces SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::every_chunk;
   uint64_t seed = 0;      // random policy

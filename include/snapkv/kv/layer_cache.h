@@ -1,13 +1,14 @@
-// LayerCache: the KV cache of one attention layer, the heart of the project (ARCHITECTURE.md,
-// "The cache contract"). Owns one key RowStore and one value RowStore per KV head, the original
+// LayerCache: the KV cache of one attention layer, the heart of the project (README.md,
+// "The library"). Owns one key RowStore and one value RowStore per KV head, the original
 // position of every retained row, and the eviction policy. Move-only; clone() copies.
 //
 // Shapes are row-major fp32 at the boundary:
 //   k, v      [n_kv_heads][S][head_dim]   already rotated by RoPE at their true positions
 //   q_window  [n_heads][w][head_dim]      the rotated queries of the chunk's last w positions
-// NaN/Inf anywhere in k, v or q_window is rejected with std::invalid_argument before anything is
-// stored: the cache is left exactly as it was (as for every other invalid input). NaN is never
-// propagated into stored rows or scores.
+// NaN/Inf anywhere in k, v or q_window, and any k or v value outside the fp16 range (|x| > 65504:
+// every codec stores rows in fp16 or in fp16-based ranges), are rejected with std::invalid_argument
+// before anything is stored: the cache is left exactly as it was (as for every other invalid
+// input). NaN or Inf is never propagated into stored rows or scores.
 //
 // q_window may hold more rows than config.window: the last min(w, window) rows are used. Without
 // it (or with query_source keys) SnapKV scores with the last `window` candidate keys as proxies.
@@ -40,7 +41,7 @@ struct Tensor3 {
 };
 
 enum class UpdateKind {
-  automatic,  // S > 1: prefill chunk, S == 1: decode step (the method notes' rule)
+  automatic,  // S > 1: prefill chunk, S == 1: decode step (SnapKV's rule)
   prefill,    // a prefill chunk, whatever S is (chunked prefill with chunk size 1)
   decode,     // append, never evict
 };
@@ -54,8 +55,6 @@ struct CacheStats {
   double eviction_ratio() const;
   // kept / seen, in (0, 1] (1 when nothing was seen)
   double keep_rate() const;
-  // Adds every field (tokens too; total_stats() keeps the per-layer token counts instead).
-  CacheStats& operator+=(const CacheStats& other);
 };
 
 class LayerCache {

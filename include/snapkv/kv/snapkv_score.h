@@ -24,7 +24,7 @@ namespace snapkv {
 // out: [n_rows] scores in [0, 1] (each window row's probabilities sum to 1, so the scores do too).
 // keys: [n_rows][head_dim]; queries: [n_group][n_window][head_dim]. When n_window > n_rows only
 // the last n_rows query rows are used (the window is clamped to the keys). n_rows, n_group,
-// n_window, head_dim >= 1. Logits come from one cblas_sgemm per block of query rows.
+// n_window, head_dim >= 1. Logits come from one sgemm_nt (OpenBLAS) per block of query rows.
 void window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
                    const float* queries, size_t n_group, size_t n_window, bool causal);
 

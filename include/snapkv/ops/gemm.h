@@ -23,7 +23,8 @@ namespace snapkv {
 
 enum class WeightType { f32, f16, q8_0, bf16, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K };
 
-// Q8_0 as ggml stores it: 32 weights share one fp16 scale, value = d * qs[j].
+// Q8_0 as ggml stores it: 32 weights share one fp16 scale, value = d * qs[j]. The project's one
+// Q8_0 layout (gguf/quant.h reads, writes and quantizes it: gguf::quantize_row_q8_0).
 inline constexpr size_t kQ8BlockSize = 32;
 struct BlockQ8_0 {
   fp16_t d;
@@ -71,11 +72,22 @@ void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
 // Reference: dequantize with the scalar decoder, accumulate in double.
 void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
 
-// Quantizes n floats (n % 32 == 0) to Q8_0 as ggml does: d = amax / 127 stored as fp16,
-// qs = round(x / d) (half away from zero), d = 0 for an all-zero block. For tests and tools.
-void quantize_q8_0(BlockQ8_0* out, const float* x, size_t n);
-
 // Threads used by OpenBLAS inside matmul (the parallel_for count is set in util/parallel.h).
+// A no-op when !blas_allowed().
 void set_blas_threads(int n);
+
+// c [m][ldc] (first n columns) = alpha * a [m][k] b^T, b [n][k]: cblas_sgemm when allowed, else
+// rows spread over parallel_for with fp32 dot products.
+void sgemm_nt(float* c, const float* a, const float* b, size_t m, size_t n, size_t k, float alpha,
+              size_t ldc);
+
+// False when the process runs under an address-space limit (RLIMIT_AS, `ulimit -v`): OpenBLAS
+// (Debian's 0.3.21 pthread build) gives every thread a 128 MiB buffer and retries forever when it
+// cannot map one, so under a limit every BLAS call, and each OpenBLAS worker thread, can spin
+// without end. Then matmul and sgemm_nt use their own loops (slower prefill, same contract) and
+// set_blas_threads does nothing. The worker threads OpenBLAS starts when it is loaded are outside
+// our reach: run with OPENBLAS_NUM_THREADS=1 under a limit (the `snapkv` command re-executes itself
+// with it set).
+bool blas_allowed();
 
 }  // namespace snapkv

@@ -1,4 +1,4 @@
-// Errors. Two kinds, as in STYLE.md:
+// Errors. Two kinds:
 //  - bad input from a caller or a file: throw std::invalid_argument (API misuse) or
 //    snapkv::RuntimeError (bad data read at run time) with a message of the form
 //    "[component] what was wrong, got X, expected Y";

@@ -1,0 +1,114 @@
+/* snapkv.h: the C ABI of the snapkv KV-cache library, for engines written in C, Rust, Python
+ * (ctypes, cffi) or anything else that can call C. It hosts one model's caches (one per layer)
+ * built from a configuration, fed with the engine's own K/V (and optionally the real queries of the
+ * observation window), and reads attention and accounting back.
+ *
+ * Promises:
+ *  - Shapes are row-major fp32, exactly as the C++ cache contract
+ * (include/snapkv/kv/layer_cache.h): k, v      [n_kv_heads][n_tokens][head_dim]  rotated by RoPE at
+ * positions offset()... q         [n_heads][n_tokens][head_dim] q_window
+ * [n_heads][n_window][head_dim]     the chunk's last n_window rotated queries out
+ * [n_heads][n_tokens][head_dim]
+ *  - Every function returns a snapkv_status; on failure nothing was changed and
+ *    snapkv_last_error() returns the message ("[component] what, got X, expected Y") of the last
+ *    failure on the calling thread. No C++ exception ever crosses this boundary.
+ *  - Values in k and v must be finite with |x| <= 65504 (rows are stored in fp16 or fp16-based
+ *    codecs); queries must be finite.
+ *  - A snapkv_caches is not safe to mutate from several threads at once; const functions may run
+ *    concurrently.
+ *
+ * Configuration: a string of key=value pairs separated by spaces, commas or semicolons; unnamed
+ * keys keep the library defaults (CacheConfig). Keys and values (see snapkv/kv/config.h):
+ *   policy=full|snapkv|streaming|random|knorm|chunkkv   codec=fp16|kivi2|kivi4
+ *   budget=N window=N sinks=N pool=none|max|avg kernel=N keep_window=0|1 causal=0|1
+ *   query_source=auto|queries|keys chunk_mode=every_chunk|end_of_prompt seed=N chunk_size=N
+ *   kivi_group=N kivi_residual=N kivi_fp16_sinks=N
+ * e.g. "policy=snapkv budget=256 window=32 sinks=4 pool=max kernel=7 codec=kivi2".
+ *
+ * Leaves out: the GGUF reader and the reference engine (C++ only).
+ */
+#ifndef SNAPKV_SNAPKV_H
+#define SNAPKV_SNAPKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum snapkv_status {
+  SNAPKV_OK = 0,
+  SNAPKV_INVALID_ARGUMENT = 1, /* bad usage: shapes, null pointers, config, layer index */
+  SNAPKV_RUNTIME_ERROR = 2,    /* bad data met at run time */
+  SNAPKV_OUT_OF_MEMORY = 3,
+  SNAPKV_INTERNAL_ERROR = 4 /* a bug: please report the message */
+} snapkv_status;
+
+typedef enum snapkv_update_kind {
+  SNAPKV_UPDATE_AUTO = 0,    /* n_tokens > 1: prefill chunk, n_tokens == 1: decode step */
+  SNAPKV_UPDATE_PREFILL = 1, /* a prefill chunk whatever n_tokens is */
+  SNAPKV_UPDATE_DECODE = 2   /* append, never evict */
+} snapkv_update_kind;
+
+typedef struct snapkv_model_dims {
+  size_t n_layers;
+  size_t n_heads;    /* query heads */
+  size_t n_kv_heads; /* key/value heads, n_heads % n_kv_heads == 0 */
+  size_t head_dim;
+} snapkv_model_dims;
+
+typedef struct snapkv_stats {
+  size_t tokens_seen;     /* == the next token's absolute position */
+  size_t tokens_kept;     /* retained rows per KV head */
+  size_t bytes_stored;    /* keys + values, all heads (and layers for the total), codec bytes */
+  size_t bytes_full_fp16; /* what an fp16 cache of every seen token would hold */
+  double eviction_ratio;  /* seen / kept (1 when nothing was seen) */
+  double keep_rate;       /* kept / seen (1 when nothing was seen) */
+} snapkv_stats;
+
+/* One model's caches: one per layer, all from one configuration. Opaque. */
+typedef struct snapkv_caches snapkv_caches;
+
+/* "0.1.0" */
+const char* snapkv_version(void);
+/* "ok", "invalid argument", "runtime error", "out of memory", "internal error" */
+const char* snapkv_status_name(snapkv_status status);
+/* The message of the calling thread's last failure ("" if none). Valid until its next call. */
+const char* snapkv_last_error(void);
+
+/* Creates the caches of a model. config may be NULL or "" (defaults). *out is set on success. */
+snapkv_status snapkv_caches_create(const snapkv_model_dims* dims, const char* config,
+                                   snapkv_caches** out);
+/* Frees the caches (NULL is allowed). */
+void snapkv_caches_free(snapkv_caches* caches);
+
+/* Adds n_tokens tokens to layer `layer`. q_window may be NULL (n_window ignored): the policy then
+ * uses the last `window` keys as proxy queries (engine-agnostic mode). kind is a
+ * snapkv_update_kind value (an int, so that any value a foreign caller passes is checked). */
+snapkv_status snapkv_update(snapkv_caches* caches, size_t layer, const float* k, const float* v,
+                            size_t n_tokens, const float* q_window, size_t n_window, int kind);
+
+/* Attention of a chunk's queries over layer `layer`'s retained rows plus the chunk's own rows
+ * (causal inside the chunk). Call before snapkv_update with the same k and v. */
+snapkv_status snapkv_attend(const snapkv_caches* caches, size_t layer, float* out, const float* q,
+                            const float* k, const float* v, size_t n_tokens);
+
+/* The prompt is complete: with chunk_mode=end_of_prompt every layer compresses now. */
+snapkv_status snapkv_end_prompt(snapkv_caches* caches);
+
+/* Accounting of one layer, or of all layers (bytes summed, token counts per layer). */
+snapkv_status snapkv_layer_stats(const snapkv_caches* caches, size_t layer, snapkv_stats* out);
+snapkv_status snapkv_total_stats(const snapkv_caches* caches, snapkv_stats* out);
+
+/* Original positions of the rows layer `layer` keeps for one KV head, increasing. Writes
+ * min(capacity, count) positions to out (out may be NULL when capacity is 0) and the full count
+ * to *n_out. */
+snapkv_status snapkv_kept_positions(const snapkv_caches* caches, size_t layer, size_t kv_head,
+                                    int64_t* out, size_t capacity, size_t* n_out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SNAPKV_SNAPKV_H */

@@ -1,0 +1,289 @@
+// The C ABI (include/snapkv/snapkv.h) over the C++ cache library: a model's LayerCaches built from
+// a key=value configuration string, exceptions turned into status codes plus a thread-local
+// message. Every entry point validates its pointers and indices before touching the caches, and
+// the C++ layer below leaves a cache unchanged when it throws, so a failed call changes nothing.
+#include "snapkv/snapkv.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "snapkv/kv/builder.h"
+#include "snapkv/kv/config.h"
+#include "snapkv/kv/layer_cache.h"
+#include "snapkv/util/error.h"
+
+struct snapkv_caches {
+  snapkv::ModelDims dims;
+  std::vector<snapkv::LayerCache> layers;
+};
+
+namespace {
+
+constexpr std::string_view kComponent = "capi";
+
+thread_local std::string g_last_error;
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+size_t parse_size(std::string_view key, std::string_view value) {
+  size_t out = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (ec != std::errc() || end != value.data() + value.size()) {
+    snapkv::throw_invalid(kComponent, "config key '" + std::string(key) + "' is not a count",
+                          "'" + std::string(value) + "'", "a non-negative integer");
+  }
+  return out;
+}
+
+bool parse_bool(std::string_view key, std::string_view value) {
+  if (value == "1" || value == "true") return true;
+  if (value == "0" || value == "false") return false;
+  snapkv::throw_invalid(kComponent, "config key '" + std::string(key) + "' is not a boolean",
+                        "'" + std::string(value) + "'", "0, 1, true or false");
+}
+
+void set_key(snapkv::CacheConfig& c, std::string_view key, std::string_view value) {
+  if (key == "policy") {
+    c.policy = snapkv::parse_policy(value);
+  } else if (key == "codec") {
+    c.codec = snapkv::parse_codec(value);
+  } else if (key == "budget") {
+    c.budget = parse_size(key, value);
+  } else if (key == "window") {
+    c.window = parse_size(key, value);
+  } else if (key == "sinks") {
+    c.n_sink = parse_size(key, value);
+  } else if (key == "pool") {
+    c.pool = snapkv::parse_pool(value);
+  } else if (key == "kernel") {
+    c.kernel = parse_size(key, value);
+  } else if (key == "keep_window") {
+    c.keep_window = parse_bool(key, value);
+  } else if (key == "causal") {
+    c.causal = parse_bool(key, value);
+  } else if (key == "query_source") {
+    c.query_source = snapkv::parse_query_source(value);
+  } else if (key == "chunk_mode") {
+    c.chunk_mode = snapkv::parse_chunk_mode(value);
+  } else if (key == "seed") {
+    c.seed = parse_size(key, value);
+  } else if (key == "chunk_size") {
+    c.chunk_size = parse_size(key, value);
+  } else if (key == "kivi_group") {
+    c.kivi_group = parse_size(key, value);
+  } else if (key == "kivi_residual") {
+    c.kivi_residual = parse_size(key, value);
+  } else if (key == "kivi_fp16_sinks") {
+    c.kivi_fp16_sinks = parse_size(key, value);
+  } else {
+    snapkv::throw_invalid(kComponent, "unknown config key", "'" + std::string(key) + "'",
+                          "one of policy codec budget window sinks pool kernel keep_window causal "
+                          "query_source chunk_mode seed chunk_size kivi_group kivi_residual "
+                          "kivi_fp16_sinks");
+  }
+}
+
+// "key=value key=value, key=value; ..." -> CacheConfig (defaults for unnamed keys), validated.
+snapkv::CacheConfig parse_config(const char* text) {
+  snapkv::CacheConfig c;
+  const std::string_view s = text == nullptr ? std::string_view() : std::string_view(text);
+  size_t i = 0;
+  std::vector<std::string> seen;
+  while (i < s.size()) {
+    const auto is_sep = [](char ch) { return ch == ' ' || ch == ',' || ch == ';' || ch == '\t'; };
+    while (i < s.size() && is_sep(s[i])) ++i;
+    if (i == s.size()) break;
+    size_t j = i;
+    while (j < s.size() && !is_sep(s[j])) ++j;
+    const std::string_view item = s.substr(i, j - i);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      snapkv::throw_invalid(kComponent, "config item is not key=value",
+                            "'" + std::string(item) + "'", "key=value (e.g. budget=256)");
+    }
+    const std::string key(item.substr(0, eq));
+    for (const std::string& k : seen) {
+      if (k == key) {
+        snapkv::throw_invalid(kComponent, "config key given twice", "'" + key + "'",
+                              "each key at most once");
+      }
+    }
+    seen.push_back(key);
+    set_key(c, key, item.substr(eq + 1));
+    i = j;
+  }
+  c.validate();
+  return c;
+}
+
+void require(bool ok, std::string_view what, std::string_view got, std::string_view expected) {
+  if (!ok) snapkv::throw_invalid(kComponent, what, got, expected);
+}
+
+const snapkv::LayerCache& layer_of(const snapkv_caches* caches, size_t layer) {
+  require(caches != nullptr, "caches", "NULL", "caches from snapkv_caches_create");
+  require(layer < caches->layers.size(), "layer index out of range", num(layer),
+          "< n_layers = " + num(caches->layers.size()));
+  return caches->layers[layer];
+}
+
+snapkv_stats to_c(const snapkv::CacheStats& s) {
+  snapkv_stats out{};
+  out.tokens_seen = s.tokens_seen;
+  out.tokens_kept = s.tokens_kept;
+  out.bytes_stored = s.bytes_stored;
+  out.bytes_full_fp16 = s.bytes_full_fp16;
+  out.eviction_ratio = s.eviction_ratio();
+  out.keep_rate = s.keep_rate();
+  return out;
+}
+
+// Runs fn, mapping every exception to a status and the thread's message.
+template <class Fn>
+snapkv_status guarded(Fn&& fn) noexcept {
+  try {
+    fn();
+    g_last_error.clear();
+    return SNAPKV_OK;
+  } catch (const std::invalid_argument& e) {
+    g_last_error = e.what();
+    return SNAPKV_INVALID_ARGUMENT;
+  } catch (const snapkv::RuntimeError& e) {
+    g_last_error = e.what();
+    return SNAPKV_RUNTIME_ERROR;
+  } catch (const std::bad_alloc&) {
+    g_last_error = "[capi] out of memory";
+    return SNAPKV_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    g_last_error = std::string("[capi] internal error: ") + e.what();
+    return SNAPKV_INTERNAL_ERROR;
+  } catch (...) {
+    g_last_error = "[capi] internal error: unknown exception";
+    return SNAPKV_INTERNAL_ERROR;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* snapkv_version(void) {
+  return "0.1.0";
+}
+
+const char* snapkv_status_name(snapkv_status status) {
+  switch (status) {
+    case SNAPKV_OK:
+      return "ok";
+    case SNAPKV_INVALID_ARGUMENT:
+      return "invalid argument";
+    case SNAPKV_RUNTIME_ERROR:
+      return "runtime error";
+    case SNAPKV_OUT_OF_MEMORY:
+      return "out of memory";
+    case SNAPKV_INTERNAL_ERROR:
+      return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* snapkv_last_error(void) {
+  return g_last_error.c_str();
+}
+
+snapkv_status snapkv_caches_create(const snapkv_model_dims* dims, const char* config,
+                                   snapkv_caches** out) {
+  return guarded([&] {
+    require(out != nullptr, "out", "NULL", "a pointer to receive the caches");
+    *out = nullptr;
+    require(dims != nullptr, "dims", "NULL", "a snapkv_model_dims");
+    const snapkv::CacheConfig c = parse_config(config);
+    const snapkv::ModelDims d{dims->n_layers, dims->n_heads, dims->n_kv_heads, dims->head_dim};
+    auto caches = std::make_unique<snapkv_caches>();
+    caches->dims = d;
+    caches->layers = snapkv::build_caches(d, c);
+    *out = caches.release();
+  });
+}
+
+void snapkv_caches_free(snapkv_caches* caches) {
+  delete caches;
+}
+
+snapkv_status snapkv_update(snapkv_caches* caches, size_t layer, const float* k, const float* v,
+                            size_t n_tokens, const float* q_window, size_t n_window, int kind) {
+  return guarded([&] {
+    layer_of(caches, layer);
+    require(
+        kind == SNAPKV_UPDATE_AUTO || kind == SNAPKV_UPDATE_PREFILL || kind == SNAPKV_UPDATE_DECODE,
+        "update kind", std::to_string(kind), "0 (auto), 1 (prefill) or 2 (decode)");
+    const snapkv::ModelDims& d = caches->dims;
+    const snapkv::Tensor3 kt{k, d.n_kv_heads, n_tokens, d.head_dim};
+    const snapkv::Tensor3 vt{v, d.n_kv_heads, n_tokens, d.head_dim};
+    const snapkv::Tensor3 qt{q_window, d.n_heads, n_window, d.head_dim};
+    if (q_window != nullptr) require(n_window > 0, "n_window", "0 with a q_window", ">= 1");
+    const auto cpp_kind = kind == SNAPKV_UPDATE_PREFILL  ? snapkv::UpdateKind::prefill
+                          : kind == SNAPKV_UPDATE_DECODE ? snapkv::UpdateKind::decode
+                                                         : snapkv::UpdateKind::automatic;
+    caches->layers[layer].update(kt, vt, q_window != nullptr ? &qt : nullptr, cpp_kind);
+  });
+}
+
+snapkv_status snapkv_attend(const snapkv_caches* caches, size_t layer, float* out, const float* q,
+                            const float* k, const float* v, size_t n_tokens) {
+  return guarded([&] {
+    const snapkv::LayerCache& cache = layer_of(caches, layer);
+    const snapkv::ModelDims& d = caches->dims;
+    cache.attend(out, snapkv::Tensor3{q, d.n_heads, n_tokens, d.head_dim},
+                 snapkv::Tensor3{k, d.n_kv_heads, n_tokens, d.head_dim},
+                 snapkv::Tensor3{v, d.n_kv_heads, n_tokens, d.head_dim});
+  });
+}
+
+snapkv_status snapkv_end_prompt(snapkv_caches* caches) {
+  return guarded([&] {
+    require(caches != nullptr, "caches", "NULL", "caches from snapkv_caches_create");
+    for (snapkv::LayerCache& c : caches->layers) c.end_prompt();
+  });
+}
+
+snapkv_status snapkv_layer_stats(const snapkv_caches* caches, size_t layer, snapkv_stats* out) {
+  return guarded([&] {
+    const snapkv::LayerCache& cache = layer_of(caches, layer);
+    require(out != nullptr, "out", "NULL", "a snapkv_stats to fill");
+    *out = to_c(cache.stats());
+  });
+}
+
+snapkv_status snapkv_total_stats(const snapkv_caches* caches, snapkv_stats* out) {
+  return guarded([&] {
+    require(caches != nullptr, "caches", "NULL", "caches from snapkv_caches_create");
+    require(out != nullptr, "out", "NULL", "a snapkv_stats to fill");
+    *out = to_c(snapkv::total_stats(caches->layers));
+  });
+}
+
+snapkv_status snapkv_kept_positions(const snapkv_caches* caches, size_t layer, size_t kv_head,
+                                    int64_t* out, size_t capacity, size_t* n_out) {
+  return guarded([&] {
+    const snapkv::LayerCache& cache = layer_of(caches, layer);
+    require(n_out != nullptr, "n_out", "NULL", "a pointer to receive the count");
+    require(out != nullptr || capacity == 0, "out", "NULL with capacity " + num(capacity),
+            "a buffer of capacity positions");
+    const auto pos = cache.positions(kv_head);  // checks kv_head
+    const size_t n = std::min(capacity, pos.size());
+    if (n > 0) std::memcpy(out, pos.data(), n * sizeof(int64_t));
+    *n_out = pos.size();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,176 @@
+// KiviKeyStore: KIVI keys, quantized per channel over blocks of G rows (include/snapkv/kv/kivi.h).
+// Each block keeps fp16 scales and zeros per channel and its codes as words of 8 rows of one
+// channel; attention dots queries with the packed words directly (kivi_key_block_dot). Eviction
+// moves surviving codes, never re-quantizes them.
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kv/kivi_kernels.h"
+#include "kv/kivi_store.h"
+#include "snapkv/kv/kivi.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+class KiviKeyStore final : public KiviStore {
+ public:
+  KiviKeyStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks)
+      : KiviStore(bits, head_dim, group, residual, fp16_sinks) {}
+
+  std::unique_ptr<RowStore> clone() const override { return std::make_unique<KiviKeyStore>(*this); }
+
+ private:
+  // R rows -> R/G blocks of G rows.
+  void quantize_rows(const float* rows, size_t n) override {
+    for (size_t r0 = 0; r0 < n; r0 += group_) quantize_block(rows + r0 * head_dim_, group_);
+  }
+
+  void dot_quantized(float* out, size_t stride, const float* q, size_t n_q) const override {
+    thread_local std::vector<float> params;  // [2][head_dim] scales, zeros of one block
+    params.resize(2 * head_dim_);
+    size_t row0 = 0;
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const size_t n = blocks_[b].row_end - row0;
+      fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
+      kivi_key_block_dot(out + row0, stride, q, n_q, params.data(), params.data() + head_dim_,
+                         block_words(b), n, head_dim_, bits_);
+      row0 = blocks_[b].row_end;
+    }
+  }
+
+  void read_quantized(float* out, size_t begin, size_t end) const override {
+    std::vector<float> params(2 * head_dim_);
+    // first block whose row_end > begin
+    size_t b = static_cast<size_t>(
+        std::upper_bound(blocks_.begin(), blocks_.end(), begin,
+                         [](size_t row, const KiviKeyBlock& blk) { return row < blk.row_end; }) -
+        blocks_.begin());
+    for (size_t row = begin; row < end; ++b) {
+      SNAPKV_CHECK(b < blocks_.size());
+      const size_t first = b == 0 ? 0 : blocks_[b - 1].row_end;
+      const size_t stop = std::min<size_t>(end, blocks_[b].row_end);
+      fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
+      kivi_key_block_decode(out + (row - begin) * head_dim_, params.data(),
+                            params.data() + head_dim_, block_words(b), row - first, stop - first,
+                            head_dim_, bits_);
+      row = stop;
+    }
+  }
+
+  size_t quantized_bytes() const override {
+    return words_.size() + params_.size() * sizeof(fp16_t) + blocks_.size() * sizeof(KiviKeyBlock);
+  }
+
+  const uint8_t* block_words(size_t b) const {
+    return words_.data() + blocks_[b].octet_begin * head_dim_ * word_bytes_;
+  }
+
+  // rows: [n][head_dim] -> one block (per-channel params over the n rows).
+  void quantize_block(const float* rows, size_t n) {
+    const size_t n_oct = ceil_div(n, kKiviOctet);
+    const size_t octet_begin = words_.size() / (head_dim_ * word_bytes_);
+    const size_t param_at = params_.size();
+    params_.resize(param_at + 2 * head_dim_);
+    fp16_t* scales = params_.data() + param_at;
+    fp16_t* zeros = scales + head_dim_;
+    std::vector<KiviParams> params(head_dim_);
+    for (size_t c = 0; c < head_dim_; ++c) {
+      float lo = rows[c], hi = rows[c];
+      for (size_t r = 1; r < n; ++r) {
+        lo = std::min(lo, rows[r * head_dim_ + c]);
+        hi = std::max(hi, rows[r * head_dim_ + c]);
+      }
+      params[c] = kivi_choose_params(lo, hi, bits_);
+      scales[c] = params[c].scale;
+      zeros[c] = params[c].zero;
+    }
+    const size_t word_at = words_.size();
+    words_.resize(word_at + n_oct * head_dim_ * word_bytes_);
+    uint8_t* words = words_.data() + word_at;
+    for (size_t o = 0; o < n_oct; ++o) {
+      for (size_t c = 0; c < head_dim_; ++c) {
+        uint8_t codes[kKiviOctet] = {};
+        for (size_t k = 0; k < kKiviOctet && o * kKiviOctet + k < n; ++k) {
+          codes[k] = static_cast<uint8_t>(
+              kivi_encode(rows[(o * kKiviOctet + k) * head_dim_ + c], params[c], bits_));
+        }
+        kivi_store_word(words, o * head_dim_ + c, kivi_pack_word(codes, bits_), bits_);
+      }
+    }
+    const size_t row_end = (blocks_.empty() ? 0 : blocks_.back().row_end) + n;
+    blocks_.push_back({static_cast<uint32_t>(row_end), static_cast<uint32_t>(octet_begin)});
+  }
+
+  // Keeps quantized rows keep[i] - base. Blocks keep their parameters; a block that lost rows has
+  // its surviving codes re-packed (codes unchanged, only moved), an emptied block goes.
+  void retain_quantized(std::span<const uint32_t> keep, size_t base) override {
+    std::vector<KiviKeyBlock> blocks;
+    std::vector<fp16_t> params;
+    std::vector<uint8_t> words;
+    std::vector<size_t> kept;  // offsets inside the current block
+    const size_t oct_bytes = head_dim_ * word_bytes_;
+    auto it = keep.begin();
+    size_t row0 = 0, row_end = 0, octets = 0;
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const size_t end = blocks_[b].row_end;
+      kept.clear();
+      for (; it != keep.end() && *it - base < end; ++it) kept.push_back(*it - base - row0);
+      if (!kept.empty()) {
+        const uint8_t* old_words = block_words(b);
+        const size_t n_oct = ceil_div(kept.size(), kKiviOctet);
+        params.insert(params.end(),
+                      params_.begin() + static_cast<std::ptrdiff_t>(b * 2 * head_dim_),
+                      params_.begin() + static_cast<std::ptrdiff_t>((b + 1) * 2 * head_dim_));
+        const size_t at = words.size();
+        words.resize(at + n_oct * oct_bytes);
+        if (kept.size() == end - row0) {  // untouched block: same words
+          std::copy_n(old_words, n_oct * oct_bytes, words.data() + at);
+        } else {
+          for (size_t o = 0; o < n_oct; ++o) {
+            for (size_t c = 0; c < head_dim_; ++c) {
+              uint8_t codes[kKiviOctet] = {};
+              for (size_t k = 0; k < kKiviOctet && o * kKiviOctet + k < kept.size(); ++k) {
+                const size_t from = kept[o * kKiviOctet + k];
+                uint8_t src[kKiviOctet];
+                kivi_unpack_word(
+                    src, kivi_load_word(old_words, (from / kKiviOctet) * head_dim_ + c, bits_),
+                    bits_);
+                codes[k] = src[from % kKiviOctet];
+              }
+              kivi_store_word(words.data() + at, o * head_dim_ + c, kivi_pack_word(codes, bits_),
+                              bits_);
+            }
+          }
+        }
+        row_end += kept.size();
+        blocks.push_back({static_cast<uint32_t>(row_end), static_cast<uint32_t>(octets)});
+        octets += n_oct;
+      }
+      row0 = end;
+    }
+    SNAPKV_CHECK(it == keep.end());
+    blocks_ = std::move(blocks);
+    params_ = std::move(params);
+    words_ = std::move(words);
+  }
+
+  std::vector<KiviKeyBlock> blocks_;  // [n_blocks]
+  std::vector<fp16_t> params_;        // [n_blocks][2][head_dim]: scales, then zeros
+  std::vector<uint8_t> words_;        // [total octets][head_dim] words
+};
+
+}  // namespace
+
+std::unique_ptr<RowStore> make_kivi_key_store(int bits, size_t head_dim, size_t group,
+                                              size_t residual, size_t fp16_sinks) {
+  return std::make_unique<KiviKeyStore>(bits, head_dim, group, residual, fp16_sinks);
+}
+
+}  // namespace snapkv

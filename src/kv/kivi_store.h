@@ -1,0 +1,75 @@
+// The KIVI RowStores (layout, quantizer and the no-drift eviction rule: include/snapkv/kv/kivi.h).
+// KiviStore is the part keys and values share: the fp16 sinks (KIVI-Sink), the fp16 residual of
+// the newest rows, the row bookkeeping, range checks, and the fp16 dot/accumulate of
+// kv/fp16_rows.h. Between sinks and residual lies the quantized region, which each role lays out
+// its own way: KiviKeyStore (kv/kivi_key_store.cpp) packs blocks of G rows with per-channel
+// parameters, KiviValueStore (kv/kivi_value_store.cpp) packs each row with per-group parameters.
+// Row order everywhere: [sinks][quantized][residual]. Private to kv/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "snapkv/kv/row_store.h"
+#include "snapkv/util/fp16.h"
+
+namespace snapkv {
+
+class KiviStore : public RowStore {
+ public:
+  size_t rows() const final { return n_sinks_ + n_quant_ + n_resid_; }
+  size_t head_dim() const final { return head_dim_; }
+  void append(const float* data, size_t n) final;  // data: [n][head_dim]
+  void retain(std::span<const uint32_t> keep) final;
+  void read(float* out, size_t begin, size_t end) const final;
+  void dot_rows(float* out, const float* q, size_t n_q) const final;
+  void accumulate_rows(float* out, const float* w, size_t n_q) const final;
+  size_t bytes() const final;
+
+ protected:
+  KiviStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks);
+  KiviStore(const KiviStore&) = default;
+
+  // ---- the quantized region, rows [0, n_quant()) in its own numbering ----
+  // Quantizes `n` rows (n == the residual capacity R, a multiple of G) and appends them.
+  // rows: [n][head_dim], the residual's fp16 values in fp32.
+  virtual void quantize_rows(const float* rows, size_t n) = 0;
+  // Keeps quantized rows keep[i] - base (keep: increasing, within the region), dropping the rest.
+  virtual void retain_quantized(std::span<const uint32_t> keep, size_t base) = 0;
+  // Decodes quantized rows [begin, end) into out: [end - begin][head_dim].
+  virtual void read_quantized(float* out, size_t begin, size_t end) const = 0;
+  // out[j * stride + r] = dot(q[j], quantized row r). Default: decode a few rows at a time.
+  virtual void dot_quantized(float* out, size_t stride, const float* q, size_t n_q) const;
+  // out[j][:] += w[j * stride + r] * quantized row r. Default: decode a few rows at a time.
+  virtual void accumulate_quantized(float* out, const float* w, size_t stride, size_t n_q) const;
+  // Bytes of the quantized region (codes, parameters, block table).
+  virtual size_t quantized_bytes() const = 0;
+
+  size_t n_quant() const { return n_quant_; }
+
+  const int bits_;
+  const size_t head_dim_;
+  const size_t group_;         // G
+  const size_t residual_cap_;  // R
+  const size_t word_bytes_;    // bytes of one packed 8-code word
+
+ private:
+  static constexpr size_t kDecodeRows = 64;
+  void flush_residual_front();
+
+  size_t sink_slots_left_;  // rows still routed to the fp16 sinks (never refilled after eviction)
+  size_t n_sinks_ = 0, n_quant_ = 0, n_resid_ = 0;
+  std::vector<fp16_t> sinks_;     // [n_sinks_][head_dim]
+  std::vector<fp16_t> residual_;  // [n_resid_][head_dim]
+};
+
+// Constructors (arguments validated by make_kivi_row_store in kv/stores.h).
+std::unique_ptr<RowStore> make_kivi_key_store(int bits, size_t head_dim, size_t group,
+                                              size_t residual, size_t fp16_sinks);
+std::unique_ptr<RowStore> make_kivi_value_store(int bits, size_t head_dim, size_t group,
+                                                size_t residual, size_t fp16_sinks);
+
+}  // namespace snapkv
