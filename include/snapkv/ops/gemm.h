@@ -69,5 +69,6 @@ void quantize_q8_0(BlockQ8_0* out, const float* x, size_t n);
 
 // Threads used by OpenBLAS inside matmul (the parallel_for count is set in util/parallel.h).
 void set_blas_threads(int n);
+int blas_threads();  // OpenBLAS's current thread count
 
 }  // namespace snapkv
