@@ -76,9 +76,9 @@ CacheConfig CacheOptions::config_for(const eval::Method& m, size_t tokens) const
 }
 
 nlohmann::json CacheOptions::to_json() const {
-  const eval::Method m = eval::parse_method(
-      eval::split_list(methods).empty() ? std::string("snapkv") : eval::split_list(methods).front(),
-      method_defaults());
+  const std::vector<std::string> names = eval::split_list(methods);
+  const eval::Method m =
+      eval::parse_method(names.empty() ? std::string("snapkv") : names.front(), method_defaults());
   const CacheConfig& c = m.config;
   return {{"methods", methods},
           {"keep", keep},
