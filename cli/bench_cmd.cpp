@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/methods.h"
 #include "snapkv/kv/config.h"
@@ -33,16 +34,11 @@ struct BenchOptions {
   size_t layers = 16, embd = 2048, heads = 32, kv_heads = 8, ff = 5632, vocab = 32000;
   std::string types = "f16,q8_0";
   std::string lengths = "1024,4096,16384";
-  std::string methods = "full,snapkv";
-  size_t budget = 1024, window = 32, sinks = 4, kernel = 7;
-  std::string pool = "max";
-  std::string chunk_mode = "every_chunk";
+  snapkv::cli::CacheOptions cache;  // --methods, --budget | --keep, window, pool, threads...
   size_t decode_tokens = 32;
   size_t repeats = 3;
-  size_t chunk = 512;
-  int threads = 0;
   uint64_t seed = 1;
-  bool json = false;
+  snapkv::cli::JsonOutput json;
   bool quiet = false;
 };
 
@@ -62,12 +58,9 @@ struct Measurement {
   double prefill_ratio = 1, decode_ratio = 1;  // vs full, same type and length
 };
 
-int run_bench(const BenchOptions& o) {
+int run_bench(BenchOptions& o) {
   using namespace snapkv;
-  if (o.threads > 0) {
-    set_num_threads(o.threads);
-    set_blas_threads(o.threads);
-  }
+  cli::apply_threads("bench", o.cache.threads);
   if (o.repeats == 0) throw_invalid("bench", "--repeats", "0", ">= 1");
   std::vector<size_t> lengths;
   for (const std::string& s : split_list(o.lengths)) {
@@ -79,19 +72,14 @@ int run_bench(const BenchOptions& o) {
     if (lengths.back() == 0) throw_invalid("bench", "--lengths entry", "0", ">= 1");
   }
   if (lengths.empty()) throw_invalid("bench", "--lengths", "empty", "at least one length");
-  // Method names and their CacheConfig come from the eval layer (one mapping for both commands).
-  eval::MethodDefaults defaults;
-  defaults.window = o.window;
-  defaults.n_sink = o.sinks;
-  defaults.pool = parse_pool(o.pool);
-  defaults.kernel = o.kernel;
-  defaults.chunk_mode = parse_chunk_mode(o.chunk_mode);
-  defaults.seed = o.seed;
-  std::vector<eval::Method> methods = eval::parse_methods(o.methods, defaults);
-  for (eval::Method& m : methods) {
-    m.config.budget = o.budget;
-    m.config.validate();
+  // Method names and their CacheConfig come from the shared cache options (eval's grammar).
+  cli::CacheOptions cache_options = o.cache;
+  cache_options.seed = o.seed;
+  const std::vector<eval::Method> methods = cache_options.parsed_methods();
+  for (size_t length : lengths) {
+    for (const eval::Method& m : methods) (void)cache_options.config_for(m, length);
   }
+  o.json.open("bench");
 
   std::vector<Measurement> results;
   nlohmann::json json_models = nlohmann::json::array();
@@ -127,14 +115,14 @@ int run_bench(const BenchOptions& o) {
       }
       Measurement full_m;
       for (const eval::Method& method : methods) {
-        const CacheConfig& config = method.config;
+        const CacheConfig config = cache_options.config_for(method, length);
         std::vector<double> prefill_tps, decode_tps;
         Measurement m;
         m.type = type_name;
         m.method = method.name;
         m.prompt = length;
         for (size_t r = 0; r < o.repeats; ++r) {
-          LlamaSession session(model, config, SessionOptions{o.chunk});
+          LlamaSession session(model, config, SessionOptions{o.cache.prefill_chunk});
           Timer t_prefill;
           std::vector<float> logits = session.prefill(prompt);
           const double prefill_s = t_prefill.seconds();
@@ -169,20 +157,14 @@ int run_bench(const BenchOptions& o) {
     }
   }
 
-  if (o.json) {
+  if (o.json.given()) {
     nlohmann::json j;
     j["model"] = {{"layers", o.layers},     {"embd", o.embd}, {"heads", o.heads},
                   {"kv_heads", o.kv_heads}, {"ff", o.ff},     {"vocab", o.vocab}};
     j["models"] = json_models;
-    j["settings"] = {{"budget", o.budget},
-                     {"window", o.window},
-                     {"sinks", o.sinks},
-                     {"pool", o.pool},
-                     {"kernel", o.kernel},
-                     {"chunk_mode", o.chunk_mode},
+    j["settings"] = {{"cache", cache_options.to_json()},
                      {"decode_tokens", o.decode_tokens},
                      {"repeats", o.repeats},
-                     {"chunk", o.chunk},
                      {"threads", num_threads()}};
     j["results"] = nlohmann::json::array();
     for (const Measurement& m : results) {
@@ -197,8 +179,8 @@ int run_bench(const BenchOptions& o) {
                               {"prefill_ratio_vs_full", m.prefill_ratio},
                               {"decode_ratio_vs_full", m.decode_ratio}});
     }
-    std::cout << j.dump(1) << std::endl;
-    return 0;
+    o.json.write(j, "bench");
+    if (o.json.to_stdout()) return 0;
   }
   std::printf(
       "model: %zu layers, %zu embd, %zu/%zu heads (head_dim %zu), ff %zu, vocab %zu; "
@@ -236,25 +218,16 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--lengths", o->lengths, "Comma-separated prompt lengths")
           ->capture_default_str();
-      sub.add_option("--methods", o->methods,
-                     "Comma-separated methods as in `snapkv eval` (full first for ratios)")
-          ->capture_default_str();
-      sub.add_option("--budget", o->budget, "SnapKV budget")->capture_default_str();
-      sub.add_option("--window", o->window, "Observation window")->capture_default_str();
-      sub.add_option("--sinks", o->sinks, "Sink positions")->capture_default_str();
-      sub.add_option("--pool", o->pool, "none|max|avg")->capture_default_str();
-      sub.add_option("--kernel", o->kernel, "Pooling kernel")->capture_default_str();
-      sub.add_option("--chunk-mode", o->chunk_mode, "every_chunk|end_of_prompt")
-          ->capture_default_str();
+      snapkv::cli::CacheOptionSpec spec;
+      spec.methods = snapkv::cli::MethodArity::list;
+      spec.default_methods = "full,snapkv";
+      snapkv::cli::add_cache_options(sub, o->cache, spec);
       sub.add_option("--decode-tokens", o->decode_tokens, "Decode steps timed per run")
           ->capture_default_str();
       sub.add_option("--repeats", o->repeats, "Runs per measurement (median)")
           ->capture_default_str();
-      sub.add_option("--chunk", o->chunk, "Prefill chunk size")->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
-          ->capture_default_str();
       sub.add_option("--seed", o->seed, "Weights and prompt seed")->capture_default_str();
-      sub.add_flag("--json", o->json, "Print JSON instead of the table");
+      snapkv::cli::add_json_option(sub, o->json, "every measurement and the settings");
       sub.add_flag("--quiet", o->quiet, "No progress lines on stderr");
       return [o] { return run_bench(*o); };
     }};

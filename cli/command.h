@@ -36,6 +36,11 @@ struct RegisterCommand {
   RegisterCommand(std::string name, std::string help, Setup setup);
 };
 
+// The command line this process was started with, each argument shell-quoted when needed
+// ("snapkv eval --model m.gguf --keep '0.1,0.2'"); recorded in result files as given.
+const std::string& invocation();
+void set_invocation(int argc, const char* const* argv);
+
 // True when stderr is a terminal (progress bars are drawn only then, and never with --quiet).
 bool stderr_is_tty();
 

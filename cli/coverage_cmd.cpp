@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/coverage.h"
 #include "snapkv/util/error.h"
@@ -17,19 +19,14 @@ namespace {
 
 struct CoverageCmdOptions {
   snapkv::eval::CoverageOptions run;
-  std::string json;
+  snapkv::cli::JsonOutput json;
   bool quiet = false;
 };
 
-int run_coverage_cmd(const CoverageCmdOptions& opts) {
+int run_coverage_cmd(CoverageCmdOptions& opts) {
   using namespace snapkv;
   opts.run.validate();  // usage errors before any work
-  std::ofstream json_file;
-  if (!opts.json.empty()) {
-    json_file.open(opts.json);
-    if (!json_file)
-      throw_runtime("coverage", "cannot open --json file", opts.json, "a writable path");
-  }
+  opts.json.open("coverage");
   const bool progress = !opts.quiet && cli::stderr_is_tty();
   const Timer timer;
   eval::CoverageProgress report_progress;
@@ -43,14 +40,13 @@ int run_coverage_cmd(const CoverageCmdOptions& opts) {
     };
   }
   const eval::CoverageReport report = eval::run_coverage(opts.run, report_progress);
-  const std::string table = eval::coverage_table(report);
-  std::fwrite(table.data(), 1, table.size(), stdout);
-  std::fflush(stdout);
-  if (!opts.json.empty()) {
-    json_file << eval::coverage_json(report);
-    json_file.close();
-    if (!json_file) throw_runtime("coverage", "write failed", opts.json, "the whole report");
+  if (!opts.json.to_stdout()) {
+    const std::string table = eval::coverage_table(report);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    std::fflush(stdout);
   }
+  if (opts.json.given())
+    opts.json.write(nlohmann::json::parse(eval::coverage_json(report)), "coverage");
   return 0;
 }
 
@@ -79,7 +75,7 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--seed", o.spec.seed, "generator and random-policy seed")
           ->capture_default_str();
-      sub.add_option("--json", opts->json, "write every number and the configuration to FILE");
+      snapkv::cli::add_json_option(sub, opts->json, "every number and the configuration");
       sub.add_flag("--quiet", opts->quiet, "no progress on stderr");
       sub.footer(
           "Metric: for each length, method and budget, the fraction of the observation window's "

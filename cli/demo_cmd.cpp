@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/methods.h"
@@ -32,8 +33,7 @@ struct DemoOptions {
   size_t context = 1024;  // the shipped model was trained up to 1024 tokens
   std::string task = "passkey";
   uint64_t seed = 7;
-  double keep = 0.1;
-  int threads = 0;
+  snapkv::cli::CacheOptions cache;  // --keep (default 0.1), window, pool, kernel, threads...
 };
 
 // The shipped model, models/snapkv-tiny4.gguf (see models/README.md), under the current directory;
@@ -65,10 +65,11 @@ std::string fixed(double v, int decimals) {
 }
 
 int run_demo(const DemoOptions& o) {
-  if (o.threads > 0) set_num_threads(o.threads);
-  if (!(o.keep > 0.0 && o.keep <= 1.0)) {
-    throw_invalid("demo", "--keep", std::to_string(o.keep), "a fraction in (0, 1]");
-  }
+  cli::apply_threads("demo", o.cache.threads);
+  const std::vector<double> keeps = o.cache.keeps();
+  if (keeps.size() != 1) throw_invalid("demo", "--keep", o.cache.keep, "one fraction in (0, 1]");
+  const double keep = keeps.front();
+  const MethodDefaults defaults = o.cache.method_defaults();
   const std::string path = o.model.empty() ? default_model() : o.model;
   const LlamaModel model = LlamaModel::load(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
@@ -103,8 +104,7 @@ int run_demo(const DemoOptions& o) {
   for (char& c : question) c = c == '\n' ? ' ' : c;
   std::printf("question: %s\n\n", question.c_str());
 
-  const MethodDefaults defaults;
-  const std::string keep_pct = fixed(100.0 * o.keep, 0) + "%";
+  const std::string keep_pct = fixed(100.0 * keep, 0) + "%";
   struct Row {
     std::string label, method;
   };
@@ -116,8 +116,7 @@ int run_demo(const DemoOptions& o) {
               "KV KiB", "KV%", "prefill t/s", "decode t/s");
   for (const Row& row : rows) {
     const Method method = parse_method(row.method, defaults);
-    CacheConfig config = method.config;
-    config.budget = method.uses_keep ? budget_for(o.keep, prompt.size(), config) : prompt.size();
+    const CacheConfig config = o.cache.config_for(method, prompt.size());
     const SampleRun run = run_sample(model, tokenizer, prompt, sample.answers, config, settings);
     std::string answer = run.prediction;
     if (answer.size() > 24) answer = answer.substr(0, 21) + "...";
@@ -154,10 +153,11 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--task", o->task, "passkey, niah_single, niah_multikey, vt, ...")
           ->capture_default_str();
       sub.add_option("--seed", o->seed, "Sample seed")->capture_default_str();
-      sub.add_option("--keep", o->keep, "Kept fraction for the compressed caches")
-          ->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
-          ->capture_default_str();
+      snapkv::cli::CacheOptionSpec spec;
+      spec.methods = snapkv::cli::MethodArity::none;
+      spec.budget = snapkv::cli::BudgetStyle::keep_one;
+      spec.default_keep = "0.1";
+      snapkv::cli::add_cache_options(sub, o->cache, spec);
       return [o] { return run_demo(*o); };
     }};
 

@@ -7,7 +7,9 @@
 #include <exception>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/error.h"
@@ -22,6 +24,33 @@ std::vector<CommandSpec>& command_registry() {
 
 RegisterCommand::RegisterCommand(std::string name, std::string help, Setup setup) {
   command_registry().push_back({std::move(name), std::move(help), std::move(setup)});
+}
+
+namespace {
+std::string& invocation_storage() {
+  static std::string s;
+  return s;
+}
+
+std::string shell_quote(const std::string& a) {
+  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789-_./=,:+@%") == std::string::npos) {
+    return a;
+  }
+  std::string q = "'";
+  for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+const std::string& invocation() {
+  return invocation_storage();
+}
+
+void set_invocation(int argc, const char* const* argv) {
+  std::string& s = invocation_storage();
+  s = "snapkv";
+  for (int i = 1; i < argc; ++i) s += " " + shell_quote(argv[i]);
 }
 
 bool stderr_is_tty() {
@@ -41,6 +70,7 @@ int main(int argc, char** argv) {
   }
   // A model file truncated while mapped becomes a named error and exit 1, not a bus error.
   snapkv::install_mapped_file_fault_handler();
+  set_invocation(argc, argv);
   CLI::App app{"snapkv: SnapKV KV-cache compression and a small GGUF Llama engine"};
   app.name("snapkv");
   app.require_subcommand(1);
@@ -54,6 +84,7 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.help);
     actions.emplace_back(sub, spec.setup(*sub));
   }
+  reject_negative_unsigned(app);
 
   try {
     app.parse(argc, argv);
@@ -72,6 +103,7 @@ int main(int argc, char** argv) {
   for (auto& [sub, action] : actions) {
     if (!sub->parsed()) continue;
     try {
+      if (print_cache_config_if_asked(*sub)) return 0;
       return action();
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "snapkv: error: %s\n", e.what());

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
+#include "snapkv/eval/methods.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
@@ -32,33 +34,14 @@ struct RunOptions {
   std::string model;
   std::string prompt;
   std::string prompt_file;
-  std::string method = "full";
-  size_t budget = 512;
-  size_t window = 32;
-  size_t sinks = 4;
-  std::string pool = "none";
-  size_t kernel = 1;
-  bool keep_window = false;
-  std::string query_source = "auto";
-  std::string chunk_mode = "every_chunk";
-  std::string codec = "fp16";
+  snapkv::cli::CacheOptions cache;
   size_t max_tokens = 64;
   float temperature = 0.0f;
   float top_p = 1.0f;
   uint64_t seed = 0;
-  int threads = 0;
-  size_t chunk = 512;
-  bool json = false;
+  snapkv::cli::JsonOutput json;
   bool quiet = false;
 };
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) snapkv::throw_runtime("run", "cannot read prompt file", path, "a readable text file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // "12.34 MiB", or KiB below one MiB.
 std::string mib(size_t bytes) {
@@ -72,33 +55,23 @@ std::string mib(size_t bytes) {
   return buf;
 }
 
-int run_generate(const RunOptions& o) {
+int run_generate(RunOptions& o) {
   using namespace snapkv;
   if (o.prompt.empty() == o.prompt_file.empty()) {
     throw_invalid("run", "prompt source", o.prompt.empty() ? "none" : "both",
                   "exactly one of --prompt or --prompt-file");
   }
-  if (o.threads > 0) {
-    set_num_threads(o.threads);
-    set_blas_threads(o.threads);
-  }
-  CacheConfig config;
-  config.policy = parse_policy(o.method);
-  config.budget = o.budget;
-  config.window = o.window;
-  config.n_sink = o.sinks;
-  config.pool = parse_pool(o.pool);
-  config.kernel = o.kernel;
-  config.keep_window = o.keep_window;
-  config.query_source = parse_query_source(o.query_source);
-  config.chunk_mode = parse_chunk_mode(o.chunk_mode);
-  config.codec = parse_codec(o.codec);
-  config.seed = o.seed;
-  config.validate();
+  snapkv::cli::apply_threads("run", o.cache.threads);
+  snapkv::cli::CacheOptions cache_options = o.cache;
+  cache_options.seed = o.seed;
+  const eval::Method method = cache_options.single_method();
+  // Validated now with the --budget value so bad settings fail before the model loads; the
+  // budget from --keep is applied once the prompt is tokenized.
+  (void)cache_options.config_for(method, std::max<size_t>(cache_options.budget, 1));
   SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
   sampler_config.validate();
 
-  const std::string text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
+  o.json.open("run");
   Timer load_timer;
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
@@ -114,6 +87,16 @@ int run_generate(const RunOptions& o) {
                  mc.n_embd, mc.n_heads, mc.n_kv_heads, mc.head_dim, mc.n_vocab, mc.n_ctx,
                  mib(model.weight_bytes()).c_str(), load_s, mib(rss_after_load).c_str());
   }
+  // A prompt file longer than n_ctx x the longest token's bytes cannot fit: refuse it while
+  // reading instead of tokenizing megabytes first.
+  size_t longest_piece = 1;
+  for (const std::string& piece : tokenizer.vocab().tokens) {
+    longest_piece = std::max(longest_piece, piece.size());
+  }
+  const std::string text =
+      o.prompt_file.empty()
+          ? o.prompt
+          : snapkv::cli::read_text_file("run", o.prompt_file, mc.n_ctx * longest_piece);
   const std::vector<int32_t> prompt = tokenizer.encode(text);
   if (prompt.empty()) throw_invalid("run", "empty prompt", "0 tokens", ">= 1 token");
   if (prompt.size() > mc.n_ctx) {
@@ -122,7 +105,8 @@ int run_generate(const RunOptions& o) {
         "<= " + std::string(mc.arch_name()) + ".context_length = " + std::to_string(mc.n_ctx));
   }
 
-  LlamaSession session(model, config, SessionOptions{o.chunk});
+  const CacheConfig config = cache_options.config_for(method, prompt.size());
+  LlamaSession session(model, config, SessionOptions{o.cache.prefill_chunk});
   Sampler sampler(sampler_config);
   Timer prefill_timer;
   std::vector<float> logits = session.prefill(prompt);
@@ -138,7 +122,7 @@ int run_generate(const RunOptions& o) {
     generated.push_back(token);
     const std::string piece = tokenizer.token_to_piece(token);
     out_text += piece;
-    if (!o.json) {
+    if (!o.json.to_stdout()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
@@ -163,13 +147,14 @@ int run_generate(const RunOptions& o) {
                                                           static_cast<double>(stats.bytes_full_fp16)
                                                     : 1.0;
 
-  if (o.json) {
+  if (o.json.given()) {
     nlohmann::json j;
     j["text"] = out_text;
     j["tokens"] = generated;
     j["prompt_tokens"] = prompt.size();
     j["generated_tokens"] = generated.size();
-    j["method"] = to_string(config.policy);
+    j["method"] = method.name;
+    j["policy"] = to_string(config.policy);
     j["codec"] = to_string(config.codec);
     j["budget"] = config.budget;
     j["kept_rows"] = {
@@ -186,9 +171,12 @@ int run_generate(const RunOptions& o) {
     j["load_s"] = load_s;
     j["rss_after_load_bytes"] = rss_after_load;
     j["peak_rss_bytes"] = peak_rss_bytes();
-    // Generated bytes need not be valid UTF-8 (byte tokens): replace invalid sequences in "text".
-    std::cout << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-  } else {
+    j["cache"] = cache_options.to_json();
+    // Generated bytes need not be valid UTF-8 (byte tokens): invalid sequences in "text" are
+    // replaced when writing.
+    o.json.write(j, "run");
+  }
+  if (!o.json.to_stdout()) {
     std::printf(
         "\n[stats] prompt %zu tokens | generated %zu | kept rows/layer min %zu mean %.1f max %zu | "
         "KV %s vs %s full fp16 (%.1f%%) | prefill %.1f tok/s | decode %.1f tok/s | peak RSS "
@@ -206,7 +194,7 @@ snapkv::cli::RegisterCommand reg{
       auto o = std::make_shared<RunOptions>();
       sub.footer(
           "Example:\n  snapkv run --model models/tiny.gguf --prompt \"Once upon a time\" \\\n"
-          "      --method snapkv --budget 256 --window 32 --pool max --kernel 7 --max-tokens 32\n"
+          "      --method snapkv --keep 0.2 --max-tokens 32\n"
           "Prints the text, then: prompt tokens, kept rows per layer (min/mean/max), KV bytes vs\n"
           "an fp16 cache of every token, prefill and decode tokens/s. A prompt longer than the\n"
           "model's context is an error. The last prefill chunk always holds the prompt's last\n"
@@ -216,32 +204,13 @@ snapkv::cli::RegisterCommand reg{
           ->required();
       sub.add_option("--prompt", o->prompt, "Prompt text");
       sub.add_option("--prompt-file", o->prompt_file, "Read the prompt from this file");
-      sub.add_option("--method", o->method, "full|snapkv|streaming|random|knorm|chunkkv")
-          ->capture_default_str();
-      sub.add_option("--budget", o->budget, "Rows kept per KV head after prefill")
-          ->capture_default_str();
-      sub.add_option("--window", o->window, "Observation window (queries)")->capture_default_str();
-      sub.add_option("--sinks", o->sinks, "First positions always kept")->capture_default_str();
-      sub.add_option("--pool", o->pool, "none|max|avg pooling of the scores")
-          ->capture_default_str();
-      sub.add_option("--kernel", o->kernel, "Pooling kernel (odd)")->capture_default_str();
-      sub.add_flag("--keep-window", o->keep_window, "Always keep the window's own rows (paper)");
-      sub.add_option("--query-source", o->query_source,
-                     "auto|queries|keys (keys: last window keys as proxy queries)")
-          ->capture_default_str();
-      sub.add_option("--chunk-mode", o->chunk_mode, "every_chunk|end_of_prompt")
-          ->capture_default_str();
-      sub.add_option("--codec", o->codec, "fp16|kivi2|kivi4 storage of kept rows")
-          ->capture_default_str();
+      snapkv::cli::add_cache_options(sub, o->cache, {});
       sub.add_option("--max-tokens", o->max_tokens, "Tokens to generate (stops at EOS)")
           ->capture_default_str();
       sub.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
       sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();
       sub.add_option("--seed", o->seed, "Sampler and random-policy seed")->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
-          ->capture_default_str();
-      sub.add_option("--chunk", o->chunk, "Prefill chunk size in tokens")->capture_default_str();
-      sub.add_flag("--json", o->json, "Print one JSON object instead of text + stats");
+      snapkv::cli::add_json_option(sub, o->json, "the text, tokens and cache statistics");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
       return [o] { return run_generate(*o); };
     }};

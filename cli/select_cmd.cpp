@@ -5,22 +5,23 @@
 //   snapkv select --keys K.npy [--queries Q.npy] --budget 256 --window 32 --sinks 4 --pool max
 //
 // Not here: the math (kv/snapkv_score.h, the policy) and the file format (util/npy.h).
-#include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
+#include "snapkv/eval/methods.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/snapkv_score.h"
 #include "snapkv/util/error.h"
-#include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
 
 namespace {
@@ -28,15 +29,11 @@ namespace {
 struct SelectOptions {
   std::string keys;
   std::string queries;
-  size_t budget = 512;
-  size_t window = 32;
-  size_t sinks = 4;
-  std::string pool = "none";
-  size_t kernel = 0;  // 0: 7 when pooling, else 1
-  bool keep_window = false;
+  snapkv::cli::CacheOptions cache;  // --budget | --keep, window, sinks, pool, kernel, keep-window
   bool no_causal = false;
-  size_t heads = 0;  // 0: implied by Q, else n_kv_heads
-  bool json = false;
+  size_t heads = 0;  // 0 = not given: implied by Q, else n_kv_heads
+  const CLI::Option* heads_option = nullptr;
+  snapkv::cli::JsonOutput json;
   bool table = false;
   // Which flags were given explicitly (set after parsing).
   bool window_given = false;
@@ -71,13 +68,6 @@ void check_finite_file(const snapkv::NpyArray& a, const std::string& path, bool 
   }
 }
 
-// Shortest decimal text that reads back as the same float.
-void append_float(std::string& out, float x) {
-  char buf[32];
-  const auto res = std::to_chars(buf, buf + sizeof(buf), x);
-  out.append(buf, res.ptr);
-}
-
 // "0-3, 17, 40-45"
 std::string ranges(std::span<const int64_t> pos) {
   std::string s;
@@ -92,9 +82,12 @@ std::string ranges(std::span<const int64_t> pos) {
   return s;
 }
 
-int run_select(SelectOptions opts) {
+int run_select(SelectOptions& opts) {
   using namespace snapkv;
-  if (opts.json && opts.table) {
+  if (opts.heads_option->count() > 0 && opts.heads == 0) {
+    throw_invalid("select", "--heads", "0", ">= 1 query heads (a multiple of n_kv_heads)");
+  }
+  if (opts.json.given() && opts.table) {
     throw_invalid("select", "--json and --table both given", "both", "at most one output format");
   }
   const NpyArray k = read_npy(opts.keys, 3);  // [n_kv_heads][S][head_dim]
@@ -129,26 +122,21 @@ int run_select(SelectOptions opts) {
       throw_invalid("select", "--heads disagrees with " + opts.queries, num(opts.heads),
                     num(q->shape[0]) + " (its first dimension)");
     }
-    if (opts.window_given && opts.window != q->shape[1]) {
+    if (opts.window_given && opts.cache.window != q->shape[1]) {
       throw_invalid("select", "--window disagrees with the rows of " + opts.queries,
-                    num(opts.window), num(q->shape[1]));
+                    num(opts.cache.window), num(q->shape[1]));
     }
     check_finite_file(*q, opts.queries, false);
     n_heads = q->shape[0];
-    opts.window = q->shape[1];
+    opts.cache.window = q->shape[1];
   }
 
-  CacheConfig config;
-  config.policy = PolicyKind::snapkv;
-  config.budget = opts.budget;
-  config.window = opts.window;
-  config.n_sink = opts.sinks;
-  config.pool = parse_pool(opts.pool);
-  config.kernel = opts.kernel != 0 ? opts.kernel : (config.pool == PoolKind::none ? 1 : 7);
-  config.keep_window = opts.keep_window;
-  config.causal = !opts.no_causal;
-  config.query_source = q ? QuerySource::queries : QuerySource::keys;
-  config.validate();
+  eval::Method method = eval::parse_method("snapkv", opts.cache.method_defaults());
+  method.config.budget = opts.cache.budget;
+  method.config.causal = !opts.no_causal;
+  method.config.query_source = q ? QuerySource::queries : QuerySource::keys;
+  const CacheConfig config = opts.cache.config_for(method, seq_len);
+  opts.json.open("select");
 
   LayerCache cache(CacheDims{n_heads, n_kv_heads, head_dim}, config);
   const std::vector<float> values(k.data.size(), 0.0f);
@@ -157,36 +145,27 @@ int run_select(SelectOptions opts) {
   std::optional<Tensor3> qt;
   if (q) qt = Tensor3{q->data.data(), q->shape[0], q->shape[1], head_dim};
   cache.update(kt, vt, qt ? &*qt : nullptr, UpdateKind::prefill);
+  cache.end_prompt();
 
-  // Scores: from the policy when it ran; when budget >= S nothing is evicted and the policy is not
-  // called, so the same scoring function runs here on the same inputs the cache would give it
-  // (keys rounded to fp16 as the store holds them, the true queries of the head's group).
-  std::vector<std::vector<float>> scores(n_kv_heads);
-  const size_t n_group = n_heads / n_kv_heads;
+  // Scores: the cache's own, from its compressing update. When the budget holds all S rows the
+  // policy never runs, so a twin cache with budget S - 1 (sinks capped, window not forced: neither
+  // changes the scores) scores the same rows through the same path.
+  const LayerCache* scored = &cache;
+  std::optional<LayerCache> twin;
+  if (cache.compressions() == 0 && seq_len >= 2) {
+    CacheConfig twin_config = config;
+    twin_config.budget = seq_len - 1;
+    twin_config.n_sink = std::min(config.n_sink, seq_len - 1);
+    twin_config.keep_window = false;
+    twin.emplace(CacheDims{n_heads, n_kv_heads, head_dim}, twin_config);
+    twin->update(kt, vt, qt ? &*qt : nullptr, UpdateKind::prefill);
+    twin->end_prompt();
+    scored = &*twin;
+  }
+  std::vector<std::vector<float>> scores(n_kv_heads);  // [n_kv_heads][S]; empty when S == 1
   for (size_t h = 0; h < n_kv_heads; ++h) {
-    const auto last = cache.last_scores(h);
-    if (cache.compressions() > 0 && last.size() == seq_len) {
-      scores[h].assign(last.begin(), last.end());
-      continue;
-    }
-    std::vector<float> keys(seq_len * head_dim);  // [S][head_dim]
-    for (size_t i = 0; i < keys.size(); ++i) {
-      keys[i] = fp16_to_fp32(fp32_to_fp16(k.data[h * seq_len * head_dim + i]));
-    }
-    std::vector<int64_t> positions(seq_len);
-    for (size_t i = 0; i < seq_len; ++i) positions[i] = static_cast<int64_t>(i);
-    SelectionInput in;
-    in.kv_head = h;
-    in.head_dim = head_dim;
-    in.n_rows = seq_len;
-    in.keys = keys.data();
-    in.positions = positions.data();
-    if (q) {
-      in.queries = q->data.data() + h * n_group * q->shape[1] * head_dim;
-      in.n_group = n_group;
-      in.n_window = q->shape[1];
-    }
-    scores[h] = snapkv_candidate_scores(in, config);
+    const auto last = scored->last_scores(h);
+    scores[h].assign(last.begin(), last.end());
   }
 
   std::string out;
@@ -210,27 +189,18 @@ int run_select(SelectOptions opts) {
       out += "  positions: " + ranges(pos) + "\n";
     }
   } else {
-    out.reserve(n_kv_heads * seq_len * 16);
-    out += "{\"kept\": [";
+    nlohmann::json j;
+    j["kept"] = nlohmann::json::array();
     for (size_t h = 0; h < n_kv_heads; ++h) {
-      out += h ? ", [" : "[";
       const auto pos = cache.positions(h);
-      for (size_t i = 0; i < pos.size(); ++i) {
-        if (i) out += ", ";
-        out += std::to_string(pos[i]);
-      }
-      out += "]";
+      j["kept"].push_back(std::vector<int64_t>(pos.begin(), pos.end()));
     }
-    out += "], \"scores\": [";
-    for (size_t h = 0; h < n_kv_heads; ++h) {
-      out += h ? ", [" : "[";
-      for (size_t i = 0; i < scores[h].size(); ++i) {
-        if (i) out += ", ";
-        append_float(out, scores[h][i]);
-      }
-      out += "]";
+    j["scores"] = scores;
+    if (opts.json.to_file()) {
+      opts.json.write(j, "select", -1);
+      return 0;
     }
-    out += "]}\n";
+    out = j.dump() + "\n";
   }
   if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
     throw_runtime("select", "write to stdout failed", "a short write", "the whole output");
@@ -247,25 +217,22 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--queries", opts->queries,
                      "Q.npy: float32 [n_heads][W][head_dim], the queries of the last W positions "
                      "(paper mode); without it the last --window keys are proxy queries");
-      sub.add_option("--budget", opts->budget, "rows kept per KV head")->capture_default_str();
-      auto* window = sub.add_option("--window", opts->window,
-                                    "observation window (defaults to W when --queries is given)")
-                         ->capture_default_str();
-      sub.add_option("--sinks", opts->sinks, "first positions always kept")->capture_default_str();
-      sub.add_option("--pool", opts->pool, "score pooling: none | max | avg")
-          ->check(CLI::IsMember({"none", "max", "avg"}))
-          ->capture_default_str();
-      sub.add_option("--kernel", opts->kernel,
-                     "pooling kernel, odd (default 7 when pooling, else 1)");
-      sub.add_flag("--keep-window", opts->keep_window, "always keep the window's own rows (paper)");
+      snapkv::cli::CacheOptionSpec spec;
+      spec.methods = snapkv::cli::MethodArity::none;
+      spec.prefill_chunk = false;
+      spec.threads = false;
+      snapkv::cli::add_cache_options(sub, opts->cache, spec);
       sub.add_flag("--no-causal", opts->no_causal,
                    "no causal mask inside the window (as SnapKV's reference code)");
-      sub.add_option("--heads", opts->heads,
-                     "query heads (implied by Q's first dimension; default n_kv_heads)");
-      sub.add_flag("--json", opts->json, "JSON on stdout (the default output)");
+      opts->heads_option =
+          sub.add_option("--heads", opts->heads,
+                         "query heads (implied by Q's first dimension; default n_kv_heads)");
+      snapkv::cli::add_json_option(sub, opts->json,
+                                   "kept positions and scores (the default output)");
       sub.add_flag("--table", opts->table, "a readable summary instead of JSON");
       sub.footer(
-          "Output (stdout): {\"kept\": [[positions of kv head 0], ...], \"scores\": [[score of "
+          "Output (stdout, or --json FILE): {\"kept\": [[positions of kv head 0], ...], "
+          "\"scores\": [[score of "
           "every "
           "position of kv head 0], ...]}.\n"
           "Scores are the window's mean attention per position (averaged over window rows and the "
@@ -273,9 +240,10 @@ snapkv::cli::RegisterCommand reg{
           "stores them (rounded to fp16). With --budget >= S nothing is evicted: \"kept\" lists "
           "every position and \"scores\" still holds the scores the policy would have used.\n"
           "Exit codes: 0 ok, 1 bad file or data, 2 bad usage.\n"
+          "Cache options default to the library's CacheConfig (as in run, eval, bench).\n"
           "Example:\n  snapkv select --keys K.npy --queries Q.npy --budget 256 --sinks 4 --pool "
-          "max "
-          "--kernel 7 --keep-window");
+          "max --kernel 7 --keep-window");
+      const CLI::Option* window = sub.get_option("--window");
       return [opts, window] {
         opts->window_given = window->count() > 0;
         return run_select(*opts);

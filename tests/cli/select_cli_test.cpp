@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
+#include "snapkv/kv/config.h"
 #include "snapkv/kv/snapkv_score.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
@@ -20,6 +21,9 @@ namespace snapkv::clitest {
 namespace {
 
 using nlohmann::json;
+
+// The plain scoring the references below compute (the defaults pool and keep the window).
+const std::string kPlain = " --pool none --kernel 1 --no-keep-window";
 
 struct Inputs {
   size_t n_kv = 2, S = 96, d = 16, n_heads = 4, w = 8;
@@ -140,8 +144,9 @@ TEST(SelectCli, QueriesModeJsonShapeScoresAndSelection) {
   TempDir dir("select");
   const Inputs in = make_inputs(1);
   const Files f = write_inputs(in, dir);
-  const json j = parse_ok(
-      run_cli("select --keys " + f.k + " --queries " + f.q + " --budget 12 --sinks 3 --json", dir));
+  const json j = parse_ok(run_cli(
+      "select --keys " + f.k + " --queries " + f.q + " --budget 12 --sinks 3 --json" + kPlain,
+      dir));
   ASSERT_EQ(j.size(), 2u);  // exactly "kept" and "scores"
   ASSERT_EQ(j["kept"].size(), in.n_kv);
   ASSERT_EQ(j["scores"].size(), in.n_kv);
@@ -178,8 +183,8 @@ TEST(SelectCli, ProxyModeNoCausalMatchesReference) {
   TempDir dir("select");
   const Inputs in = make_inputs(2);
   const Files f = write_inputs(in, dir);
-  const json j = parse_ok(
-      run_cli("select --keys " + f.k + " --window 8 --budget 20 --sinks 4 --no-causal", dir));
+  const json j = parse_ok(run_cli(
+      "select --keys " + f.k + " --window 8 --budget 20 --sinks 4 --no-causal" + kPlain, dir));
   for (size_t h = 0; h < in.n_kv; ++h) {
     const Reference ref = reference(in, h, false, false);
     expect_scores_near(head_scores(j, h), ref.scores, ref.rel_tol,
@@ -191,7 +196,7 @@ TEST(SelectCli, BudgetAtLeastSKeepsAllAndStillReportsScores) {
   TempDir dir("select");
   const Inputs in = make_inputs(3);
   const Files f = write_inputs(in, dir);
-  const std::string common = "select --keys " + f.k + " --queries " + f.q + " --sinks 4";
+  const std::string common = "select --keys " + f.k + " --queries " + f.q + " --sinks 4" + kPlain;
   const json small = parse_ok(run_cli(common + " --budget 16", dir));
   const json all = parse_ok(run_cli(common + " --budget 500", dir));
   for (size_t h = 0; h < in.n_kv; ++h) {
@@ -208,13 +213,16 @@ TEST(SelectCli, PoolingAndKeepWindow) {
   const Inputs in = make_inputs(4);
   const Files f = write_inputs(in, dir);
   const std::string common = "select --keys " + f.k + " --queries " + f.q + " --sinks 2";
-  const json plain = parse_ok(run_cli(common + " --budget 30", dir));
-  const json pooled = parse_ok(run_cli(common + " --budget 30 --pool max --kernel 5", dir));
-  const json pooled_default = parse_ok(run_cli(common + " --budget 30 --pool max", dir));
-  const json windowed = parse_ok(run_cli(common + " --budget 30 --keep-window", dir));
+  const json plain = parse_ok(run_cli(common + " --budget 30" + kPlain, dir));
+  const json pooled =
+      parse_ok(run_cli(common + " --budget 30 --pool max --kernel 5 --no-keep-window", dir));
+  const json pooled_default =
+      parse_ok(run_cli(common + " --budget 30 --pool max --no-keep-window", dir));
+  const json windowed = parse_ok(run_cli(common + " --budget 30 --pool none --keep-window", dir));
   for (size_t h = 0; h < in.n_kv; ++h) {
     EXPECT_EQ(head_scores(pooled, h), max_pool_ref(head_scores(plain, h), 5));
-    EXPECT_EQ(head_scores(pooled_default, h), max_pool_ref(head_scores(plain, h), 7));
+    EXPECT_EQ(head_scores(pooled_default, h),
+              max_pool_ref(head_scores(plain, h), CacheConfig{}.kernel));
     const auto kept = windowed["kept"][h].get<std::vector<int64_t>>();
     ASSERT_EQ(kept.size(), 30u);
     for (size_t r = 0; r < in.w; ++r) {
@@ -226,7 +234,8 @@ TEST(SelectCli, PoolingAndKeepWindow) {
 TEST(SelectCli, TableOutputAndHelp) {
   TempDir dir("select");
   const Files f = write_inputs(make_inputs(5), dir);
-  const CliResult t = run_cli("select --keys " + f.k + " --budget 10 --window 8 --table", dir);
+  const CliResult t =
+      run_cli("select --keys " + f.k + " --budget 10 --window 8 --table" + kPlain, dir);
   EXPECT_EQ(t.rc, 0) << t.err;
   EXPECT_NE(t.out.find("kv head 0: kept 10 of 96"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("positions: 0-3"), std::string::npos) << t.out;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "plain_config.h"
 #include "snapkv/kv/snapkv_score.h"
 
 namespace snapkv::eval {
@@ -38,7 +39,7 @@ const CoverageMethod& find_method(const std::vector<CoverageMethod>& methods,
 }
 
 CacheConfig base_config(const SyntheticSpec& spec, size_t n_sink = 4) {
-  CacheConfig c;
+  CacheConfig c = test::plain_config();
   c.window = spec.window;
   c.n_sink = n_sink;
   return c;

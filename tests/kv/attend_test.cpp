@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "plain_config.h"
 #include "snapkv/kv/layer_cache.h"
 
 namespace snapkv {
+using snapkv::test::plain_config;
 namespace {
 
 using test::random_normal;
@@ -44,7 +46,7 @@ void expect_matches_reference(const LayerCache& cache, size_t n_new, uint64_t se
 
 TEST(Attend, DecodeAndPrefillOverRetainedRowsMatchReference) {
   const size_t n_heads = 8, n_kv = 2, d = 32, s = 120;
-  CacheConfig config;
+  CacheConfig config = plain_config();
   config.budget = 40;
   config.window = 8;
   LayerCache cache({n_heads, n_kv, d}, config);

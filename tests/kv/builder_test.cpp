@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "plain_config.h"
 
 namespace snapkv {
+using snapkv::test::plain_config;
 namespace {
 
 using test::random_normal;
@@ -49,7 +51,7 @@ TEST(Builder, RejectsInvalidDimsAndConfig) {
 }
 
 TEST(Builder, LayersGetTheirOwnRandomStreamAndTotalsAdd) {
-  CacheConfig config;
+  CacheConfig config = plain_config();
   config.policy = PolicyKind::random;
   config.budget = 20;
   auto caches = build_caches({3, 2, 1, 8}, config);

@@ -7,8 +7,10 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include "plain_config.h"
 
 namespace snapkv {
+using snapkv::test::plain_config;
 namespace {
 
 std::string validation_error(const CacheConfig& config) {
@@ -27,6 +29,11 @@ TEST(Config, DefaultsFollowTheMethodNotesAndValidate) {
   EXPECT_EQ(config.n_sink, 4u);
   EXPECT_EQ(config.policy, PolicyKind::snapkv);
   EXPECT_EQ(config.codec, CodecKind::fp16);
+  // Measured defaults (docs/TUNING.md), shared by every CLI command (tests/cli).
+  EXPECT_EQ(config.pool, PoolKind::max);
+  EXPECT_EQ(config.kernel, 31u);
+  EXPECT_TRUE(config.keep_window);
+  EXPECT_EQ(config.chunk_mode, ChunkMode::end_of_prompt);
   EXPECT_NO_THROW(config.validate());
 }
 
@@ -65,7 +72,7 @@ TEST(Config, RejectsEachInvalidSettingWithFieldValueAndRule) {
 }
 
 TEST(Config, BoundaryValuesAreAccepted) {
-  CacheConfig config;
+  CacheConfig config = plain_config();
   config.budget = 4;  // == n_sink
   EXPECT_NO_THROW(config.validate());
   config.keep_window = true;

@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "kv/kivi_test_util.h"
+#include "plain_config.h"
 #include "snapkv/kv/layer_cache.h"
 #include "snapkv/kv/row_store.h"
 
 namespace snapkv {
+using snapkv::test::plain_config;
 namespace {
 
 using kivi_test::realistic_rows;
@@ -144,7 +146,7 @@ TEST(KiviCache, StackingKeepsExactlyTheRowsOfFp16) {
 TEST(KiviCache, AttendMatchesReferenceOverDecodedRows) {
   const CacheDims dims{8, 2, 64};
   for (CodecKind codec : {CodecKind::kivi2, CodecKind::kivi4}) {
-    CacheConfig cfg;
+    CacheConfig cfg = plain_config();
     cfg.policy = PolicyKind::snapkv;
     cfg.codec = codec;
     cfg.budget = 300;

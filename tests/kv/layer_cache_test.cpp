@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "plain_config.h"
 #include "snapkv/kv/snapkv_score.h"
 
 namespace snapkv {
+using snapkv::test::plain_config;
 namespace {
 
 using test::random_normal;
@@ -37,7 +39,7 @@ Prompt make_prompt(size_t n_kv, size_t s, size_t d, uint64_t seed) {
 }
 
 CacheConfig small_config(size_t budget = 24) {
-  CacheConfig config;
+  CacheConfig config = plain_config();
   config.budget = budget;
   config.window = 6;
   config.n_sink = 2;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "plain_config.h"
 #include "snapkv/kv/snapkv_score.h"
 
 namespace snapkv {
@@ -45,7 +46,7 @@ Candidates make_candidates(size_t n, size_t d, uint64_t seed) {
 }
 
 CacheConfig config_for(PolicyKind kind, size_t budget = 40) {
-  CacheConfig config;
+  CacheConfig config = test::plain_config();
   config.policy = kind;
   config.budget = budget;
   config.window = 8;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "plain_config.h"
 #include "snapkv/ops/pool.h"
 
 namespace snapkv {
@@ -229,7 +230,7 @@ TEST(CandidateScores, QueriesOrProxyThenPooling) {
   const size_t n = 90, d = 16;
   const auto keys = random_normal(n * d, 13);
   const auto queries = random_normal(2 * 40 * d, 14);  // [n_group 2][w 40][d]
-  CacheConfig config;
+  CacheConfig config = test::plain_config();
   config.window = 8;
   SelectionInput in;
   in.head_dim = d;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/golden_util.h"
+#include "plain_config.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/random_model.h"
@@ -256,7 +257,7 @@ TEST(RandomModel, BuildsLoadsAndRuns) {
     const LlamaModel model(make_random_model(spec));
     EXPECT_EQ(model.weight_bytes(), spec.weight_bytes());
     EXPECT_EQ(model.config().n_ctx, 64u);
-    CacheConfig config;
+    CacheConfig config = test::plain_config();
     config.budget = 8;
     LlamaSession session(model, config, SessionOptions{16});
     std::vector<int32_t> prompt(40);

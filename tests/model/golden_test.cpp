@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "model/golden_util.h"
+#include "plain_config.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
@@ -146,7 +147,7 @@ TEST(Golden, StreamingCutKeepsTruePositions) {
   // must attend to them at their original rotation (RoPE positions from offset(), not size()).
   const Golden& g = golden();
   const LlamaModel model = load_model(gguf::TensorType::f32);
-  CacheConfig config;
+  CacheConfig config = test::plain_config();
   config.policy = PolicyKind::streaming;
   config.n_sink = g.stream_sinks;
   config.budget = g.stream_budget;

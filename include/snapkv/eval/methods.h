@@ -21,16 +21,17 @@
 
 namespace snapkv::eval {
 
-// Settings shared by every method of a run (the eviction knobs of CacheConfig).
+// Settings shared by every method of a run (the eviction knobs of CacheConfig); the defaults are
+// CacheConfig's own, so eval, run, bench and the library agree.
 struct MethodDefaults {
-  size_t window = 32;  // observation window
-  size_t n_sink = 4;
-  PoolKind pool = PoolKind::max;
-  size_t kernel = 7;
-  bool keep_window = true;                          // paper: the window's own rows are always kept
-  ChunkMode chunk_mode = ChunkMode::end_of_prompt;  // paper: compress once, at the end
-  size_t chunk_size = 8;                            // chunkkv
-  uint64_t seed = 0;                                // random policy
+  size_t window = CacheConfig{}.window;  // observation window
+  size_t n_sink = CacheConfig{}.n_sink;
+  PoolKind pool = CacheConfig{}.pool;
+  size_t kernel = CacheConfig{}.kernel;
+  bool keep_window = CacheConfig{}.keep_window;
+  ChunkMode chunk_mode = CacheConfig{}.chunk_mode;
+  size_t chunk_size = CacheConfig{}.chunk_size;  // chunkkv
+  uint64_t seed = CacheConfig{}.seed;            // random policy
 };
 
 struct Method {

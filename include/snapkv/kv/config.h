@@ -52,13 +52,16 @@ struct CacheConfig {
   size_t window = 32;  // observation window (rows of queries / proxy keys)
   size_t n_sink = 4;   // first positions always kept
 
-  PoolKind pool = PoolKind::none;
-  size_t kernel = 1;         // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
-  bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
-                             // (applies to snapkv, chunkkv, knorm, random)
-  bool causal = true;  // causal mask inside the window (false reproduces SnapKV's reference code)
+  // Defaults chosen by measurement (docs/TUNING.md: the sweep of scripts/tune_defaults.sh on the
+  // dev seed): max pooling with kernel 31, the window kept, one compression at the end of the
+  // prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
+  PoolKind pool = PoolKind::max;
+  size_t kernel = 31;       // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
+  bool keep_window = true;  // always keep the last `window` candidates (paper); else they compete
+                            // (applies to snapkv, chunkkv, knorm, random)
+  bool causal = true;       // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
-  ChunkMode chunk_mode = ChunkMode::every_chunk;
+  ChunkMode chunk_mode = ChunkMode::end_of_prompt;
   uint64_t seed = 0;      // random policy
   size_t chunk_size = 8;  // chunkkv: chunk = original position / chunk_size
 

@@ -75,6 +75,7 @@ void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_toke
 // Threads used by OpenBLAS inside matmul (the parallel_for count is set in util/parallel.h).
 // A no-op when !blas_allowed().
 void set_blas_threads(int n);
+int blas_threads();  // OpenBLAS's current thread count
 
 // c [m][ldc] (first n columns) = alpha * a [m][k] b^T, b [n][k]: cblas_sgemm when allowed, else
 // rows spread over parallel_for with fp32 dot products.

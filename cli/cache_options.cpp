@@ -1,0 +1,313 @@
+// The shared cache options of the `snapkv` subcommands (cli/cache_options.h).
+#include "cache_options.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "snapkv/ops/gemm.h"
+#include "snapkv/util/error.h"
+#include "snapkv/util/parallel.h"
+
+namespace snapkv::cli {
+namespace {
+
+// Commands that registered the shared options, for --print-cache-config.
+std::map<const CLI::App*, const CacheOptions*>& registry() {
+  static std::map<const CLI::App*, const CacheOptions*> r;
+  return r;
+}
+
+const char* kMethodHelp =
+    "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
+    "knorm, random, kivi2, kivi4 (full cache + codec), <policy>+<codec> (snapkv+kivi2)";
+
+}  // namespace
+
+eval::MethodDefaults CacheOptions::method_defaults() const {
+  eval::MethodDefaults d;
+  d.window = window;
+  d.n_sink = sinks;
+  d.pool = parse_pool(pool);
+  d.kernel = kernel;
+  d.keep_window = keep_window;
+  d.chunk_mode = parse_chunk_mode(chunk_mode);
+  d.chunk_size = chunkkv_size;
+  d.seed = seed;
+  return d;
+}
+
+std::vector<eval::Method> CacheOptions::parsed_methods() const {
+  std::vector<eval::Method> out = eval::parse_methods(methods, method_defaults());
+  for (eval::Method& m : out) m.config.budget = budget;
+  return out;
+}
+
+eval::Method CacheOptions::single_method() const {
+  std::vector<eval::Method> all = parsed_methods();
+  if (all.size() != 1) {
+    throw_invalid("cli", "--method takes one name", methods, "one method (lists: eval, bench)");
+  }
+  return all.front();
+}
+
+std::vector<double> CacheOptions::keeps() const {
+  if (keep.empty()) return {};
+  return eval::parse_keeps(keep);
+}
+
+CacheConfig CacheOptions::config_for(const eval::Method& m, size_t tokens) const {
+  CacheConfig c = m.config;
+  const std::vector<double> k = keeps();
+  if (!k.empty()) {
+    if (k.size() != 1) throw_invalid("cli", "--keep takes one fraction here", keep, "e.g. 0.1");
+    c.budget = m.uses_keep ? eval::budget_for(k.front(), tokens, c) : std::max<size_t>(tokens, 1);
+  } else {
+    c.budget = budget;
+  }
+  c.validate();
+  return c;
+}
+
+nlohmann::json CacheOptions::to_json() const {
+  const std::vector<std::string> names = eval::split_list(methods);
+  const eval::Method m =
+      eval::parse_method(names.empty() ? std::string("snapkv") : names.front(), method_defaults());
+  const CacheConfig& c = m.config;
+  return {{"methods", methods},
+          {"keep", keep},
+          {"budget", budget},
+          {"window", c.window},
+          {"n_sink", c.n_sink},
+          {"pool", to_string(c.pool)},
+          {"kernel", c.kernel},
+          {"keep_window", c.keep_window},
+          {"causal", c.causal},
+          {"chunk_mode", to_string(c.chunk_mode)},
+          {"chunk_size", c.chunk_size},
+          {"kivi_group", c.kivi_group},
+          {"kivi_residual", c.kivi_residual},
+          {"kivi_fp16_sinks", c.kivi_fp16_sinks},
+          {"prefill_chunk", prefill_chunk},
+          {"threads", threads}};
+}
+
+void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& spec) {
+  registry()[&app] = &o;
+  o.methods = spec.default_methods.empty() ? "snapkv" : spec.default_methods;
+  o.keep = spec.default_keep;
+  const std::string group = "Cache options (the same in run, eval, bench, demo, select)";
+  if (spec.methods == MethodArity::one) {
+    app.add_option("--method", o.methods, std::string("Cache method: ") + kMethodHelp)
+        ->capture_default_str()
+        ->group(group);
+  } else if (spec.methods == MethodArity::list) {
+    app.add_option("--methods", o.methods,
+                   std::string("Comma-separated cache methods: ") + kMethodHelp)
+        ->capture_default_str()
+        ->group(group);
+  }
+  CLI::Option* keep = nullptr;
+  switch (spec.budget) {
+    case BudgetStyle::none:
+      break;
+    case BudgetStyle::budget_or_keep:
+      o.budget_option = app.add_option("--budget", o.budget, "Rows kept per KV head after prefill")
+                            ->capture_default_str()
+                            ->group(group);
+      keep = app.add_option("--keep", o.keep,
+                            "Kept fraction in (0, 1] of the prompt instead of --budget (budget = "
+                            "max(ceil(keep x tokens), sinks + window))")
+                 ->group(group);
+      keep->excludes(o.budget_option);
+      break;
+    case BudgetStyle::keep_list:
+      app.add_option("--keep", o.keep, "Comma-separated kept fractions in (0, 1]")
+          ->capture_default_str()
+          ->group(group);
+      break;
+    case BudgetStyle::keep_one:
+      app.add_option("--keep", o.keep, "Kept fraction in (0, 1] for the compressed caches")
+          ->capture_default_str()
+          ->group(group);
+      break;
+  }
+  app.add_option("--window", o.window, "Observation window (rows of queries or proxy keys)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--sinks", o.sinks, "First positions always kept")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--pool", o.pool, "Score pooling: none | max | avg")
+      ->check(CLI::IsMember({"none", "max", "avg"}))
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--kernel", o.kernel, "Pooling kernel, odd (1 = no pooling)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_flag("--keep-window,!--no-keep-window", o.keep_window,
+               std::string("Always keep the window's own rows (paper), or let them compete "
+                           "(default: ") +
+                   (CacheOptions::kDefaults.keep_window ? "--keep-window" : "--no-keep-window") +
+                   ")")
+      ->group(group);
+  app.add_option("--chunk-mode", o.chunk_mode,
+                 "end_of_prompt (compress once, after the prompt) | every_chunk")
+      ->check(CLI::IsMember({"end_of_prompt", "every_chunk"}))
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--chunkkv-size", o.chunkkv_size, "chunkkv: positions per chunk")
+      ->capture_default_str()
+      ->group(group);
+  if (spec.prefill_chunk) {
+    app.add_option("--prefill-chunk", o.prefill_chunk, "Tokens per prefill forward")
+        ->capture_default_str()
+        ->group(group);
+  }
+  if (spec.threads) {
+    app.add_option("--threads", o.threads,
+                   "Worker threads, also OpenBLAS's (0 = all cores; at most " +
+                       std::to_string(max_threads()) + ")")
+        ->capture_default_str()
+        ->group(group);
+  }
+  app.add_flag("--print-cache-config", o.print_config,
+               "Print the parsed cache configuration as JSON and exit")
+      ->group("");  // hidden
+}
+
+int max_threads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int four_x = 4 * static_cast<int>(hw > 0 ? hw : 1);
+  return std::min(256, four_x);
+}
+
+void apply_threads(const char* component, int threads) {
+  if (threads < 0 || threads > max_threads()) {
+    throw_invalid(
+        component, "--threads out of range", std::to_string(threads),
+        "0 (all cores) .. " + std::to_string(max_threads()) + " (min(256, 4 x hardware threads))");
+  }
+  const int n =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  set_num_threads(threads);
+  set_blas_threads(n);
+}
+
+void JsonOutput::open(const char* component) {
+  if (!to_file()) return;
+  if (std::filesystem::is_directory(path)) {
+    throw_runtime(component, "--json path is a directory", path, "a file path");
+  }
+  tmp_ = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const std::string t = tmp_;
+    tmp_.clear();
+    throw_runtime(component, "cannot write the --json file", path,
+                  "a path in a writable directory (tried " + t + ")");
+  }
+  ::close(fd);
+}
+
+void JsonOutput::write(const nlohmann::json& j, const char* component, int indent) {
+  const std::string text = j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (to_stdout()) {
+    std::cout << text << std::endl;
+    if (!std::cout) throw_runtime(component, "write to stdout failed", "a short write", "all");
+    return;
+  }
+  if (!to_file()) return;
+  if (tmp_.empty()) open(component);
+  std::FILE* f = std::fopen(tmp_.c_str(), "wb");
+  if (f == nullptr) throw_runtime(component, "cannot write the --json file", tmp_, "writable");
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+                  std::fputc('\n', f) != EOF && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed || std::rename(tmp_.c_str(), path.c_str()) != 0) {
+    throw_runtime(component, "writing the --json file failed", path, "the whole JSON written");
+  }
+  tmp_.clear();
+}
+
+JsonOutput::~JsonOutput() {
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());  // the work failed before write()
+}
+
+void add_json_option(CLI::App& app, JsonOutput& out, const std::string& what) {
+  out.option = app.add_option("--json", out.path,
+                              "JSON output of " + what +
+                                  ": to FILE, or to stdout (instead of the text) without FILE")
+                   ->expected(0, 1)
+                   ->type_name("[FILE]");
+}
+
+bool print_cache_config_if_asked(const CLI::App& app) {
+  const auto it = registry().find(&app);
+  if (it == registry().end() || !it->second->print_config) return false;
+  // --threads is applied as the command would apply it, and the effect reported.
+  apply_threads(app.get_name().c_str(), it->second->threads);
+  nlohmann::json j = it->second->to_json();
+  j["effective_threads"] = {{"workers", num_threads()}, {"openblas", blas_threads()}};
+  std::cout << j.dump(1) << std::endl;
+  return true;
+}
+
+void reject_negative_unsigned(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_name().rfind("UINT", 0) != 0) continue;
+    opt->check(CLI::Validator(
+        [](std::string& v) -> std::string {
+          const size_t b = v.find_first_not_of(" \t");
+          if (b != std::string::npos && v[b] == '-') {
+            return "a count cannot be negative, got " + v + ", expected an integer >= 0";
+          }
+          return std::string();
+        },
+        "", "non-negative"));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) reject_negative_unsigned(*sub);
+}
+
+std::string read_text_file(const char* component, const std::string& path, size_t max_bytes) {
+  // stat first: a FIFO would block open(); a directory reads as empty on some systems.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw_runtime(component, "cannot read the file", path, "an existing readable file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw_runtime(component, "not a regular file", path,
+                  S_ISDIR(st.st_mode) ? "a file, not a directory" : "a regular text file");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw_runtime(component, "cannot open the file", path, "a readable file");
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      ::close(fd);
+      throw_runtime(component, "read failed", path, "a readable file");
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes) {
+      ::close(fd);
+      throw_invalid(
+          component, "file too long for the model's context: " + path,
+          "more than " + std::to_string(max_bytes) + " bytes",
+          "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
+    }
+  }
+  ::close(fd);
+  if (text.empty()) throw_invalid(component, "empty file", path, "at least one character");
+  return text;
+}
+
+}  // namespace snapkv::cli

@@ -1,0 +1,137 @@
+// The cache options every `snapkv` subcommand that builds a KV cache shares: one parser, one set
+// of names, one help text, and defaults that are the library's CacheConfig defaults.
+//
+//   struct RunOptions { snapkv::cli::CacheOptions cache; ... };
+//   auto o = std::make_shared<RunOptions>();
+//   snapkv::cli::add_cache_options(sub, o->cache, {});   // or a CacheOptionSpec with fields set
+//   ...  // in the action:
+//   snapkv::cli::apply_threads("run", o->cache.threads);
+//   CacheConfig c = o->cache.config_for(o->cache.single_method(), prompt_tokens);
+//
+// Flags (all optional; every default comes from CacheConfig{}):
+//   --method NAME | --methods LIST  eval's grammar: full, snapkv, snapkv-proxy, streaming, chunkkv,
+//                                   knorm, random, kivi2, kivi4, <policy>+<codec>
+//   --budget N | --keep F           rows kept per KV head, or a kept fraction of the compressed
+//                                   tokens (eval-style list commands take --keep LIST)
+//   --window --sinks --pool --kernel --keep-window/--no-keep-window --chunk-mode --chunkkv-size
+//   --prefill-chunk N               tokens per prefill forward
+//   --threads N                     worker threads AND OpenBLAS threads (0 = all cores)
+// Also here: --json [FILE] (stdout when no FILE), and the hidden --print-cache-config that prints
+// the parsed configuration as JSON and exits (tests compare it across commands).
+// Leaves out: command-specific flags (--model, --seed, --max-tokens, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "snapkv/eval/methods.h"
+#include "snapkv/kv/config.h"
+
+namespace snapkv::cli {
+
+// How a command names its methods.
+enum class MethodArity {
+  none,  // the command picks its own methods (demo)
+  one,   // --method NAME (run)
+  list,  // --methods LIST (eval, bench)
+};
+
+// How a command sizes the cache.
+enum class BudgetStyle {
+  none,            // no budget flags (the command sizes caches itself)
+  budget_or_keep,  // --budget N | --keep F (run, bench)
+  keep_list,       // --keep LIST of fractions (eval)
+  keep_one,        // --keep F only (demo)
+};
+
+struct CacheOptionSpec {
+  MethodArity methods = MethodArity::one;
+  BudgetStyle budget = BudgetStyle::budget_or_keep;
+  std::string default_methods;  // for MethodArity::list (and one: empty = "snapkv")
+  std::string default_keep;     // for keep_list / keep_one; empty = no default
+  bool prefill_chunk = true;
+  bool threads = true;
+};
+
+struct CacheOptions {
+  static inline const CacheConfig kDefaults{};
+
+  std::string methods;  // NAME or LIST (see MethodArity)
+  size_t budget = kDefaults.budget;
+  std::string keep;  // "" = not given (budget rules)
+  size_t window = kDefaults.window;
+  size_t sinks = kDefaults.n_sink;
+  std::string pool{to_string(kDefaults.pool)};
+  size_t kernel = kDefaults.kernel;
+  bool keep_window = kDefaults.keep_window;
+  std::string chunk_mode{to_string(kDefaults.chunk_mode)};
+  size_t chunkkv_size = kDefaults.chunk_size;
+  size_t prefill_chunk = 512;
+  int threads = 0;
+  uint64_t seed = kDefaults.seed;  // set by the command from its own --seed (random policy)
+  bool print_config = false;
+  CLI::Option* budget_option = nullptr;  // to tell "--budget given" from the default
+
+  // The eviction knobs as eval's MethodDefaults (validated names; throws std::invalid_argument).
+  eval::MethodDefaults method_defaults() const;
+  // Every method named (one or a list), with budget = --budget.
+  std::vector<eval::Method> parsed_methods() const;
+  // The one method of a MethodArity::one command.
+  eval::Method single_method() const;
+  // --keep as fractions in (0, 1] ({} when not given).
+  std::vector<double> keeps() const;
+  // The config of method m for a prompt whose compressed part has `tokens` tokens: budget from
+  // --keep (eval's budget_for rule) when given, else --budget; validated.
+  CacheConfig config_for(const eval::Method& m, size_t tokens) const;
+  // The configuration every cache of the command starts from (first method, --budget), as JSON.
+  nlohmann::json to_json() const;
+};
+
+// Registers the shared flags on `app`, writing into `o` (which must outlive parsing).
+void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& spec);
+
+// --threads: 0 = all hardware threads; 1..min(256, 4 x hardware threads) sets both our worker pool
+// and OpenBLAS. Anything else throws std::invalid_argument "[<component>] --threads ...".
+void apply_threads(const char* component, int threads);
+int max_threads();
+
+// --json [FILE]: absent = no JSON; no FILE = JSON on stdout (the command then prints nothing
+// else there); FILE = written through FILE.tmp.<pid> renamed into place, so a reader never sees
+// half a file. open() runs before the work starts so an unwritable path fails at once.
+struct JsonOutput {
+  const CLI::Option* option = nullptr;  // set by add_json_option
+  std::string path;                     // "" = stdout
+
+  bool given() const { return option != nullptr && option->count() > 0; }
+  bool to_stdout() const { return given() && path.empty(); }
+  bool to_file() const { return given() && !path.empty(); }
+  // Creates the temporary file (checks the path is writable). No-op unless to_file().
+  void open(const char* component);
+  // Writes j (to stdout or the file, then renames). Throws snapkv::RuntimeError on failure.
+  void write(const nlohmann::json& j, const char* component, int indent = 1);
+  ~JsonOutput();
+
+ private:
+  std::string tmp_;
+};
+void add_json_option(CLI::App& app, JsonOutput& out, const std::string& what);
+
+// Called by main after parsing: prints the parsed cache configuration of `app` when it was asked
+// for with --print-cache-config; true when it did (the command then does not run).
+bool print_cache_config_if_asked(const CLI::App& app);
+
+// Rejects a leading '-' on every unsigned option of `app` and its subcommands (CLI11 would wrap
+// "-1" to 2^64 - 1): "--n: a count cannot be negative, got -1".
+void reject_negative_unsigned(CLI::App& app);
+
+// Reads a prompt/text file: a regular file (not a directory, FIFO or device) of at most
+// max_bytes bytes, not empty; throws snapkv::RuntimeError naming the path otherwise.
+std::string read_text_file(const char* component, const std::string& path, size_t max_bytes);
+
+}  // namespace snapkv::cli
