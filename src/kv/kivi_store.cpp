@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "kv/kivi_kernels.h"
+#include "kv/kvc_bytes.h"
 #include "kv/stores.h"
 #include "snapkv/kv/kivi.h"
+#include "snapkv/kv/kvc_format.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/fp16.h"
@@ -195,6 +197,74 @@ class KiviRowStore final : public RowStore {
 
   std::unique_ptr<RowStore> clone() const override { return std::make_unique<KiviRowStore>(*this); }
 
+  // --- persisted state (kv/kvc_format.h: KvcKiviStore, then the regions in order) ---
+  // Kept in these two methods so that a split into key and value stores moves them as a whole:
+  // the common part is sinks + residual, then each role writes its own arrays.
+  void save(std::vector<uint8_t>& out) const override {
+    const size_t n_octets = key_words_.size() / (head_dim_ * word_bytes_);
+    kvc::append_pod(out, KvcKiviStore{n_sinks_, n_quant_, n_resid_, sink_slots_left_,
+                                      blocks_.size(), n_octets});
+    kvc::append_array(out, sinks_.data(), sinks_.size());
+    kvc::append_array(out, residual_.data(), residual_.size());
+    if (role_ == RowRole::key) {
+      kvc::append_array(out, blocks_.data(), blocks_.size());
+      kvc::append_array(out, key_params_.data(), key_params_.size());
+      kvc::append_array(out, key_words_.data(), key_words_.size());
+    } else {
+      kvc::append_array(out, value_codes_.data(), value_codes_.size());
+      kvc::append_array(out, value_params_.data(), value_params_.size());
+    }
+  }
+
+  // Fills an empty store (made by make_kivi_row_store with the saved parameters) from a record.
+  // Every count is checked against the store's parameters and the record's length before use.
+  void load(std::span<const uint8_t> record, size_t fp16_sinks) {
+    kvc::ByteReader in(record);
+    const auto h = in.pod<KvcKiviStore>("kivi store header");
+    const uint64_t total = h.n_sinks + h.n_quant + h.n_resid;  // each checked below first
+    if (h.n_sinks > UINT32_MAX || h.n_quant > UINT32_MAX || h.n_resid > UINT32_MAX ||
+        total > UINT32_MAX) {
+      throw_runtime("kvc", "kivi store row counts",
+                    num(h.n_sinks) + " + " + num(h.n_quant) + " + " + num(h.n_resid), "< 2^32");
+    }
+    if (h.sink_slots_left > fp16_sinks || h.n_sinks > fp16_sinks - h.sink_slots_left) {
+      throw_runtime("kvc", "kivi sink rows exceed kivi_fp16_sinks",
+                    num(h.n_sinks) + " rows + " + num(h.sink_slots_left) + " slots left",
+                    "<= " + num(fp16_sinks));
+    }
+    if (h.sink_slots_left > 0 && h.n_quant + h.n_resid > 0) {
+      throw_runtime("kvc", "kivi rows past the sinks while sink slots are left",
+                    num(h.n_quant + h.n_resid) + " rows, " + num(h.sink_slots_left) + " slots",
+                    "no quantized or residual rows until the sinks are full");
+    }
+    n_sinks_ = static_cast<size_t>(h.n_sinks);
+    n_quant_ = static_cast<size_t>(h.n_quant);
+    n_resid_ = static_cast<size_t>(h.n_resid);
+    sink_slots_left_ = static_cast<size_t>(h.sink_slots_left);
+    sinks_ = in.array<fp16_t>(kvc::checked_mul(n_sinks_, head_dim_, "kivi sinks"), "kivi sinks");
+    kvc::check_fp16_values(sinks_, "kivi sinks", false);
+    residual_ =
+        in.array<fp16_t>(kvc::checked_mul(n_resid_, head_dim_, "kivi residual"), "kivi residual");
+    kvc::check_fp16_values(residual_, "kivi residual", false);
+    if (role_ == RowRole::key) {
+      load_key_blocks(in, h.n_blocks, h.n_octets);
+    } else {
+      if (h.n_blocks != 0 || h.n_octets != 0) {
+        throw_runtime("kvc", "kivi value store with key blocks",
+                      num(h.n_blocks) + " blocks, " + num(h.n_octets) + " octets", "0 and 0");
+      }
+      value_codes_ = in.array<uint8_t>(kvc::checked_mul(n_quant_, value_row_bytes(), "kivi codes"),
+                                       "kivi value codes");
+      value_params_ = in.array<KiviParams>(kvc::checked_mul(n_quant_, value_groups_, "kivi params"),
+                                           "kivi value params");
+      for (const KiviParams& p : value_params_) check_params(p.scale, p.zero, "kivi value params");
+    }
+    if (in.remaining() != 0) {
+      throw_runtime("kvc", "kivi store record longer than its regions",
+                    num(in.remaining()) + " extra bytes", "0");
+    }
+  }
+
  private:
   static constexpr size_t kDecodeRows = 64;
 
@@ -262,6 +332,53 @@ class KiviRowStore final : public RowStore {
   }
 
   size_t value_row_bytes() const { return value_words_ * word_bytes_; }
+
+  // load(): the key blocks, their parameters and code words, each block checked to hold 1..G rows
+  // and its words to start where the previous block's end.
+  void load_key_blocks(kvc::ByteReader& in, uint64_t n_blocks, uint64_t n_octets) {
+    if (n_blocks > n_quant_ || (n_quant_ > 0 && n_blocks == 0)) {
+      throw_runtime("kvc", "kivi key block count", num(n_blocks),
+                    "between 1 and the " + num(n_quant_) + " quantized rows");
+    }
+    blocks_ = in.array<KiviKeyBlock>(static_cast<size_t>(n_blocks), "kivi key blocks");
+    size_t row0 = 0, octets = 0;
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const size_t n = blocks_[b].row_end >= row0 ? blocks_[b].row_end - row0 : 0;
+      if (n == 0 || n > group_ || blocks_[b].octet_begin != octets) {
+        throw_runtime(
+            "kvc", "kivi key block " + num(b),
+            "row_end " + num(blocks_[b].row_end) + ", octet_begin " + num(blocks_[b].octet_begin),
+            "1.." + num(group_) + " rows after row " + num(row0) + ", octet " + num(octets));
+      }
+      row0 = blocks_[b].row_end;
+      octets += ceil_div(n, kKiviOctet);
+    }
+    if (row0 != n_quant_ || octets != n_octets) {
+      throw_runtime("kvc", "kivi key blocks do not cover the quantized rows",
+                    num(row0) + " rows, " + num(octets) + " octets",
+                    num(n_quant_) + " rows, " + num(n_octets) + " octets");
+    }
+    key_params_ = in.array<fp16_t>(
+        kvc::checked_mul(blocks_.size(), 2 * head_dim_, "kivi key params"), "kivi key params");
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      for (size_t c = 0; c < head_dim_; ++c) {
+        check_params(key_params_[b * 2 * head_dim_ + c],
+                     key_params_[b * 2 * head_dim_ + head_dim_ + c], "kivi key params");
+      }
+    }
+    key_words_ = in.array<uint8_t>(
+        kvc::checked_mul(octets, head_dim_ * word_bytes_, "kivi key words"), "kivi key words");
+  }
+
+  // A stored (scale, zero) pair: both finite, the scale not negative.
+  static void check_params(fp16_t scale, fp16_t zero, const char* field) {
+    const fp16_t pair[2] = {scale, zero};
+    kvc::check_fp16_values(pair, field, false);
+    if ((scale & 0x8000u) != 0) {
+      throw_runtime("kvc", std::string(field) + " has a negative scale",
+                    std::to_string(fp16_to_fp32(scale)), ">= 0");
+    }
+  }
 
   // Quantizes the oldest R residual rows (keys: R/G blocks of G rows; values: row by row) and
   // moves them to the quantized region.
@@ -454,6 +571,13 @@ std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t hea
     throw_invalid("kivi", "kivi_residual too large", num(residual), "<= 2^24");
   }
   return std::make_unique<KiviRowStore>(role, bits, head_dim, group, residual, fp16_sinks);
+}
+
+std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim, std::span<const uint8_t> record) {
+  std::unique_ptr<RowStore> store = make_kivi_row_store(config, role, head_dim);
+  static_cast<KiviRowStore&>(*store).load(record, config.kivi_fp16_sinks);
+  return store;
 }
 
 std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole role,
