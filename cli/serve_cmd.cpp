@@ -2,8 +2,10 @@
 // (serve/server.h lists the endpoints and errors).
 //
 //   snapkv serve --model models/snapkv-tiny4.gguf --port 8080
-//   curl -s localhost:8080/v1/caches -d '{"document": "...", "method": "snapkv+kivi2"}'
-//   curl -s localhost:8080/v1/completions -d '{"prompt": "Q?", "cache_id": "cache-..."}'
+//   curl -s localhost:8080/v1/caches -H 'Content-Type: application/json'
+//       -d '{"document": "...", "method": "snapkv+kivi2"}'
+//   curl -s localhost:8080/v1/completions -H 'Content-Type: application/json'
+//       -d '{"prompt": "Q?", "cache_id": "cache-..."}'
 #include <csignal>
 #include <cstdio>
 #include <memory>

@@ -135,15 +135,17 @@ struct Server::Impl {
     }
   }
 
-  std::vector<int32_t> encode_checked(const std::string& text, bool add_bos,
-                                      size_t room_after) const {
+  // Tokens of `text`, refused when cached document + text + tokens to generate exceed n_ctx.
+  std::vector<int32_t> encode_checked(const std::string& text, bool add_bos, size_t cached,
+                                      size_t to_generate) const {
     std::vector<int32_t> tokens = tokenizer.encode(text, add_bos);
     if (tokens.empty()) throw HttpError(400, "invalid_request_error", "prompt has no tokens");
     const size_t n_ctx = model.config().n_ctx;
-    if (tokens.size() + room_after > n_ctx) {
+    if (cached + tokens.size() + to_generate > n_ctx) {
       throw HttpError(400, "context_length_exceeded",
-                      "prompt of " + std::to_string(tokens.size()) + " tokens + " +
-                          std::to_string(room_after) + " to generate exceeds the context of " +
+                      (cached > 0 ? std::to_string(cached) + " cached document tokens + " : "") +
+                          "prompt of " + std::to_string(tokens.size()) + " tokens + " +
+                          std::to_string(to_generate) + " to generate exceeds the context of " +
                           std::to_string(n_ctx) + " tokens");
     }
     return tokens;
@@ -164,13 +166,13 @@ struct Server::Impl {
     if (!r.cache_id.empty()) {
       const std::shared_ptr<const CachedDoc> doc = find(r.cache_id);
       const std::vector<int32_t> tokens =
-          encode_checked(text, false, doc->prompt_tokens + max_tokens);
+          encode_checked(text, false, doc->prompt_tokens, max_tokens);
       prompt_tokens = doc->prompt_tokens + tokens.size();
       LlamaSession session = doc->session.clone();
       std::vector<float> logits = session.extend(tokens);
       return {std::move(session), std::move(logits)};
     }
-    const std::vector<int32_t> tokens = encode_checked(text, true, max_tokens);
+    const std::vector<int32_t> tokens = encode_checked(text, true, 0, max_tokens);
     prompt_tokens = tokens.size();
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
@@ -311,7 +313,7 @@ struct Server::Impl {
                             " caches (limit); DELETE one first");
       }
     }
-    const std::vector<int32_t> tokens = encode_checked(r.document, true, 1);
+    const std::vector<int32_t> tokens = encode_checked(r.document, true, 0, 1);
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
     const std::shared_ptr<Slot> slot = take_slot();

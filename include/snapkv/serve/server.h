@@ -20,6 +20,8 @@
 // mistyped fields (400), bodies over max_body_bytes (413), unknown cache ids or routes (404), a
 // prompt that does not fit the context with max_tokens (400), more than max_concurrent requests
 // at once (503), more than max_caches documents (429).
+// Send bodies as Content-Type: application/json: cpp-httplib refuses form-encoded bodies (curl -d
+// without -H) over 8 KiB with a 413.
 // Leaves out: TLS, authentication, batching requests into one forward (each request runs its own
 // session; requests run concurrently, one model shared read-only).
 #pragma once
