@@ -20,4 +20,18 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
                 "fp16|kivi2|kivi4");
 }
 
+std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
+                                         std::span<const uint8_t> record) {
+  if (head_dim == 0) throw_invalid("codec", "head_dim must be positive", "0", ">= 1");
+  switch (config.codec) {
+    case CodecKind::fp16:
+      return load_fp16_row_store(head_dim, record);
+    case CodecKind::kivi2:
+    case CodecKind::kivi4:
+      return load_kivi_row_store(config, role, head_dim, record);
+  }
+  throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
+                "fp16|kivi2|kivi4");
+}
+
 }  // namespace snapkv

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "kv/fp16_rows.h"
+#include "kv/kvc_bytes.h"
 #include "kv/stores.h"
+#include "snapkv/kv/kvc_format.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/fp16.h"
@@ -64,6 +66,30 @@ class Fp16RowStore final : public RowStore {
 
   std::unique_ptr<RowStore> clone() const override { return std::make_unique<Fp16RowStore>(*this); }
 
+  // --- persisted state (kv/kvc_format.h: KvcFp16Store, then the rows) ---
+  void save(std::vector<uint8_t>& out) const override {
+    kvc::append_pod(out, KvcFp16Store{rows_});
+    kvc::append_array(out, data_.data(), data_.size());
+  }
+
+  static std::unique_ptr<RowStore> load(size_t head_dim, std::span<const uint8_t> record) {
+    kvc::ByteReader in(record);
+    const auto header = in.pod<KvcFp16Store>("fp16 store header");
+    auto store = std::make_unique<Fp16RowStore>(head_dim);
+    if (header.rows > UINT32_MAX) {
+      throw_runtime("kvc", "fp16 store row count", std::to_string(header.rows), "< 2^32");
+    }
+    store->rows_ = static_cast<size_t>(header.rows);
+    store->data_ =
+        in.array<fp16_t>(kvc::checked_mul(store->rows_, head_dim, "fp16 rows"), "fp16 store rows");
+    kvc::check_fp16_values(store->data_, "fp16 store rows", true);
+    if (in.remaining() != 0) {
+      throw_runtime("kvc", "fp16 store record longer than its rows",
+                    std::to_string(in.remaining()) + " extra bytes", "0");
+    }
+    return store;
+  }
+
  private:
   size_t head_dim_;
   size_t rows_ = 0;
@@ -75,6 +101,11 @@ class Fp16RowStore final : public RowStore {
 std::unique_ptr<RowStore> make_fp16_row_store(size_t head_dim) {
   if (head_dim == 0) throw_invalid("fp16_store", "head_dim must be positive", "0", ">= 1");
   return std::make_unique<Fp16RowStore>(head_dim);
+}
+
+std::unique_ptr<RowStore> load_fp16_row_store(size_t head_dim, std::span<const uint8_t> record) {
+  if (head_dim == 0) throw_invalid("fp16_store", "head_dim must be positive", "0", ">= 1");
+  return Fp16RowStore::load(head_dim, record);
 }
 
 }  // namespace snapkv

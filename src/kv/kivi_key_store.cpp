@@ -9,6 +9,7 @@
 
 #include "kv/kivi_kernels.h"
 #include "kv/kivi_store.h"
+#include "kv/kvc_bytes.h"
 #include "snapkv/kv/kivi.h"
 #include "snapkv/util/error.h"
 
@@ -62,6 +63,57 @@ class KiviKeyStore final : public KiviStore {
                             head_dim_, bits_);
       row = stop;
     }
+  }
+
+  void quantized_counts(uint64_t& n_blocks, uint64_t& n_octets) const override {
+    n_blocks = blocks_.size();
+    n_octets = words_.size() / (head_dim_ * word_bytes_);
+  }
+
+  void save_quantized(std::vector<uint8_t>& out) const override {
+    kvc::append_array(out, blocks_.data(), blocks_.size());
+    kvc::append_array(out, params_.data(), params_.size());
+    kvc::append_array(out, words_.data(), words_.size());
+  }
+
+  // The blocks, their parameters and code words, each block checked to hold 1..G rows and its
+  // words to start where the previous block's end.
+  void load_quantized(kvc::ByteReader& in, uint64_t n_blocks, uint64_t n_octets) override {
+    const size_t n_quant_rows = n_quant();
+    if (n_blocks > n_quant_rows || (n_quant_rows > 0 && n_blocks == 0)) {
+      throw_runtime("kvc", "kivi key block count", std::to_string(n_blocks),
+                    "between 1 and the " + std::to_string(n_quant_rows) + " quantized rows");
+    }
+    blocks_ = in.array<KiviKeyBlock>(static_cast<size_t>(n_blocks), "kivi key blocks");
+    size_t row0 = 0, octets = 0;
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      const size_t n = blocks_[b].row_end >= row0 ? blocks_[b].row_end - row0 : 0;
+      if (n == 0 || n > group_ || blocks_[b].octet_begin != octets) {
+        throw_runtime("kvc", "kivi key block " + std::to_string(b),
+                      "row_end " + std::to_string(blocks_[b].row_end) + ", octet_begin " +
+                          std::to_string(blocks_[b].octet_begin),
+                      "1.." + std::to_string(group_) + " rows after row " + std::to_string(row0) +
+                          ", octet " + std::to_string(octets));
+      }
+      row0 = blocks_[b].row_end;
+      octets += ceil_div(n, kKiviOctet);
+    }
+    if (row0 != n_quant_rows || octets != n_octets) {
+      throw_runtime("kvc", "kivi key blocks do not cover the quantized rows",
+                    std::to_string(row0) + " rows, " + std::to_string(octets) + " octets",
+                    std::to_string(n_quant_rows) + " rows, " + std::to_string(n_octets) +
+                        " octets");
+    }
+    params_ = in.array<fp16_t>(kvc::checked_mul(blocks_.size(), 2 * head_dim_, "kivi key params"),
+                               "kivi key params");
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      for (size_t c = 0; c < head_dim_; ++c) {
+        check_params(params_[b * 2 * head_dim_ + c], params_[b * 2 * head_dim_ + head_dim_ + c],
+                     "kivi key params");
+      }
+    }
+    words_ = in.array<uint8_t>(kvc::checked_mul(octets, head_dim_ * word_bytes_, "kivi key words"),
+                               "kivi key words");
   }
 
   size_t quantized_bytes() const override {

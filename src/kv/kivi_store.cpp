@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "kv/fp16_rows.h"
+#include "kv/kvc_bytes.h"
 #include "kv/stores.h"
 #include "snapkv/kv/kivi.h"
+#include "snapkv/kv/kvc_format.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 
@@ -160,6 +162,60 @@ void KiviStore::accumulate_quantized(float* out, const float* w, size_t stride, 
   }
 }
 
+void KiviStore::save(std::vector<uint8_t>& out) const {
+  uint64_t n_blocks = 0, n_octets = 0;
+  quantized_counts(n_blocks, n_octets);
+  kvc::append_pod(out,
+                  KvcKiviStore{n_sinks_, n_quant_, n_resid_, sink_slots_left_, n_blocks, n_octets});
+  kvc::append_array(out, sinks_.data(), sinks_.size());
+  kvc::append_array(out, residual_.data(), residual_.size());
+  save_quantized(out);
+}
+
+void KiviStore::load(std::span<const uint8_t> record, size_t fp16_sinks) {
+  kvc::ByteReader in(record);
+  const auto h = in.pod<KvcKiviStore>("kivi store header");
+  const uint64_t total = h.n_sinks + h.n_quant + h.n_resid;  // each checked below first
+  if (h.n_sinks > UINT32_MAX || h.n_quant > UINT32_MAX || h.n_resid > UINT32_MAX ||
+      total > UINT32_MAX) {
+    throw_runtime("kvc", "kivi store row counts",
+                  num(h.n_sinks) + " + " + num(h.n_quant) + " + " + num(h.n_resid), "< 2^32");
+  }
+  if (h.sink_slots_left > fp16_sinks || h.n_sinks > fp16_sinks - h.sink_slots_left) {
+    throw_runtime("kvc", "kivi sink rows exceed kivi_fp16_sinks",
+                  num(h.n_sinks) + " rows + " + num(h.sink_slots_left) + " slots left",
+                  "<= " + num(fp16_sinks));
+  }
+  if (h.sink_slots_left > 0 && h.n_quant + h.n_resid > 0) {
+    throw_runtime("kvc", "kivi rows past the sinks while sink slots are left",
+                  num(h.n_quant + h.n_resid) + " rows, " + num(h.sink_slots_left) + " slots",
+                  "no quantized or residual rows until the sinks are full");
+  }
+  n_sinks_ = static_cast<size_t>(h.n_sinks);
+  n_quant_ = static_cast<size_t>(h.n_quant);
+  n_resid_ = static_cast<size_t>(h.n_resid);
+  sink_slots_left_ = static_cast<size_t>(h.sink_slots_left);
+  sinks_ = in.array<fp16_t>(kvc::checked_mul(n_sinks_, head_dim_, "kivi sinks"), "kivi sinks");
+  kvc::check_fp16_values(sinks_, "kivi sinks", false);
+  residual_ =
+      in.array<fp16_t>(kvc::checked_mul(n_resid_, head_dim_, "kivi residual"), "kivi residual");
+  kvc::check_fp16_values(residual_, "kivi residual", false);
+  load_quantized(in, h.n_blocks, h.n_octets);
+  if (in.remaining() != 0) {
+    throw_runtime("kvc", "kivi store record longer than its regions",
+                  num(in.remaining()) + " extra bytes", "0");
+  }
+}
+
+void KiviStore::check_params(fp16_t scale, fp16_t zero, const char* field) {
+  const fp16_t pair[2] = {scale, zero};
+  kvc::check_fp16_values(pair, field, false);
+  if ((scale & 0x8000u) != 0) {
+    throw_runtime("kvc", std::string(field) + " has a negative scale",
+                  std::to_string(fp16_to_fp32(scale)), ">= 0");
+  }
+}
+
 // Quantizes the oldest R residual rows and moves them to the quantized region.
 void KiviStore::flush_residual_front() {
   SNAPKV_CHECK(n_resid_ >= residual_cap_);
@@ -189,6 +245,13 @@ std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t hea
   }
   return role == RowRole::key ? make_kivi_key_store(bits, head_dim, group, residual, fp16_sinks)
                               : make_kivi_value_store(bits, head_dim, group, residual, fp16_sinks);
+}
+
+std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim, std::span<const uint8_t> record) {
+  std::unique_ptr<RowStore> store = make_kivi_row_store(config, role, head_dim);
+  static_cast<KiviStore&>(*store).load(record, config.kivi_fp16_sinks);
+  return store;
 }
 
 std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole role,

@@ -17,6 +17,9 @@
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
+namespace kvc {
+class ByteReader;  // kv/kvc_bytes.h
+}
 
 class KiviStore : public RowStore {
  public:
@@ -28,6 +31,12 @@ class KiviStore : public RowStore {
   void dot_rows(float* out, const float* q, size_t n_q) const final;
   void accumulate_rows(float* out, const float* w, size_t n_q) const final;
   size_t bytes() const final;
+  // .kvc record (kv/kvc_format.h: KvcKiviStore, sinks, residual, then the quantized region's
+  // arrays as the role lays them out).
+  void save(std::vector<uint8_t>& out) const final;
+  // Fills an empty store (made with the saved parameters) from a record; every count is checked
+  // against the store's parameters and the record's length before use (snapkv::RuntimeError).
+  void load(std::span<const uint8_t> record, size_t fp16_sinks);
 
  protected:
   KiviStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks);
@@ -47,6 +56,14 @@ class KiviStore : public RowStore {
   virtual void accumulate_quantized(float* out, const float* w, size_t stride, size_t n_q) const;
   // Bytes of the quantized region (codes, parameters, block table).
   virtual size_t quantized_bytes() const = 0;
+
+  // .kvc: the quantized region's (n_blocks, n_octets) header fields (0, 0 for values), its arrays,
+  // and their reader (the header's counts, already checked against n_quant(), are passed in).
+  virtual void quantized_counts(uint64_t& n_blocks, uint64_t& n_octets) const = 0;
+  virtual void save_quantized(std::vector<uint8_t>& out) const = 0;
+  virtual void load_quantized(kvc::ByteReader& in, uint64_t n_blocks, uint64_t n_octets) = 0;
+  // A stored (scale, zero) pair: both finite fp16, the scale not negative.
+  static void check_params(fp16_t scale, fp16_t zero, const char* field);
 
   size_t n_quant() const { return n_quant_; }
 

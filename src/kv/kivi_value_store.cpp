@@ -9,6 +9,7 @@
 
 #include "kv/kivi_kernels.h"
 #include "kv/kivi_store.h"
+#include "kv/kvc_bytes.h"
 #include "snapkv/kv/kivi.h"
 
 namespace snapkv {
@@ -32,6 +33,29 @@ class KiviValueStore final : public KiviStore {
  private:
   void quantize_rows(const float* rows, size_t n) override {
     for (size_t r = 0; r < n; ++r) quantize_row(rows + r * head_dim_);
+  }
+
+  void quantized_counts(uint64_t& n_blocks, uint64_t& n_octets) const override {
+    n_blocks = 0;
+    n_octets = 0;
+  }
+
+  void save_quantized(std::vector<uint8_t>& out) const override {
+    kvc::append_array(out, codes_.data(), codes_.size());
+    kvc::append_array(out, params_.data(), params_.size());
+  }
+
+  void load_quantized(kvc::ByteReader& in, uint64_t n_blocks, uint64_t n_octets) override {
+    if (n_blocks != 0 || n_octets != 0) {
+      throw_runtime("kvc", "kivi value store with key blocks",
+                    std::to_string(n_blocks) + " blocks, " + std::to_string(n_octets) + " octets",
+                    "0 and 0");
+    }
+    codes_ = in.array<uint8_t>(
+        kvc::checked_mul(n_quant(), words_per_row_ * word_bytes_, "kivi codes"), "kivi value codes");
+    params_ = in.array<KiviParams>(kvc::checked_mul(n_quant(), groups_per_row_, "kivi params"),
+                                   "kivi value params");
+    for (const KiviParams& p : params_) check_params(p.scale, p.zero, "kivi value params");
   }
 
   void accumulate_quantized(float* out, const float* w, size_t stride, size_t n_q) const override {

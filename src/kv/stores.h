@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 
 #include "snapkv/kv/config.h"
 #include "snapkv/kv/row_store.h"
@@ -11,6 +12,8 @@ namespace snapkv {
 
 // fp16 rows, kv/fp16_store.cpp.
 std::unique_ptr<RowStore> make_fp16_row_store(size_t head_dim);
+// An fp16 store from its .kvc record (kv/kvc_format.h), kv/fp16_store.cpp.
+std::unique_ptr<RowStore> load_fp16_row_store(size_t head_dim, std::span<const uint8_t> record);
 
 // KIVI 2/4-bit rows with an fp16 residual, kv/kivi_store.cpp.
 // Validates kivi_group (>= 1), kivi_residual (a positive multiple of the group) and the codec.
@@ -19,5 +22,8 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
 // The same with the bit width spelled out (2 or 4; anything else is an std::invalid_argument).
 std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t head_dim, size_t group,
                                               size_t residual, size_t fp16_sinks);
+// A KIVI store (parameters from config, as make_kivi_row_store) from its .kvc record.
+std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim, std::span<const uint8_t> record);
 
 }  // namespace snapkv

@@ -78,6 +78,21 @@ class LayerCache {
   // constructor's does. Throws std::invalid_argument naming the mismatch otherwise.
   LayerCache fork(const CacheConfig& config, size_t layer_index) const;
 
+  // Persisted caches (kv/kvc_file.h): a cache whose prompt was ended, rebuilt from its parts
+  // without re-running anything. positions [n_kv_heads][n_rows] (strictly increasing, each
+  // < tokens_seen, the same n_rows for every head), keys and values [n_kv_heads] stores made for
+  // `config` with n_rows rows each. The policy is made from config and layer_index as the
+  // constructor does; last_scores() is empty. Throws std::invalid_argument naming the part that
+  // does not fit. Defined in src/kv/layer_cache_restore.cpp.
+  static LayerCache restore(CacheDims dims, const CacheConfig& config, size_t layer_index,
+                            size_t tokens_seen, size_t compressions,
+                            std::vector<std::vector<int64_t>> positions,
+                            std::vector<std::unique_ptr<RowStore>> keys,
+                            std::vector<std::unique_ptr<RowStore>> values);
+  // True between the prefill updates of an end_of_prompt cache and end_prompt() (its rows are not
+  // compressed yet and the window's queries are pending): such a cache cannot be persisted.
+  bool prompt_open() const { return prompt_open_; }
+
   // Adds S = k.dim1 new tokens at positions offset() .. offset()+S-1. On a prefill update with
   // chunk_mode every_chunk, enforces the budget over retained + new rows; in end_of_prompt mode it
   // only appends (and remembers q_window for end_prompt()). Decode updates only append; in

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "snapkv/kv/config.h"
 
@@ -42,10 +43,21 @@ class RowStore {
   virtual size_t bytes() const = 0;
 
   virtual std::unique_ptr<RowStore> clone() const = 0;
+
+  // Persisted caches: appends this store's exact state to `out` as the store record of
+  // kv/kvc_format.h, so that load_row_store() rebuilds a store that behaves bit for bit the same.
+  virtual void save(std::vector<uint8_t>& out) const = 0;
 };
 
 // Makes the store for config.codec. Throws std::invalid_argument for an unknown codec or bad
 // codec parameters.
 std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role, size_t head_dim);
+
+// Rebuilds a store from a record that RowStore::save() wrote for the same codec, role and
+// head_dim. The record is hostile input: every count and size is checked against it (and it must
+// be consumed exactly); a malformed record throws snapkv::RuntimeError "[kvc] ...". A bad config
+// is std::invalid_argument as for make_row_store.
+std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
+                                         std::span<const uint8_t> record);
 
 }  // namespace snapkv

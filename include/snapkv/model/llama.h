@@ -132,6 +132,16 @@ class LlamaSession {
   std::vector<float> extend(std::span<const int32_t> tokens,
                             std::vector<float>* all_logits = nullptr);
 
+  // Persisted prompt caches (model/prompt_cache.h): a session whose prompt has already run,
+  // built from its caches (one per layer, this model's dimensions, one config, prompts ended, the
+  // same offset <= n_ctx; std::invalid_argument otherwise). decode() and extend() go on from
+  // there exactly as in the session that produced the caches. Defined in
+  // src/model/llama_restore.cpp.
+  static LlamaSession from_caches(const LlamaModel& model, std::vector<LayerCache> caches,
+                                  SessionOptions options = {});
+  // An independent copy (every cache cloned), e.g. one loaded prompt forked per question.
+  LlamaSession clone() const;
+
   size_t n_past() const;  // tokens seen (== every cache's offset())
   const std::vector<LayerCache>& caches() const { return caches_; }
   CacheStats cache_stats() const { return total_stats(caches_); }

@@ -1,0 +1,125 @@
+// The .kvc compressed prompt-cache file, version 1: the byte layout, pinned by static_assert.
+// Reading and writing live in kv/kvc_file.h; this header only fixes what the bytes are.
+//
+// All integers are little-endian, fp16 values IEEE binary16; records follow each other with no
+// padding (readers copy, never cast into the file). A file is:
+//
+//   KvcHeader                              128 bytes (below)
+//   payload (KvcHeader::payload_bytes):
+//     KvcConfigRecord                      the CacheConfig every layer was built with
+//     int32   tokens[n_tokens]             the prompt's token ids
+//     for each layer l < n_layers:
+//       KvcLayerRecord                     tokens seen, compressing updates
+//       for each KV head h < n_kv_heads:
+//         KvcHeadRecord                    rows kept, bytes of the two store records
+//         int64   positions[n_rows]        original positions, strictly increasing, < tokens_seen
+//         key store record                 key_bytes bytes   (see "Store records")
+//         value store record               value_bytes bytes
+//   (the payload ends exactly there: trailing bytes are an error)
+//
+// The checksum is the SHA-256 of every byte from KvcHeader::model_fingerprint to the end of the
+// file (so the dimensions, the token count and the whole payload are covered; the magic, version
+// and sizes before it are checked on their own).
+//
+// Store records hold a RowStore's exact state (RowStore::save), so that a loaded store decodes,
+// dots and goes on appending bit for bit like the one that was saved:
+//   fp16 codec:   KvcFp16Store, then fp16 rows[rows][head_dim]
+//   kivi2/kivi4:  KvcKiviStore, then, in this order,
+//                 fp16  sinks[n_sinks][head_dim]
+//                 fp16  residual[n_resid][head_dim]
+//                 keys only:   KiviKeyBlock blocks[n_blocks]
+//                              fp16 key_params[n_blocks][2][head_dim]    (scales, then zeros)
+//                              uint8 key_words[n_octets][head_dim][bits] (kv/kivi.h word layout)
+//                 values only: uint8 value_codes[n_quant][ceil(head_dim/8) * bits]
+//                              KiviParams value_params[n_quant][ceil(head_dim/G)]
+//   (a value store has n_blocks == n_octets == 0). The layouts are those of
+//   include/snapkv/kv/kivi.h.
+//
+// Version history: 1 (first).
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace snapkv {
+
+static_assert(std::endian::native == std::endian::little, ".kvc files are little-endian");
+
+inline constexpr char kKvcMagic[8] = {'S', 'N', 'A', 'P', 'K', 'V', 'C', '\n'};
+inline constexpr uint32_t kKvcVersion = 1;
+
+struct KvcHeader {
+  char magic[8];                  // kKvcMagic
+  uint32_t version;               // kKvcVersion
+  uint32_t header_bytes;          // sizeof(KvcHeader)
+  uint64_t payload_bytes;         // file size - header_bytes
+  uint8_t checksum[32];           // SHA-256 of bytes [offsetof(model_fingerprint), end of file)
+  uint8_t model_fingerprint[32];  // gguf/fingerprint.h: SHA-256 of the GGUF's metadata + tensors
+  uint32_t n_layers;
+  uint32_t n_heads;
+  uint32_t n_kv_heads;
+  uint32_t head_dim;
+  uint64_t n_tokens;
+  uint8_t reserved[16];  // zero
+};
+static_assert(sizeof(KvcHeader) == 128, "KvcHeader is 128 bytes");
+static_assert(offsetof(KvcHeader, checksum) == 24, "checksum follows the sizes");
+static_assert(offsetof(KvcHeader, model_fingerprint) == 56, "the checksum covers from byte 56");
+static_assert(offsetof(KvcHeader, n_tokens) == 104, "KvcHeader field order");
+
+// CacheConfig with its enums spelled as the names of kv/config.h's to_string (NUL-padded), so
+// that a file never depends on enum numbering.
+struct KvcConfigRecord {
+  char policy[32];
+  char codec[16];
+  char pool[16];
+  char query_source[16];
+  char chunk_mode[16];
+  uint64_t budget;
+  uint64_t window;
+  uint64_t n_sink;
+  uint64_t kernel;
+  uint64_t seed;
+  uint64_t chunk_size;
+  uint64_t kivi_group;
+  uint64_t kivi_residual;
+  uint64_t kivi_fp16_sinks;
+  uint8_t keep_window;   // 0 or 1
+  uint8_t causal;        // 0 or 1
+  uint8_t pad[6];        // zero
+  uint8_t reserved[16];  // zero
+};
+static_assert(sizeof(KvcConfigRecord) == 192, "KvcConfigRecord is 192 bytes");
+static_assert(offsetof(KvcConfigRecord, budget) == 96, "names first, then the numbers");
+static_assert(offsetof(KvcConfigRecord, keep_window) == 168, "KvcConfigRecord field order");
+
+struct KvcLayerRecord {
+  uint64_t tokens_seen;   // == KvcHeader::n_tokens
+  uint64_t compressions;  // LayerCache::compressions()
+};
+static_assert(sizeof(KvcLayerRecord) == 16, "KvcLayerRecord is 16 bytes");
+
+struct KvcHeadRecord {
+  uint64_t n_rows;       // retained rows of this KV head
+  uint64_t key_bytes;    // bytes of the key store record that follows the positions
+  uint64_t value_bytes;  // bytes of the value store record after it
+};
+static_assert(sizeof(KvcHeadRecord) == 24, "KvcHeadRecord is 24 bytes");
+
+struct KvcFp16Store {
+  uint64_t rows;
+};
+static_assert(sizeof(KvcFp16Store) == 8, "KvcFp16Store is 8 bytes");
+
+struct KvcKiviStore {
+  uint64_t n_sinks;          // fp16 sink rows
+  uint64_t n_quant;          // quantized rows
+  uint64_t n_resid;          // fp16 residual rows
+  uint64_t sink_slots_left;  // rows still routed to the sinks (n_sinks + this <= kivi_fp16_sinks)
+  uint64_t n_blocks;         // key blocks (0 for values)
+  uint64_t n_octets;         // key code octets over all blocks (0 for values)
+};
+static_assert(sizeof(KvcKiviStore) == 48, "KvcKiviStore is 48 bytes");
+
+}  // namespace snapkv

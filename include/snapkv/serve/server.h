@@ -1,0 +1,79 @@
+// `snapkv serve`: a local HTTP server over one loaded model, with the endpoints people already
+// script against plus a table of compressed documents.
+//
+// Endpoints (JSON in and out; errors are {"error": {"message", "type", "code"}} with a 4xx/5xx):
+//   GET  /health                  {"status": "ok"}
+//   GET  /v1/models               the one model, OpenAI list shape
+//   POST /v1/completions          {prompt, max_tokens?, stream?, temperature?, top_p?, seed?,
+//                                  cache_id?, method?, keep?, budget?, codec?, model?}
+//   POST /v1/chat/completions     the same with messages [{role, content}] instead of prompt
+//   POST /v1/caches               {document, method?, keep?, budget?, codec?, save?}: the document
+//                                 is prefilled and compressed once (question-agnostic), an id out
+//   GET  /v1/caches, GET/DELETE /v1/caches/{id}
+// A completion with cache_id appends its prompt (or rendered messages) to a copy of that cached
+// document's compressed cache: the document is never prefilled again and never modified. Without
+// cache_id the prompt is prefilled and compressed with the request's cache options (defaults from
+// ServerOptions; method names as `snapkv eval`). stream: true answers with server-sent events
+// ("data: {chunk}" lines, then "data: [DONE]"). Chat messages are rendered as plain text, one
+// message's content per line (no chat template yet).
+// Refused with a JSON error: malformed JSON or a body that is not an object (400), unknown or
+// mistyped fields (400), bodies over max_body_bytes (413), unknown cache ids or routes (404), a
+// prompt that does not fit the context with max_tokens (400), more than max_concurrent requests
+// at once (503), more than max_caches documents (429).
+// Send bodies as Content-Type: application/json: cpp-httplib refuses form-encoded bodies (curl -d
+// without -H) over 8 KiB with a 413.
+// Leaves out: TLS, authentication, batching requests into one forward (each request runs its own
+// session; requests run concurrently, one model shared read-only).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "snapkv/eval/methods.h"
+#include "snapkv/model/llama.h"
+#include "snapkv/model/tokenizer.h"
+
+namespace snapkv::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0: any free port (bind() returns it)
+  std::string model_id = "snapkv";   // the id /v1/models reports and requests may name
+  size_t max_concurrent = 4;         // requests generating or compressing at once
+  size_t max_body_bytes = 8u << 20;  // larger bodies: 413
+  size_t max_caches = 16;            // documents held at once
+  size_t default_max_tokens = 16;
+  std::string default_method = "snapkv";
+  double default_keep = 0.2;
+  eval::MethodDefaults defaults;  // window, sinks, pooling of every method
+  std::string cache_dir;          // where {"save": true} writes <id>.kvc ("" = refused)
+  size_t prefill_chunk = 512;
+  // Test hook: called on the worker thread once a request holds its concurrency slot, before any
+  // work (a test holds a slot with it to observe the 503). Empty in normal use.
+  std::function<void()> on_slot_taken;
+};
+
+class Server {
+ public:
+  // The model and tokenizer must outlive the server.
+  Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port and returns the port; throws snapkv::RuntimeError when it cannot.
+  int bind();
+  // Serves until stop() (blocks the calling thread). bind() first.
+  void listen();
+  // Stops listen() (from any thread) and waits for no one.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace snapkv::serve

@@ -1,0 +1,56 @@
+// LlamaSession::from_caches and clone: sessions that start from caches built elsewhere (a loaded
+// .kvc file) or from another session. Kept apart from llama.cpp, like llama_extend.cpp.
+#include <string>
+#include <utility>
+
+#include "snapkv/model/llama.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+}  // namespace
+
+LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<LayerCache> caches,
+                                       SessionOptions options) {
+  const LlamaConfig& c = model.config();
+  if (caches.size() != c.n_layers) {
+    throw_invalid("llama", "cache count", num(caches.size()), "n_layers = " + num(c.n_layers));
+  }
+  const CacheConfig config = caches.front().config();
+  LlamaSession session(model, config, options);  // validates the options and the config
+  const size_t offset = caches.front().offset();
+  for (size_t l = 0; l < caches.size(); ++l) {
+    const LayerCache& cache = caches[l];
+    const CacheDims& d = cache.dims();
+    if (d.n_heads != c.n_heads || d.n_kv_heads != c.n_kv_heads || d.head_dim != c.head_dim) {
+      throw_invalid(
+          "llama", "cache dimensions of layer " + num(l),
+          num(d.n_heads) + "/" + num(d.n_kv_heads) + " heads, head_dim " + num(d.head_dim),
+          num(c.n_heads) + "/" + num(c.n_kv_heads) + " heads, head_dim " + num(c.head_dim));
+    }
+    if (cache.prompt_open() || cache.offset() != offset || offset == 0 || offset > c.n_ctx) {
+      throw_invalid("llama", "cache of layer " + num(l) + " is not a finished prompt",
+                    num(cache.offset()) + " tokens" + (cache.prompt_open() ? ", prompt open" : ""),
+                    "an ended prompt of the same 1.." + num(c.n_ctx) + " tokens in every layer");
+    }
+  }
+  session.caches_ = std::move(caches);
+  session.prefilled_ = true;
+  return session;
+}
+
+LlamaSession LlamaSession::clone() const {
+  LlamaSession copy(*model_, cache_config_, options_);
+  for (size_t l = 0; l < caches_.size(); ++l) copy.caches_[l] = caches_[l].clone();
+  copy.prefilled_ = prefilled_;
+  copy.pass_queries_ = pass_queries_;
+  copy.shared_prompt_ = shared_prompt_;
+  return copy;
+}
+
+}  // namespace snapkv

@@ -1,0 +1,439 @@
+// The HTTP server (serve/server.h): routes, concurrency slots, the table of compressed documents,
+// and generation (plain and server-sent events) on per-request sessions.
+#include "snapkv/serve/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "serve/requests.h"
+#include "snapkv/model/prompt_cache.h"
+#include "snapkv/model/sampler.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv::serve {
+namespace {
+
+using nlohmann::json;
+
+std::string error_body(const std::string& message, const std::string& type, int status) {
+  const json j = {{"error", {{"message", message}, {"type", type}, {"code", status}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_error(httplib::Response& res, int status, const std::string& type,
+                const std::string& message) {
+  res.status = status;
+  res.set_content(error_body(message, type, status), "application/json");
+}
+
+void send_json(httplib::Response& res, const json& j) {
+  res.status = 200;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// One compressed document of the table: its session after the prompt (cloned per request).
+struct CachedDoc {
+  std::string id;
+  LlamaSession session;
+  size_t prompt_tokens = 0;
+  CacheConfig config;
+  std::string method;
+  size_t kv_bytes = 0, kv_bytes_full_fp16 = 0;
+  std::string saved_path;
+  std::time_t created = 0;
+};
+
+json doc_json(const CachedDoc& d) {
+  json j = {{"id", d.id},
+            {"object", "cache"},
+            {"created", d.created},
+            {"prompt_tokens", d.prompt_tokens},
+            {"method", d.method},
+            {"policy", to_string(d.config.policy)},
+            {"codec", to_string(d.config.codec)},
+            {"budget", d.config.budget},
+            {"kv_bytes", d.kv_bytes},
+            {"kv_bytes_full_fp16", d.kv_bytes_full_fp16}};
+  if (!d.saved_path.empty()) j["path"] = d.saved_path;
+  return j;
+}
+
+// Releases a concurrency slot when the last owner (handler or stream provider) lets go.
+class Slot {
+ public:
+  explicit Slot(std::atomic<size_t>& busy) : busy_(busy) {}
+  ~Slot() { busy_.fetch_sub(1); }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+ private:
+  std::atomic<size_t>& busy_;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  const LlamaModel& model;
+  const Tokenizer& tokenizer;
+  ServerOptions options;
+  httplib::Server http;
+  std::atomic<size_t> busy{0};
+  std::mutex table_mutex;
+  std::map<std::string, std::shared_ptr<const CachedDoc>> table;
+  const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
+  std::atomic<uint64_t> next_id{1};
+
+  std::string new_id(const char* prefix) {
+    return prefix + std::to_string(id_salt % 1000000) + "-" + std::to_string(next_id.fetch_add(1));
+  }
+
+  Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
+      : model(m), tokenizer(t), options(std::move(o)) {}
+
+  std::shared_ptr<Slot> take_slot() {
+    if (busy.fetch_add(1) >= options.max_concurrent) {
+      busy.fetch_sub(1);
+      throw HttpError(503, "server_busy",
+                      "too many concurrent requests (limit " +
+                          std::to_string(options.max_concurrent) + "), retry later");
+    }
+    auto slot = std::make_shared<Slot>(busy);
+    if (options.on_slot_taken) options.on_slot_taken();
+    return slot;
+  }
+
+  CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method) const {
+    method = c.method.empty() ? options.default_method : c.method;
+    try {
+      CacheConfig config = eval::parse_method(method, options.defaults).config;
+      if (!c.codec.empty()) {
+        const CodecKind codec = parse_codec(c.codec);
+        if (config.codec != CodecKind::fp16 && config.codec != codec) {
+          throw std::invalid_argument("codec '" + c.codec + "' disagrees with method '" + method +
+                                      "'");
+        }
+        config.codec = codec;
+      }
+      config.budget =
+          c.budget ? *c.budget
+                   : eval::budget_for(c.keep.value_or(options.default_keep), n_tokens, config);
+      config.validate();
+      return config;
+    } catch (const std::invalid_argument& e) {
+      throw HttpError(400, "invalid_request_error", e.what());
+    }
+  }
+
+  // Tokens of `text`, refused when cached document + text + tokens to generate exceed n_ctx.
+  std::vector<int32_t> encode_checked(const std::string& text, bool add_bos, size_t cached,
+                                      size_t to_generate) const {
+    std::vector<int32_t> tokens = tokenizer.encode(text, add_bos);
+    if (tokens.empty()) throw HttpError(400, "invalid_request_error", "prompt has no tokens");
+    const size_t n_ctx = model.config().n_ctx;
+    if (cached + tokens.size() + to_generate > n_ctx) {
+      throw HttpError(400, "context_length_exceeded",
+                      (cached > 0 ? std::to_string(cached) + " cached document tokens + " : "") +
+                          "prompt of " + std::to_string(tokens.size()) + " tokens + " +
+                          std::to_string(to_generate) + " to generate exceeds the context of " +
+                          std::to_string(n_ctx) + " tokens");
+    }
+    return tokens;
+  }
+
+  std::shared_ptr<const CachedDoc> find(const std::string& id) {
+    std::lock_guard<std::mutex> lock(table_mutex);
+    const auto it = table.find(id);
+    if (it == table.end()) throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+    return it->second;
+  }
+
+  // The session to generate from and its first logits: a clone of a cached document with the
+  // prompt appended, or a fresh prefill of the prompt.
+  std::pair<LlamaSession, std::vector<float>> start(const CompletionRequest& r,
+                                                    const std::string& text, size_t max_tokens,
+                                                    size_t& prompt_tokens) {
+    if (!r.cache_id.empty()) {
+      const std::shared_ptr<const CachedDoc> doc = find(r.cache_id);
+      const std::vector<int32_t> tokens =
+          encode_checked(text, false, doc->prompt_tokens, max_tokens);
+      prompt_tokens = doc->prompt_tokens + tokens.size();
+      LlamaSession session = doc->session.clone();
+      std::vector<float> logits = session.extend(tokens);
+      return {std::move(session), std::move(logits)};
+    }
+    const std::vector<int32_t> tokens = encode_checked(text, true, 0, max_tokens);
+    prompt_tokens = tokens.size();
+    std::string method;
+    const CacheConfig config = make_config(r.cache, tokens.size(), method);
+    LlamaSession session(model, config, SessionOptions{options.prefill_chunk});
+    std::vector<float> logits = session.prefill(tokens);
+    return {std::move(session), std::move(logits)};
+  }
+
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const CompletionRequest r = parse_completion(req.body, chat);
+    if (!r.model.empty() && r.model != options.model_id) {
+      throw HttpError(404, "model_not_found", "model '" + r.model + "' is not served here");
+    }
+    SamplerConfig sampling{r.temperature, r.top_p, r.seed};
+    try {
+      sampling.validate();
+    } catch (const std::invalid_argument& e) {
+      throw HttpError(400, "invalid_request_error", e.what());
+    }
+    std::string text = r.prompt;
+    if (chat) {
+      text.clear();
+      for (const ChatMessage& m : r.messages) text += m.content + "\n";
+    }
+    const size_t max_tokens = r.max_tokens.value_or(options.default_max_tokens);
+    const std::shared_ptr<Slot> slot = take_slot();
+    size_t prompt_tokens = 0;
+    auto started = std::make_shared<std::pair<LlamaSession, std::vector<float>>>(
+        start(r, text, max_tokens, prompt_tokens));
+    const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
+    const std::time_t created = std::time(nullptr);
+    const std::string object = chat ? "chat.completion" : "text_completion";
+    // Generates up to max_tokens, calling emit(piece) per token; returns the finish reason.
+    auto generate = [this, started, sampling, max_tokens](
+                        const std::function<bool(const std::string&)>& emit,
+                        size_t& n_generated) -> std::string {
+      Sampler sampler(sampling);
+      LlamaSession& session = started->first;
+      std::vector<float>& logits = started->second;
+      const size_t n_ctx = model.config().n_ctx;
+      for (size_t step = 0; step < max_tokens; ++step) {
+        const int32_t token = sampler.sample(logits);
+        if (token == tokenizer.eos()) return "stop";
+        ++n_generated;
+        if (!emit(tokenizer.token_to_piece(token))) return "cancelled";
+        if (step + 1 == max_tokens || session.n_past() >= n_ctx) break;
+        logits = session.decode(token);
+      }
+      return "length";
+    };
+    const std::string model_id = options.model_id;
+    if (!r.stream) {
+      std::string out;
+      size_t n = 0;
+      const std::string finish = generate(
+          [&out](const std::string& p) {
+            out += p;
+            return true;
+          },
+          n);
+      json choice = {{"index", 0}, {"finish_reason", finish}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", out}};
+      } else {
+        choice["text"] = out;
+      }
+      send_json(res, {{"id", id},
+                      {"object", object},
+                      {"created", created},
+                      {"model", model_id},
+                      {"choices", json::array({choice})},
+                      {"usage",
+                       {{"prompt_tokens", prompt_tokens},
+                        {"completion_tokens", n},
+                        {"total_tokens", prompt_tokens + n}}}});
+      return;
+    }
+    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+    res.set_chunked_content_provider(
+        "text/event-stream", [slot, generate, id, created, chat, chunk_object, model_id](
+                                 size_t, httplib::DataSink& sink) {
+          auto event = [&](const json& choice) {
+            const json j = {{"id", id},
+                            {"object", chunk_object},
+                            {"created", created},
+                            {"model", model_id},
+                            {"choices", json::array({choice})}};
+            const std::string line =
+                "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            return sink.write(line.data(), line.size());
+          };
+          size_t n = 0;
+          std::string finish;
+          try {
+            finish = generate(
+                [&](const std::string& piece) {
+                  json choice = {{"index", 0}, {"finish_reason", nullptr}};
+                  if (chat) {
+                    choice["delta"] = {{"content", piece}};
+                  } else {
+                    choice["text"] = piece;
+                  }
+                  return event(choice);
+                },
+                n);
+          } catch (const std::exception& e) {
+            const std::string line = "data: " + error_body(e.what(), "server_error", 500) + "\n\n";
+            sink.write(line.data(), line.size());
+            finish = "error";
+          }
+          if (finish != "cancelled") {
+            json last = {{"index", 0}, {"finish_reason", finish}};
+            if (chat) {
+              last["delta"] = json::object();
+            } else {
+              last["text"] = "";
+            }
+            event(last);
+            const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+          }
+          sink.done();
+          return true;
+        });
+  }
+
+  void create_cache(const httplib::Request& req, httplib::Response& res) {
+    const CacheRequest r = parse_cache_request(req.body);
+    if (r.save && options.cache_dir.empty()) {
+      throw HttpError(400, "invalid_request_error",
+                      "'save' needs a server started with --cache-dir");
+    }
+    {
+      std::lock_guard<std::mutex> lock(table_mutex);
+      if (table.size() >= options.max_caches) {
+        throw HttpError(429, "too_many_caches",
+                        "the server holds " + std::to_string(table.size()) +
+                            " caches (limit); DELETE one first");
+      }
+    }
+    const std::vector<int32_t> tokens = encode_checked(r.document, true, 0, 1);
+    std::string method;
+    const CacheConfig config = make_config(r.cache, tokens.size(), method);
+    const std::shared_ptr<Slot> slot = take_slot();
+    LlamaSession session(model, config, SessionOptions{options.prefill_chunk});
+    session.prefill(tokens);
+    const CacheStats stats = session.cache_stats();
+    auto doc = std::make_shared<CachedDoc>(
+        CachedDoc{new_id("cache-"), std::move(session), tokens.size(), config, method,
+                  stats.bytes_stored, stats.bytes_full_fp16, "", std::time(nullptr)});
+    if (r.save) {
+      doc->saved_path = (std::filesystem::path(options.cache_dir) / (doc->id + ".kvc")).string();
+      save_prompt_cache(doc->saved_path, doc->session, tokens);
+    }
+    {
+      std::lock_guard<std::mutex> lock(table_mutex);
+      if (table.size() >= options.max_caches) {
+        throw HttpError(429, "too_many_caches", "the cache table filled up meanwhile");
+      }
+      table.emplace(doc->id, doc);
+    }
+    send_json(res, doc_json(*doc));
+  }
+
+  // Runs a handler, turning every exception into a JSON error.
+  httplib::Server::Handler guarded(
+      std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+    return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const HttpError& e) {
+        send_error(res, e.status(), e.type(), e.what());
+      } catch (const std::invalid_argument& e) {
+        send_error(res, 400, "invalid_request_error", e.what());
+      } catch (const std::exception& e) {
+        send_error(res, 500, "server_error", e.what());
+      }
+    };
+  }
+
+  void routes() {
+    http.set_payload_max_length(options.max_body_bytes);
+    const size_t workers = options.max_concurrent + 4;  // room to answer 503s and /health
+    http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+    http.Get("/health", guarded([](const auto&, auto& res) {
+               send_json(res, {{"status", "ok"}});
+             }));
+    http.Get("/v1/models", guarded([this](const auto&, auto& res) {
+               send_json(res,
+                         {{"object", "list"},
+                          {"data", json::array({{{"id", options.model_id},
+                                                 {"object", "model"},
+                                                 {"owned_by", "snapkv"},
+                                                 {"context_length", model.config().n_ctx}}})}});
+             }));
+    http.Post("/v1/completions",
+              guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
+    http.Post("/v1/chat/completions",
+              guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
+    http.Post("/v1/caches",
+              guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
+    http.Get("/v1/caches", guarded([this](const auto&, auto& res) {
+               json data = json::array();
+               std::lock_guard<std::mutex> lock(table_mutex);
+               for (const auto& [id, doc] : table) data.push_back(doc_json(*doc));
+               send_json(res, {{"object", "list"}, {"data", data}});
+             }));
+    http.Get(R"(/v1/caches/([A-Za-z0-9_-]+))", guarded([this](const auto& req, auto& res) {
+               send_json(res, doc_json(*find(req.matches[1])));
+             }));
+    http.Delete(R"(/v1/caches/([A-Za-z0-9_-]+))", guarded([this](const auto& req, auto& res) {
+                  const std::string id = req.matches[1];
+                  std::lock_guard<std::mutex> lock(table_mutex);
+                  if (table.erase(id) == 0) {
+                    throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+                  }
+                  send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
+                }));
+    // httplib's own refusals (unknown route 404, oversized body 413, ...) get a JSON body too.
+    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
+                                  : res.status == 413 ? "request body too large"
+                                                      : "request refused";
+      send_error(res, res.status, res.status == 404 ? "not_found" : "invalid_request_error",
+                 message);
+    });
+  }
+};
+
+Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOptions options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, std::move(options))) {
+  if (impl_->options.max_concurrent == 0) {
+    throw_invalid("serve", "max_concurrent", "0", ">= 1");
+  }
+  impl_->routes();
+}
+
+Server::~Server() = default;
+
+int Server::bind() {
+  const ServerOptions& o = impl_->options;
+  int port = o.port;
+  if (o.port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+  } else if (!impl_->http.bind_to_port(o.host, o.port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    throw_runtime("serve", "cannot listen", o.host + ":" + std::to_string(o.port),
+                  "a free port on a local address");
+  }
+  return port;
+}
+
+void Server::listen() {
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+  impl_->http.stop();
+}
+
+}  // namespace snapkv::serve

@@ -1,0 +1,280 @@
+// `snapkv serve` through real HTTP on a loopback port chosen by the test: completions (plain,
+// streamed, chat) equal the in-process greedy answers, a compressed document is created, used,
+// listed and deleted, malformed requests get 4xx JSON errors, and a request beyond the
+// concurrency limit gets a 503 while the first one still completes.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "eval/tiny_model.h"
+#include "snapkv/eval/methods.h"
+#include "snapkv/model/prompt_cache.h"
+#include "snapkv/serve/server.h"
+
+namespace snapkv::serve {
+namespace {
+
+using nlohmann::json;
+using test::tiny_model;
+
+const char* kDocument =
+    "The grass is green. The sky is blue. The pass key is 48213. Remember it. The sun is yellow. "
+    "Here we go. There and back again. 48213 is the pass key. The grass is green.";
+
+// A server on 127.0.0.1:<free port>, listening on its own thread for the test's lifetime.
+class Running {
+ public:
+  explicit Running(ServerOptions o) : server_(tiny_model().model, tiny_model().tokenizer, fix(o)) {
+    port_ = server_.bind();
+    thread_ = std::thread([this] { server_.listen(); });
+  }
+  ~Running() {
+    server_.stop();
+    thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+
+ private:
+  static ServerOptions fix(ServerOptions o) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.defaults.window = 8;
+    return o;
+  }
+  Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// POSTs `body` and checks the status; returns the parsed JSON body (discarded when not JSON).
+json post(httplib::Client& c, const std::string& path, const json& body, int expect_status = 200) {
+  const auto res = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(res) << path;
+  if (!res) return {};
+  EXPECT_EQ(res->status, expect_status) << path << " " << body.dump() << " -> " << res->body;
+  return json::parse(res->body, nullptr, false);
+}
+
+// Text as the server sends it: JSON strings carry invalid UTF-8 bytes (byte tokens of a model
+// with random-like weights) as U+FFFD.
+std::string as_sent(const std::string& text) {
+  return json::parse(json(text).dump(-1, ' ', false, json::error_handler_t::replace))
+      .get<std::string>();
+}
+
+// What the server should answer for `prompt` without a cache: the default method at the default
+// keep, the prompt prefilled with BOS, greedy until EOS or max_tokens.
+GreedyAnswer in_process(const ServerOptions& o, const std::string& prompt, size_t max_tokens) {
+  const auto& m = tiny_model();
+  eval::MethodDefaults defaults = o.defaults;
+  defaults.window = 8;
+  CacheConfig config = eval::parse_method(o.default_method, defaults).config;
+  const std::vector<int32_t> tokens = m.tokenizer.encode(prompt, true);
+  config.budget = eval::budget_for(o.default_keep, tokens.size(), config);
+  LlamaSession session(m.model, config);
+  std::vector<float> logits = session.prefill(tokens);
+  return answer_greedy(session, std::move(logits), m.tokenizer, max_tokens, false);
+}
+
+TEST(Serve, HealthModelsAndCompletions) {
+  ServerOptions o;
+  Running server(o);
+  httplib::Client c = server.client();
+  const auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  const auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], o.model_id);
+
+  const std::string prompt = "The pass key is 48213. What is the pass key? The pass key is";
+  const GreedyAnswer want = in_process(o, prompt, 6);
+  const json plain = post(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}});
+  EXPECT_EQ(plain["choices"][0]["text"].get<std::string>(), as_sent(want.text));
+  EXPECT_EQ(plain["usage"]["completion_tokens"].get<size_t>(), want.tokens.size());
+  EXPECT_EQ(plain["object"], "text_completion");
+  EXPECT_GT(plain["usage"]["prompt_tokens"].get<size_t>(), 0u);
+
+  // Streamed: the pieces of the data events add up to the same text, then [DONE].
+  const auto streamed = c.Post("/v1/completions",
+                               json{{"prompt", prompt}, {"max_tokens", 6}, {"stream", true}}.dump(),
+                               "application/json");
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->get_header_value("Content-Type").find("text/event-stream"),
+            std::string::npos);
+  std::string text, last_line;
+  size_t events = 0;
+  for (size_t at = 0; at < streamed->body.size();) {
+    const size_t end = streamed->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos) << streamed->body;
+    const std::string line = streamed->body.substr(at, end - at);
+    ASSERT_EQ(line.rfind("data: ", 0), 0u) << line;
+    last_line = line;
+    if (line != "data: [DONE]") {
+      text += json::parse(line.substr(6))["choices"][0]["text"].get<std::string>();
+      ++events;
+    }
+    at = end + 2;
+  }
+  EXPECT_EQ(last_line, "data: [DONE]");
+  std::string want_stream;  // each event's piece is a JSON string of its own
+  for (const int32_t t : want.tokens) {
+    want_stream += as_sent(tiny_model().tokenizer.token_to_piece(t));
+  }
+  EXPECT_EQ(text, want_stream);
+  EXPECT_EQ(events, want.tokens.size() + 1);  // one per token, then the finish event
+
+  // Chat: the messages rendered one per line, the answer as the assistant's message.
+  const json chat =
+      post(c, "/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 6}});
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"].get<std::string>(),
+            as_sent(in_process(o, prompt + "\n", 6).text));
+}
+
+TEST(Serve, CachesAreCreatedUsedAndDeleted) {
+  ServerOptions o;
+  Running server(o);
+  httplib::Client c = server.client();
+  const json created =
+      post(c, "/v1/caches", {{"document", kDocument}, {"method", "snapkv+kivi2"}, {"keep", 0.5}});
+  const std::string id = created["id"].get<std::string>();
+  EXPECT_EQ(created["codec"], "kivi2");
+  EXPECT_LT(created["kv_bytes"].get<size_t>(), created["kv_bytes_full_fp16"].get<size_t>());
+
+  // The in-process answer: the document prefilled and compressed alone, the question appended.
+  const auto& m = tiny_model();
+  eval::MethodDefaults defaults = o.defaults;
+  defaults.window = 8;
+  CacheConfig config = eval::parse_method("snapkv+kivi2", defaults).config;
+  const std::vector<int32_t> doc = m.tokenizer.encode(kDocument, true);
+  config.budget = eval::budget_for(0.5, doc.size(), config);
+  LlamaSession base(m.model, config);
+  base.prefill(doc);
+  const std::string question = " What is the pass key? The pass key is";
+  for (int ask = 0; ask < 2; ++ask) {  // twice: the cached document is not changed by a request
+    LlamaSession s = base.clone();
+    std::vector<float> logits = s.extend(m.tokenizer.encode(question, false));
+    const std::string want = answer_greedy(s, std::move(logits), m.tokenizer, 5, false).text;
+    const json got =
+        post(c, "/v1/completions", {{"prompt", question}, {"max_tokens", 5}, {"cache_id", id}});
+    EXPECT_EQ(got["choices"][0]["text"].get<std::string>(), as_sent(want)) << ask;
+  }
+  const auto listed = c.Get("/v1/caches");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(json::parse(listed->body)["data"].size(), 1u);
+  const auto one = c.Get("/v1/caches/" + id);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(json::parse(one->body)["prompt_tokens"].get<size_t>(), doc.size());
+  const auto deleted = c.Delete("/v1/caches/" + id);
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->status, 200);
+  const auto gone = c.Get("/v1/caches/" + id);
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404);
+  post(c, "/v1/completions", {{"prompt", question}, {"cache_id", id}}, 404);
+  const auto again = c.Delete("/v1/caches/" + id);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 404);
+}
+
+TEST(Serve, MalformedRequestsGetJsonErrors) {
+  ServerOptions o;
+  o.max_body_bytes = 4096;
+  Running server(o);
+  httplib::Client c = server.client();
+  const auto expect_error = [&c](const std::string& path, const std::string& body, int status,
+                                 const std::string& what) {
+    const auto res = c.Post(path, body, "application/json");
+    ASSERT_TRUE(res) << what;
+    EXPECT_EQ(res->status, status) << what << ": " << res->body;
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << what << ": " << res->body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty()) << what;
+    EXPECT_EQ(j["error"]["code"], status) << what;
+  };
+  expect_error("/v1/completions", "{\"prompt\": ", 400, "malformed JSON");
+  expect_error("/v1/completions", "[1, 2]", 400, "not an object");
+  expect_error("/v1/completions", R"({"prompt": "hi", "frobnicate": 1})", 400, "unknown field");
+  expect_error("/v1/completions", R"({"prompt": 7})", 400, "mistyped prompt");
+  expect_error("/v1/completions", R"({"max_tokens": 3})", 400, "missing prompt");
+  expect_error("/v1/completions", R"({"prompt": "hi", "max_tokens": -2})", 400, "negative count");
+  expect_error("/v1/completions", R"({"prompt": "hi", "method": "nosuch"})", 400, "bad method");
+  expect_error("/v1/completions", R"({"prompt": "hi", "keep": 1.5})", 400, "bad keep");
+  expect_error("/v1/completions", R"({"prompt": "hi", "model": "gpt-9"})", 404, "unknown model");
+  expect_error("/v1/completions", R"({"prompt": "hi", "cache_id": "cache-nope"})", 404,
+               "unknown cache id");
+  expect_error("/v1/chat/completions", R"({"messages": []})", 400, "no messages");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400,
+               "bad role");
+  expect_error("/v1/caches", R"({"document": "x", "save": true})", 400, "save without a dir");
+  expect_error("/v1/completions", json{{"prompt", std::string(5000, 'a')}}.dump(), 413,
+               "oversized body");
+  // 400 words of 3 tokens or so: longer than the tiny model's 1024-token context.
+  std::string long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt += "zq7 ";
+  expect_error("/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "over-long prompt");
+  expect_error("/v1/nothing", "{}", 404, "unknown route");
+}
+
+TEST(Serve, RequestsBeyondTheConcurrencyLimitGet503) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool entered = false, released = false;
+  std::atomic<int> calls{0};
+  ServerOptions o;
+  o.max_concurrent = 1;
+  o.on_slot_taken = [&] {
+    if (calls.fetch_add(1) != 0) return;  // hold only the first request's slot
+    std::unique_lock<std::mutex> lock(mutex);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  Running server(o);
+  int first_status = 0;
+  std::thread first([&] {
+    httplib::Client c = server.client();
+    const auto res =
+        c.Post("/v1/completions", R"({"prompt": "hello", "max_tokens": 2})", "application/json");
+    first_status = res ? res->status : -1;
+  });
+  bool held = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    held = cv.wait_for(lock, std::chrono::seconds(30), [&] { return entered; });
+  }
+  EXPECT_TRUE(held) << "the first request never took its slot";
+  httplib::Client c = server.client();
+  if (held) {
+    const json busy = post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1}}, 503);
+    EXPECT_EQ(busy["error"]["type"], "server_busy");
+    const auto health = c.Get("/health");  // health needs no slot
+    EXPECT_TRUE(health && health->status == 200);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    released = true;
+  }
+  cv.notify_all();
+  first.join();
+  EXPECT_EQ(first_status, 200);
+  post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1}}, 200);  // the slot came back
+}
+
+}  // namespace
+}  // namespace snapkv::serve
