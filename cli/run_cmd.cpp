@@ -82,7 +82,8 @@ int run_generate(const RunOptions& o) {
     set_blas_threads(o.threads);
   }
   CacheConfig config;
-  config.policy = parse_policy(o.method);
+  // "ada-", "pyramid-", "ada-pyramid-" prefixes choose the budget allocation (kv/allocation.h).
+  config.policy = parse_policy(apply_allocation_prefix(o.method, config));
   config.budget = o.budget;
   config.window = o.window;
   config.n_sink = o.sinks;
@@ -146,7 +147,8 @@ int run_generate(const RunOptions& o) {
 
   const CacheStats stats = session.cache_stats();
   std::vector<size_t> kept;
-  for (const LayerCache& cache : session.caches()) kept.push_back(cache.size());
+  // Mean retained rows per KV head of each layer (heads differ under AdaKV).
+  for (const LayerCache& cache : session.caches()) kept.push_back(cache.stats().tokens_kept);
   const size_t kept_min = *std::min_element(kept.begin(), kept.end());
   const size_t kept_max = *std::max_element(kept.begin(), kept.end());
   double kept_mean = 0.0;
@@ -165,7 +167,7 @@ int run_generate(const RunOptions& o) {
     j["tokens"] = generated;
     j["prompt_tokens"] = prompt.size();
     j["generated_tokens"] = generated.size();
-    j["method"] = to_string(config.policy);
+    j["method"] = o.method;
     j["codec"] = to_string(config.codec);
     j["budget"] = config.budget;
     j["kept_rows"] = {
@@ -206,7 +208,9 @@ snapkv::cli::RegisterCommand reg{
           ->required();
       sub.add_option("--prompt", o->prompt, "Prompt text");
       sub.add_option("--prompt-file", o->prompt_file, "Read the prompt from this file");
-      sub.add_option("--method", o->method, "full|snapkv|streaming|random|knorm|chunkkv")
+      sub.add_option("--method", o->method,
+                     "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention, "
+                     "optionally prefixed ada-, pyramid- or ada-pyramid-")
           ->capture_default_str();
       sub.add_option("--budget", o->budget, "Rows kept per KV head after prefill")
           ->capture_default_str();
