@@ -44,8 +44,9 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual PolicyKind kind() const = 0;
-  // Called only when n_rows > budget (the cache keeps everything otherwise). Must keep no state
-  // between calls: the cache calls it for several KV heads at once from different threads.
+  // Called only when n_rows > selection_budget(in, config) (the cache keeps everything otherwise;
+  // with head_allocation ada the cache calls score() instead). Must keep no state between calls:
+  // the cache calls it for several KV heads at once from different threads.
   virtual SelectionResult select(const SelectionInput& in) = 0;
   // The per-row scores select() ranks by (higher = keep), [n_rows], without selecting: what
   // head_allocation ada compares across the KV heads of a layer. Implemented by the policies of
