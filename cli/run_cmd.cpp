@@ -134,7 +134,8 @@ int run_generate(RunOptions& o) {
 
   const CacheStats stats = session.cache_stats();
   std::vector<size_t> kept;
-  for (const LayerCache& cache : session.caches()) kept.push_back(cache.size());
+  // Mean retained rows per KV head of each layer (heads differ under AdaKV).
+  for (const LayerCache& cache : session.caches()) kept.push_back(cache.stats().tokens_kept);
   const size_t kept_min = *std::min_element(kept.begin(), kept.end());
   const size_t kept_max = *std::max_element(kept.begin(), kept.end());
   double kept_mean = 0.0;

@@ -120,7 +120,7 @@ CoverageResult evaluate_method(const SyntheticData& data,
   result.method = method.name;
   result.length = S;
   result.budget = budget;
-  result.kept = cache.size();
+  result.kept = cache.stats().tokens_kept;  // mean rows per KV head
   size_t needles_total = 0, needles_kept = 0;
   for (size_t h = 0; h < spec.n_kv_heads; ++h) {
     const auto positions = cache.positions(h);

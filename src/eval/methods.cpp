@@ -11,7 +11,9 @@ namespace snapkv::eval {
 namespace {
 
 constexpr const char* kPolicyNames =
-    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random";
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, keydiff, expected_attention, "
+    "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
+    "ada-pyramid-<policy>";
 constexpr const char* kCodecNames = "kivi2, kivi4";
 
 std::string trim(std::string_view s) {
@@ -21,8 +23,12 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-// Applies a policy name to config; false when the name is no policy.
-bool apply_policy(std::string_view name, CacheConfig& config) {
+// Applies a policy name (with its allocation prefixes) to config; false when the name is no
+// policy. A prefix on a policy that cannot take it (ada-streaming, pyramid-full) is no policy.
+bool apply_policy(std::string_view full_name, CacheConfig& config) {
+  const std::string_view name = apply_allocation_prefix(full_name, config);
+  const bool prefixed = name.size() != full_name.size();
+  if (prefixed && (name == "full" || name.empty())) return false;
   if (name == "full") {
     config.policy = PolicyKind::full;
   } else if (name == "snapkv") {
@@ -40,10 +46,18 @@ bool apply_policy(std::string_view name, CacheConfig& config) {
     config.policy = PolicyKind::knorm;
   } else if (name == "random") {
     config.policy = PolicyKind::random;
+  } else if (name == "keydiff") {
+    config.policy = PolicyKind::keydiff;
+  } else if (name == "expected_attention") {
+    config.policy = PolicyKind::expected_attention;
+    config.query_source = QuerySource::queries;
+  } else if (name == "expected_attention-proxy") {
+    config.policy = PolicyKind::expected_attention;
+    config.query_source = QuerySource::keys;
   } else {
     return false;
   }
-  return true;
+  return config.head_allocation != HeadAllocation::ada || policy_scores_rows(config.policy);
 }
 
 bool apply_codec(std::string_view name, CacheConfig& config) {

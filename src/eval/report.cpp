@@ -29,6 +29,8 @@ json methods_json(const std::vector<Method>& methods) {
                    {"policy", std::string(to_string(c.policy))},
                    {"codec", std::string(to_string(c.codec))},
                    {"query_source", std::string(to_string(c.query_source))},
+                   {"head_allocation", std::string(to_string(c.head_allocation))},
+                   {"layer_allocation", std::string(to_string(c.layer_allocation))},
                    {"uses_keep", m.uses_keep},
                    {"kivi_group", c.kivi_group},
                    {"kivi_residual", c.kivi_residual}});

@@ -31,7 +31,7 @@ class ChunkKVPolicy final : public EvictionPolicy {
     SelectionResult result;
     result.scores = snapkv_candidate_scores(in, config_);
     const size_t n = in.n_rows;
-    const size_t n_keep = std::min(config_.budget, n);
+    const size_t n_keep = std::min(selection_budget(in, config_), n);
     const size_t head = std::min(config_.n_sink, n);
     const size_t tail_begin = std::max(head, n - kept_window_rows(config_, n));
     std::vector<uint32_t> keep;

@@ -37,13 +37,23 @@ std::string_view enum_name(Enum k, const std::array<std::pair<std::string_view, 
   return "unknown";
 }
 
-constexpr std::array<std::pair<std::string_view, PolicyKind>, 6> kPolicyNames{{
+constexpr std::array<std::pair<std::string_view, PolicyKind>, 8> kPolicyNames{{
     {"full", PolicyKind::full},
     {"snapkv", PolicyKind::snapkv},
     {"streaming", PolicyKind::streaming},
     {"random", PolicyKind::random},
     {"knorm", PolicyKind::knorm},
     {"chunkkv", PolicyKind::chunkkv},
+    {"keydiff", PolicyKind::keydiff},
+    {"expected_attention", PolicyKind::expected_attention},
+}};
+constexpr std::array<std::pair<std::string_view, HeadAllocation>, 2> kHeadAllocationNames{{
+    {"uniform", HeadAllocation::uniform},
+    {"ada", HeadAllocation::ada},
+}};
+constexpr std::array<std::pair<std::string_view, LayerAllocation>, 2> kLayerAllocationNames{{
+    {"uniform", LayerAllocation::uniform},
+    {"pyramid", LayerAllocation::pyramid},
 }};
 constexpr std::array<std::pair<std::string_view, PoolKind>, 3> kPoolNames{{
     {"none", PoolKind::none},
@@ -88,6 +98,19 @@ void CacheConfig::validate() const {
   check_enum(pool, kPoolNames, "pool");
   check_enum(query_source, kQuerySourceNames, "query_source");
   check_enum(chunk_mode, kChunkModeNames, "chunk_mode");
+  check_enum(head_allocation, kHeadAllocationNames, "head_allocation");
+  check_enum(layer_allocation, kLayerAllocationNames, "layer_allocation");
+  if (!(ada_floor >= 0.0 && ada_floor <= 1.0)) {
+    throw_invalid("config", "ada_floor out of range", std::to_string(ada_floor), "[0, 1]");
+  }
+  if (!(pyramid_beta >= 1.0 && pyramid_beta <= 1e6)) {
+    throw_invalid("config", "pyramid_beta out of range", std::to_string(pyramid_beta), "[1, 1e6]");
+  }
+  if (head_allocation == HeadAllocation::ada && policy != PolicyKind::full &&
+      !policy_scores_rows(policy)) {
+    throw_invalid("config", "head_allocation ada needs a policy that scores rows",
+                  std::string(to_string(policy)), "snapkv|knorm|keydiff|expected_attention");
+  }
 
   if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
   if (kernel == 0 || kernel % 2 == 0) {
@@ -129,6 +152,42 @@ std::string_view to_string(ChunkMode k) {
 }
 std::string_view to_string(CodecKind k) {
   return enum_name(k, kCodecNames);
+}
+
+std::string_view to_string(HeadAllocation k) {
+  return enum_name(k, kHeadAllocationNames);
+}
+std::string_view to_string(LayerAllocation k) {
+  return enum_name(k, kLayerAllocationNames);
+}
+
+HeadAllocation parse_head_allocation(std::string_view s) {
+  return parse_enum(s, kHeadAllocationNames, "head allocation");
+}
+LayerAllocation parse_layer_allocation(std::string_view s) {
+  return parse_enum(s, kLayerAllocationNames, "layer allocation");
+}
+
+std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& config) {
+  constexpr std::string_view kAda = "ada-", kPyramid = "pyramid-";
+  if (name.starts_with(kAda)) {
+    config.head_allocation = HeadAllocation::ada;
+    name.remove_prefix(kAda.size());
+  }
+  if (name.starts_with(kPyramid)) {
+    config.layer_allocation = LayerAllocation::pyramid;
+    name.remove_prefix(kPyramid.size());
+  }
+  return name;
+}
+
+bool policy_uses_queries(PolicyKind k) {
+  return k == PolicyKind::snapkv || k == PolicyKind::chunkkv || k == PolicyKind::expected_attention;
+}
+
+bool policy_scores_rows(PolicyKind k) {
+  return k == PolicyKind::snapkv || k == PolicyKind::knorm || k == PolicyKind::keydiff ||
+         k == PolicyKind::expected_attention;
 }
 
 PolicyKind parse_policy(std::string_view s) {

@@ -15,15 +15,19 @@ class KnormPolicy final : public EvictionPolicy {
  public:
   explicit KnormPolicy(const CacheConfig& config) : config_(config) {}
   PolicyKind kind() const override { return PolicyKind::knorm; }
-  SelectionResult select(const SelectionInput& in) override {
-    SelectionResult result;
-    result.scores.resize(in.n_rows);
+  std::vector<float> score(const SelectionInput& in) override {
+    std::vector<float> scores(in.n_rows);
     for (size_t i = 0; i < in.n_rows; ++i) {
       const float* key = in.keys + i * in.head_dim;
-      result.scores[i] = -std::sqrt(dot(key, key, in.head_dim));
+      scores[i] = -std::sqrt(dot(key, key, in.head_dim));
     }
-    result.keep = select_rows(result.scores.data(), in.n_rows, config_.budget, config_.n_sink,
-                              kept_window_rows(config_, in.n_rows));
+    return scores;
+  }
+  SelectionResult select(const SelectionInput& in) override {
+    SelectionResult result;
+    result.scores = score(in);
+    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
+                              config_.n_sink, kept_window_rows(config_, in.n_rows));
     return result;
   }
   std::unique_ptr<EvictionPolicy> clone() const override {

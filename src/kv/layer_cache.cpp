@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "snapkv/kv/allocation.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
@@ -78,10 +79,6 @@ void check_values(const Tensor3& t, const char* name, bool stored_in_fp16) {
   }
 }
 
-bool policy_scores(PolicyKind kind) {
-  return kind == PolicyKind::snapkv || kind == PolicyKind::chunkkv;
-}
-
 // Stable softmax over two segments taken as one row: a [na], b [nb], na + nb >= 1.
 void softmax_two(float* a, size_t na, float* b, size_t nb) {
   float m = -std::numeric_limits<float>::infinity();
@@ -95,20 +92,36 @@ void softmax_two(float* a, size_t na, float* b, size_t nb) {
 
 }  // namespace
 
+double CacheStats::mean_kept() const {
+  if (kv_heads == 0) return static_cast<double>(tokens_kept);
+  return static_cast<double>(rows_kept) / static_cast<double>(kv_heads);
+}
+
 double CacheStats::eviction_ratio() const {
-  if (tokens_seen == 0 || tokens_kept == 0) return 1.0;
-  return static_cast<double>(tokens_seen) / static_cast<double>(tokens_kept);
+  const double kept = mean_kept();
+  if (tokens_seen == 0 || kept == 0.0) return 1.0;
+  return static_cast<double>(tokens_seen) / kept;
 }
 
 double CacheStats::keep_rate() const {
   if (tokens_seen == 0) return 1.0;
-  return static_cast<double>(tokens_kept) / static_cast<double>(tokens_seen);
+  return mean_kept() / static_cast<double>(tokens_seen);
 }
 
-LayerCache::LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_index)
-    : dims_(dims), config_(config) {
+LayerCache::LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_index,
+                       size_t n_layers)
+    : dims_(dims), config_(config), layer_index_(layer_index), n_layers_(n_layers) {
   check_dims(dims_);
   config_.validate();
+  if (n_layers_ != 0 && layer_index_ >= n_layers_) {
+    throw_invalid(kComponent, "layer_index out of range",
+                  "layer_index " + num(layer_index_) + ", n_layers " + num(n_layers_),
+                  "layer_index < n_layers");
+  }
+  if (config_.layer_allocation == LayerAllocation::pyramid && n_layers_ == 0) {
+    throw_invalid(kComponent, "layer_allocation pyramid needs the model's layer count",
+                  "n_layers 0 (unknown)", "n_layers >= 1 (build_caches passes it)");
+  }
   policy_ = make_policy(config_, layer_index);
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     key_stores_.push_back(make_row_store(config_, RowRole::key, dims_.head_dim));
@@ -123,7 +136,7 @@ LayerCache::LayerCache(LayerCache&&) noexcept = default;
 LayerCache& LayerCache::operator=(LayerCache&&) noexcept = default;
 
 LayerCache LayerCache::clone() const {
-  LayerCache copy(dims_, config_);
+  LayerCache copy(dims_, config_, layer_index_, n_layers_);
   copy.policy_ = policy_->clone();
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     copy.key_stores_[h] = key_stores_[h]->clone();
@@ -164,12 +177,16 @@ LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const
   }
   const bool evicts = config.policy != PolicyKind::full;
   const bool wants_queries =
-      evicts && policy_scores(config.policy) && config.query_source != QuerySource::keys;
+      evicts && policy_uses_queries(config.policy) && config.query_source != QuerySource::keys;
   if (wants_queries && pending_window_ == 0) {
     throw_invalid(kComponent, "fork target scores with queries but none were kept",
                   "no window queries", "a prefill that passed q_window");
   }
-  LayerCache copy(dims_, config, layer_index);
+  if (n_layers_ != 0 && layer_index >= n_layers_) {
+    throw_invalid(kComponent, "fork layer_index out of range", num(layer_index),
+                  "< n_layers = " + num(n_layers_));
+  }
+  LayerCache copy(dims_, config, layer_index, n_layers_);
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     copy.key_stores_[h] = key_stores_[h]->clone();
     copy.value_stores_[h] = value_stores_[h]->clone();
@@ -209,7 +226,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   const bool decode = kind == UpdateKind::decode || (kind == UpdateKind::automatic && n_new == 1);
   const bool evicts = config_.policy != PolicyKind::full;
   const bool wants_queries =
-      evicts && policy_scores(config_.policy) && config_.query_source != QuerySource::keys;
+      evicts && policy_uses_queries(config_.policy) && config_.query_source != QuerySource::keys;
   if (!decode && wants_queries && config_.query_source == QuerySource::queries &&
       q_window == nullptr) {
     throw_invalid(kComponent, "q_window missing on a prefill update", "none",
@@ -243,8 +260,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   if (decode || !evicts) return;
 
   if (config_.chunk_mode == ChunkMode::every_chunk) {
-    if (size() > config_.budget)
-      compress(window_queries.empty() ? nullptr : window_queries.data(), n_window);
+    if (over_budget()) compress(window_queries.empty() ? nullptr : window_queries.data(), n_window);
   } else {
     prompt_open_ = true;
     pending_queries_ = std::move(window_queries);
@@ -255,7 +271,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
 void LayerCache::end_prompt() {
   if (!prompt_open_) return;
   prompt_open_ = false;
-  if (config_.policy != PolicyKind::full && size() > config_.budget) {
+  if (config_.policy != PolicyKind::full && over_budget()) {
     compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_);
   }
   pending_queries_.clear();
@@ -263,31 +279,72 @@ void LayerCache::end_prompt() {
   pending_window_ = 0;
 }
 
+size_t LayerCache::layer_budget() const {
+  if (config_.layer_allocation == LayerAllocation::uniform) return config_.budget;
+  return layer_budgets(config_, n_layers_, tokens_seen_)[layer_index_];
+}
+
+bool LayerCache::over_budget() const {
+  const size_t budget = layer_budget();
+  if (config_.head_allocation == HeadAllocation::ada) {
+    size_t total = 0;
+    for (const std::vector<int64_t>& p : positions_) total += p.size();
+    return total > dims_.n_kv_heads * budget;
+  }
+  return size() > budget;
+}
+
 void LayerCache::compress(const float* queries, size_t n_window) {
   const size_t n_kv = dims_.n_kv_heads;
   const size_t head_dim = dims_.head_dim;
   const size_t n_group = dims_.n_heads / n_kv;
+  const size_t budget = layer_budget();
+  const bool ada = config_.head_allocation == HeadAllocation::ada;
   std::vector<SelectionResult> results(n_kv);
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_rows = key_stores_[h]->rows();
+    if (n_rows == 0) return;                     // an empty head (ada) has nothing to score
     std::vector<float> keys(n_rows * head_dim);  // [n_rows][head_dim]
     key_stores_[h]->read(keys.data(), 0, n_rows);
+    std::vector<float> values;  // [n_rows][head_dim], for the policies that read values
     SelectionInput in;
     in.kv_head = h;
     in.head_dim = head_dim;
     in.n_rows = n_rows;
     in.keys = keys.data();
     in.positions = positions_[h].data();
+    in.budget = budget;
+    if (policy_->needs_values()) {
+      values.resize(n_rows * head_dim);
+      value_stores_[h]->read(values.data(), 0, n_rows);
+      in.values = values.data();
+    }
     if (queries != nullptr) {
       in.queries = queries + h * n_group * n_window * head_dim;  // this KV head's group
       in.n_group = n_group;
       in.n_window = n_window;
     }
-    results[h] = policy_->select(in);
+    if (ada) {
+      results[h].scores = policy_->score(in);
+    } else if (n_rows > budget) {
+      results[h] = policy_->select(in);
+    } else {  // ragged heads under a uniform budget cannot happen; keep every row if they do
+      results[h].keep.resize(n_rows);
+      for (size_t i = 0; i < n_rows; ++i) results[h].keep[i] = static_cast<uint32_t>(i);
+    }
   });
+  if (ada) {
+    std::vector<std::vector<float>> scores(n_kv);
+    for (size_t h = 0; h < n_kv; ++h) scores[h] = results[h].scores;
+    std::vector<std::vector<uint32_t>> keep = ada_select(scores, budget, config_);
+    for (size_t h = 0; h < n_kv; ++h) results[h].keep = std::move(keep[h]);
+  }
+  size_t total_before = 0, total_after = 0;
   for (size_t h = 0; h < n_kv; ++h) {
     const std::vector<uint32_t>& keep = results[h].keep;
-    SNAPKV_CHECK(keep.size() == std::min(config_.budget, positions_[h].size()));
+    total_before += positions_[h].size();
+    total_after += keep.size();
+    if (!ada) SNAPKV_CHECK(keep.size() == std::min(budget, positions_[h].size()));
     key_stores_[h]->retain(keep);
     value_stores_[h]->retain(keep);
     std::vector<int64_t> kept_positions(keep.size());
@@ -295,6 +352,7 @@ void LayerCache::compress(const float* queries, size_t n_window) {
     positions_[h] = std::move(kept_positions);
     last_scores_[h] = std::move(results[h].scores);
   }
+  if (ada) SNAPKV_CHECK(total_after == std::min(n_kv * budget, total_before));
   ++compressions_;
 }
 
@@ -315,7 +373,6 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
   const size_t n_new = q.dim1;
   const size_t head_dim = dims_.head_dim;
   const size_t n_group = dims_.n_heads / dims_.n_kv_heads;
-  const size_t n_kept = size();
   const size_t n_blocks = (n_new + kAttendBlock - 1) / kAttendBlock;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   // One work unit = one KV head x one block of query rows, for all n_group query heads of the
@@ -325,6 +382,7 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
     const size_t kv = unit / n_blocks;
     const size_t s0 = (unit % n_blocks) * kAttendBlock;
     const size_t m = std::min(kAttendBlock, n_new - s0);
+    const size_t n_kept = key_stores_[kv]->rows();        // this head's retained rows
     const size_t n_rows = n_group * m;                    // query rows of this unit
     const float* k_new = k.data + kv * n_new * head_dim;  // [S][head_dim]
     const float* v_new = v.data + kv * n_new * head_dim;  // [S][head_dim]
@@ -364,6 +422,16 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
   });
 }
 
+size_t LayerCache::size(size_t kv_head) const {
+  return positions(kv_head).size();
+}
+
+size_t LayerCache::size() const {
+  size_t largest = 0;
+  for (const std::vector<int64_t>& p : positions_) largest = std::max(largest, p.size());
+  return largest;
+}
+
 std::span<const int64_t> LayerCache::positions(size_t kv_head) const {
   if (kv_head >= dims_.n_kv_heads) {
     throw_invalid(kComponent, "kv_head out of range", num(kv_head), "< " + num(dims_.n_kv_heads));
@@ -399,10 +467,12 @@ std::span<const float> LayerCache::last_scores(size_t kv_head) const {
 CacheStats LayerCache::stats() const {
   CacheStats s;
   s.tokens_seen = tokens_seen_;
-  s.tokens_kept = size();
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     s.bytes_stored += key_stores_[h]->bytes() + value_stores_[h]->bytes();
+    s.rows_kept += positions_[h].size();
   }
+  s.kv_heads = dims_.n_kv_heads;
+  s.tokens_kept = (s.rows_kept + s.kv_heads / 2) / s.kv_heads;  // mean, rounded to nearest
   // K and V, n_kv_heads * head_dim halves (2 bytes) each, per seen token.
   s.bytes_full_fp16 = tokens_seen_ * dims_.n_kv_heads * dims_.head_dim * 2 * sizeof(uint16_t);
   return s;

@@ -1,4 +1,4 @@
-// make_policy: maps CacheConfig::policy to its implementation.
+// make_policy: maps CacheConfig::policy to its implementation; EvictionPolicy::score's default.
 #include <string>
 
 #include "kv/policies.h"
@@ -21,9 +21,18 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
       return make_knorm_policy(config);
     case PolicyKind::chunkkv:
       return make_chunkkv_policy(config);
+    case PolicyKind::keydiff:
+      return make_keydiff_policy(config);
+    case PolicyKind::expected_attention:
+      return make_expected_attention_policy(config);
   }
   throw_invalid("policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
-                "full|snapkv|streaming|random|knorm|chunkkv");
+                "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention");
+}
+
+std::vector<float> EvictionPolicy::score(const SelectionInput& /*in*/) {
+  throw_invalid("policy", "this policy has no per-row scores", std::string(to_string(kind())),
+                "snapkv|knorm|keydiff|expected_attention");
 }
 
 }  // namespace snapkv

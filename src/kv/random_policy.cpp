@@ -42,7 +42,7 @@ class RandomPolicy final : public EvictionPolicy {
       k = static_cast<float>(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
     }
     SelectionResult result;
-    result.keep = select_rows(keys.data(), in.n_rows, config_.budget, config_.n_sink,
+    result.keep = select_rows(keys.data(), in.n_rows, selection_budget(in, config_), config_.n_sink,
                               kept_window_rows(config_, in.n_rows));
     return result;
   }

@@ -10,11 +10,14 @@ class SnapKVPolicy final : public EvictionPolicy {
  public:
   explicit SnapKVPolicy(const CacheConfig& config) : config_(config) {}
   PolicyKind kind() const override { return PolicyKind::snapkv; }
+  std::vector<float> score(const SelectionInput& in) override {
+    return snapkv_candidate_scores(in, config_);
+  }
   SelectionResult select(const SelectionInput& in) override {
     SelectionResult result;
-    result.scores = snapkv_candidate_scores(in, config_);
-    result.keep = select_rows(result.scores.data(), in.n_rows, config_.budget, config_.n_sink,
-                              kept_window_rows(config_, in.n_rows));
+    result.scores = score(in);
+    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
+                              config_.n_sink, kept_window_rows(config_, in.n_rows));
     return result;
   }
   std::unique_ptr<EvictionPolicy> clone() const override {

@@ -13,7 +13,7 @@ class StreamingPolicy final : public EvictionPolicy {
   PolicyKind kind() const override { return PolicyKind::streaming; }
   SelectionResult select(const SelectionInput& in) override {
     SelectionResult result;
-    const size_t n_keep = std::min(config_.budget, in.n_rows);
+    const size_t n_keep = std::min(selection_budget(in, config_), in.n_rows);
     const size_t n_sink = std::min(config_.n_sink, n_keep);
     result.keep.reserve(n_keep);
     for (size_t i = 0; i < n_sink; ++i) result.keep.push_back(static_cast<uint32_t>(i));

@@ -58,6 +58,25 @@ TEST(Methods, NamesMapToConfigs) {
   EXPECT_EQ(stacked.config.query_source, QuerySource::keys);
   EXPECT_EQ(stacked.config.codec, CodecKind::kivi4);
   EXPECT_TRUE(stacked.uses_keep);
+  EXPECT_EQ(parse_method("keydiff", d).config.policy, PolicyKind::keydiff);
+  const Method ea = parse_method("expected_attention", d);
+  EXPECT_EQ(ea.config.policy, PolicyKind::expected_attention);
+  EXPECT_EQ(ea.config.query_source, QuerySource::queries);
+  EXPECT_EQ(parse_method("expected_attention-proxy", d).config.query_source, QuerySource::keys);
+  const Method ada = parse_method("ada-snapkv", d);
+  EXPECT_EQ(ada.config.policy, PolicyKind::snapkv);
+  EXPECT_EQ(ada.config.head_allocation, HeadAllocation::ada);
+  EXPECT_EQ(ada.config.layer_allocation, LayerAllocation::uniform);
+  const Method pyr = parse_method("ada-pyramid-keydiff+kivi2", d);
+  EXPECT_EQ(pyr.config.policy, PolicyKind::keydiff);
+  EXPECT_EQ(pyr.config.head_allocation, HeadAllocation::ada);
+  EXPECT_EQ(pyr.config.layer_allocation, LayerAllocation::pyramid);
+  EXPECT_EQ(pyr.config.codec, CodecKind::kivi2);
+  EXPECT_EQ(parse_method("pyramid-streaming", d).config.layer_allocation, LayerAllocation::pyramid);
+  EXPECT_EQ(parse_method("snapkv", d).config.head_allocation, HeadAllocation::uniform);
+  EXPECT_THROW(parse_method("ada-streaming", d), std::invalid_argument);  // no per-row scores
+  EXPECT_THROW(parse_method("ada-full", d), std::invalid_argument);
+  EXPECT_THROW(parse_method("pyramid-kivi2", d), std::invalid_argument);
   EXPECT_THROW(parse_method("h2o", d), std::invalid_argument);
   EXPECT_THROW(parse_method("snapkv+kivi3", d), std::invalid_argument);
   EXPECT_THROW(parse_method("kivi2+snapkv", d), std::invalid_argument);

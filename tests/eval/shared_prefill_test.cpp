@@ -49,8 +49,10 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
   whole.insert(whole.end(), prompt.question.begin(), prompt.question.end());
   MethodDefaults defaults;
   defaults.window = 8;
-  for (const char* name : {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm",
-                           "random", "kivi2", "snapkv+kivi2"}) {
+  for (const char* name :
+       {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm", "random", "kivi2",
+        "snapkv+kivi2", "keydiff", "expected_attention", "expected_attention-proxy", "ada-snapkv",
+        "pyramid-keydiff", "ada-pyramid-expected_attention+kivi2"}) {
     CacheConfig config = parse_method(name, defaults).config;
     config.budget = 40;
     RunSettings settings;

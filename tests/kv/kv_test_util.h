@@ -2,6 +2,8 @@
 // attention that decodes every retained row to fp32 and works in double.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -49,13 +51,14 @@ inline void reference_attention(std::vector<double>& out, std::vector<double>& b
                                 const std::vector<float>& k, const std::vector<float>& v,
                                 size_t n_new) {
   const CacheDims dims = cache.dims();
-  const size_t d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads, n_kept = cache.size();
+  const size_t d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const double u = 1.0 / 16777216.0;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   out.assign(dims.n_heads * n_new * d, 0.0);
   bound.assign(dims.n_heads * n_new, 0.0);
   for (size_t head = 0; head < dims.n_heads; ++head) {
     const size_t kv = head / group;
+    const size_t n_kept = cache.size(kv);  // heads may hold different counts (AdaKV)
     std::vector<float> keys(n_kept * d), values(n_kept * d);
     cache.read_keys(kv, keys.data());
     cache.read_values(kv, values.data());
@@ -98,6 +101,28 @@ inline void reference_attention(std::vector<double>& out, std::vector<double>& b
       // rows adds (n + 2) u. All relative to sum_j p_j |v_j| <= max |v|.
       const double n = static_cast<double>(visible);
       bound[head * n_new + s] = (2.0 * logit_err + (2.0 * spread + 2.0 * n + 26.0) * u) * max_v;
+    }
+  }
+}
+
+// LayerCache::attend of random q, k, v (n_new tokens) against reference_attention, within its
+// derived bound.
+inline void expect_attend_matches_reference(const LayerCache& cache, size_t n_new, uint64_t seed,
+                                            float scale = 1.0f) {
+  const CacheDims dims = cache.dims();
+  const size_t d = dims.head_dim;
+  const auto q = random_normal(dims.n_heads * n_new * d, seed, scale);
+  const auto k = random_normal(dims.n_kv_heads * n_new * d, seed + 1, scale);
+  const auto v = random_normal(dims.n_kv_heads * n_new * d, seed + 2);
+  std::vector<float> out(dims.n_heads * n_new * d, -1.0f);
+  cache.attend(out.data(), view(q, dims.n_heads, n_new, d), view(k, dims.n_kv_heads, n_new, d),
+               view(v, dims.n_kv_heads, n_new, d));
+  std::vector<double> ref, bound;
+  reference_attention(ref, bound, cache, q, k, v, n_new);
+  for (size_t row = 0; row < dims.n_heads * n_new; ++row) {
+    for (size_t c = 0; c < d; ++c) {
+      const double err = std::fabs(out[row * d + c] - ref[row * d + c]);
+      ASSERT_LE(err, bound[row]) << "row " << row << " c " << c << " n_new " << n_new;
     }
   }
 }

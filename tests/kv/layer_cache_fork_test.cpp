@@ -83,7 +83,8 @@ TEST(LayerCacheFork, EqualsADedicatedCacheForEveryPolicyAndCodec) {
     LayerCache base({kHeads, kKv, kD}, base_config(codec), 3);
     prefill(base, u, true);
     for (const PolicyKind policy : {PolicyKind::full, PolicyKind::snapkv, PolicyKind::streaming,
-                                    PolicyKind::chunkkv, PolicyKind::knorm, PolicyKind::random}) {
+                                    PolicyKind::chunkkv, PolicyKind::knorm, PolicyKind::random,
+                                    PolicyKind::keydiff, PolicyKind::expected_attention}) {
       for (const QuerySource source : {QuerySource::auto_select, QuerySource::keys}) {
         CacheConfig target = base_config(codec);
         target.policy = policy;

@@ -73,7 +73,7 @@ void expect_common_invariants(const SelectionResult& r, size_t n, const CacheCon
 TEST(Policy, EveryEvictingPolicyKeepsInvariants) {
   const auto c = make_candidates(150, 16, 1);
   for (const auto kind : {PolicyKind::snapkv, PolicyKind::streaming, PolicyKind::random,
-                          PolicyKind::knorm, PolicyKind::chunkkv}) {
+                          PolicyKind::knorm, PolicyKind::chunkkv, PolicyKind::keydiff}) {
     for (const bool keep_window : {false, true}) {
       CacheConfig config = config_for(kind);
       config.keep_window = keep_window;

@@ -18,6 +18,21 @@ enum class PolicyKind {
   random,     // seeded uniform choice among non-sink rows (a baseline)
   knorm,      // keep the keys with the lowest L2 norm (sinks kept)
   chunkkv,  // ChunkKV-adapted: whole chunks of chunk_size positions ranked by summed SnapKV scores
+  keydiff,  // KeyDiff: keep the keys least similar (cosine) to the mean direction of the candidates
+  expected_attention,  // Expected Attention: closed-form attention of modelled future queries
+};
+
+// How the rows kept in one layer are shared among its KV heads (kv/allocation.h).
+enum class HeadAllocation {
+  uniform,  // every KV head keeps `budget` rows
+  ada,      // AdaKV: the layer keeps n_kv_heads * budget rows, chosen by score across its heads;
+            // each head keeps its forced rows and at least ceil(ada_floor * budget) rows
+};
+
+// How the rows kept by the model are shared among its layers (kv/allocation.h).
+enum class LayerAllocation {
+  uniform,  // every layer has the per-head budget `budget`
+  pyramid,  // PyramidKV: per-head budgets decrease linearly with depth, same total over layers
 };
 
 // 1-D smoothing of the scores before selection (stride 1, odd kernel, same-length output).
@@ -29,8 +44,8 @@ enum class PoolKind { none, max, avg };
 // Where the observation window's queries come from.
 enum class QuerySource {
   auto_select,  // true queries when the caller passes q_window, else the last `window` keys
-  queries,      // require q_window on every prefill update of a scoring policy (snapkv,
-                // chunkkv); std::invalid_argument if it is missing
+  queries,      // require q_window on every prefill update of a policy that uses queries
+                // (snapkv, chunkkv, expected_attention); std::invalid_argument if it is missing
   keys,         // always the last `window` keys as proxy queries (engine-agnostic mode)
 };
 
@@ -58,10 +73,18 @@ struct CacheConfig {
   PoolKind pool = PoolKind::max;
   size_t kernel = 31;       // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
   bool keep_window = true;  // always keep the last `window` candidates (paper); else they compete
-                            // (applies to snapkv, chunkkv, knorm, random)
+                            // (applies to snapkv, chunkkv, knorm, random, keydiff,
+                            // expected_attention)
   bool causal = true;       // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
+  // Budget allocation, separate from scoring (any scoring policy combines with any allocation).
+  HeadAllocation head_allocation = HeadAllocation::uniform;
+  LayerAllocation layer_allocation = LayerAllocation::uniform;
+  double ada_floor = 0.2;      // ada: fraction of `budget` every head keeps at least, in [0, 1]
+  double pyramid_beta = 20.0;  // pyramid: the last layer gets budget / beta (>= 1), then clamped
+                               // up to the floor of kv/allocation.h
+
   uint64_t seed = 0;      // random policy
   size_t chunk_size = 8;  // chunkkv: chunk = original position / chunk_size
 
@@ -80,6 +103,8 @@ std::string_view to_string(PoolKind k);
 std::string_view to_string(QuerySource k);
 std::string_view to_string(ChunkMode k);
 std::string_view to_string(CodecKind k);
+std::string_view to_string(HeadAllocation k);
+std::string_view to_string(LayerAllocation k);
 
 // Parsers accept exactly the names to_string produces ("auto" for auto_select) and throw
 // std::invalid_argument listing the accepted names otherwise.
@@ -88,5 +113,18 @@ PoolKind parse_pool(std::string_view s);
 QuerySource parse_query_source(std::string_view s);
 ChunkMode parse_chunk_mode(std::string_view s);
 CodecKind parse_codec(std::string_view s);
+HeadAllocation parse_head_allocation(std::string_view s);
+LayerAllocation parse_layer_allocation(std::string_view s);
+
+// Method-name prefixes for the allocations: "ada-", "pyramid-" and "ada-pyramid-" (in that order)
+// set head_allocation / layer_allocation on config and return the rest of the name (the policy);
+// a name without a prefix is returned unchanged and config untouched. "ada-snapkv" -> "snapkv".
+std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& config);
+
+// True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention).
+bool policy_uses_queries(PolicyKind k);
+// True for the policies that score every row on its own, which head_allocation ada requires
+// (snapkv, knorm, keydiff, expected_attention).
+bool policy_scores_rows(PolicyKind k);
 
 }  // namespace snapkv

@@ -14,6 +14,12 @@
 // it (or with query_source keys) SnapKV scores with the last `window` candidate keys as proxies.
 // Threads: update()/end_prompt() score the KV heads in parallel (util/parallel.h); a LayerCache
 // is not safe to mutate from several threads at once, const members may be called concurrently.
+//
+// Budgets (kv/allocation.h): the per-head budget of this layer is config.budget, or its PyramidKV
+// share when layer_allocation is pyramid (it needs the layer's index and the model's n_layers).
+// With head_allocation ada the KV heads keep different row counts ("ragged" heads): size(h) is
+// exact per head, the layer keeps n_kv_heads * budget rows in all, and attend(), the codecs and
+// decode appends work per head on whatever each head holds.
 #pragma once
 
 #include <cstddef>
@@ -47,19 +53,30 @@ enum class UpdateKind {
 };
 
 struct CacheStats {
-  size_t tokens_seen = 0;      // == offset()
-  size_t tokens_kept = 0;      // retained rows per KV head, == size()
+  size_t tokens_seen = 0;  // == offset()
+  // Retained rows per KV head: the mean over the KV heads counted (and over the layers in
+  // total_stats), rounded to the nearest integer; exact whenever the heads hold the same count
+  // (uniform allocation), and == size() then. rows_kept / kv_heads is the exact mean.
+  size_t tokens_kept = 0;
+  size_t rows_kept = 0;        // retained rows summed over every KV head counted (exact)
+  size_t kv_heads = 0;         // KV heads counted in rows_kept (n_kv_heads per layer)
   size_t bytes_stored = 0;     // all heads, keys + values, true codec bytes
   size_t bytes_full_fp16 = 0;  // what an fp16 cache of every seen token would hold
-  // seen / kept (> 1 once something was dropped; 1 when nothing was seen)
+  // The exact mean retained rows per KV head (rows_kept / kv_heads; tokens_kept when kv_heads 0).
+  double mean_kept() const;
+  // seen / mean kept (> 1 once something was dropped; 1 when nothing was seen)
   double eviction_ratio() const;
-  // kept / seen, in (0, 1] (1 when nothing was seen)
+  // mean kept / seen, in (0, 1] (1 when nothing was seen)
   double keep_rate() const;
 };
 
 class LayerCache {
  public:
-  LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_index = 0);
+  // layer_index seeds the random policy and, with n_layers, places the layer in a PyramidKV
+  // allocation. n_layers 0 means "not known" (a lone cache; layer_allocation pyramid then throws
+  // std::invalid_argument); otherwise layer_index < n_layers.
+  LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_index = 0,
+             size_t n_layers = 0);
   ~LayerCache();
   LayerCache(LayerCache&&) noexcept;
   LayerCache& operator=(LayerCache&&) noexcept;
@@ -75,7 +92,8 @@ class LayerCache {
   // the window's queries. In end_of_prompt mode the prefill forward never depends on the policy
   // (attend() reads every row), so the result equals a dedicated cache bit for bit; the caller
   // then ends the prompt as a dedicated run would. layer_index seeds the random policy as the
-  // constructor's does. Throws std::invalid_argument naming the mismatch otherwise.
+  // constructor's does (n_layers stays this cache's). Throws std::invalid_argument naming the
+  // mismatch otherwise.
   LayerCache fork(const CacheConfig& config, size_t layer_index) const;
 
   // Persisted caches (kv/kvc_file.h): a cache whose prompt was ended, rebuilt from its parts
@@ -114,7 +132,16 @@ class LayerCache {
   void attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const;
 
   size_t offset() const { return tokens_seen_; }
-  size_t size() const { return positions_.empty() ? 0 : positions_[0].size(); }
+  // Retained rows of one KV head (heads differ under head_allocation ada).
+  size_t size(size_t kv_head) const;
+  // The largest size(h) over the KV heads: every head's count under uniform allocation, and
+  // with ragged heads a bound, so a buffer of size() * head_dim holds any head's rows.
+  size_t size() const;
+  // The per-head budget of this layer now (config.budget, or its PyramidKV share of the tokens
+  // seen so far); the layer keeps n_kv_heads * layer_budget() rows under ada.
+  size_t layer_budget() const;
+  size_t layer_index() const { return layer_index_; }
+  size_t n_layers() const { return n_layers_; }
   const CacheDims& dims() const { return dims_; }
   const CacheConfig& config() const { return config_; }
 
@@ -122,7 +149,7 @@ class LayerCache {
   std::span<const int64_t> positions(size_t kv_head) const;
   const RowStore& keys(size_t kv_head) const;
   const RowStore& values(size_t kv_head) const;
-  // Decoded copies: out [size()][head_dim].
+  // Decoded copies: out [size(kv_head)][head_dim].
   void read_keys(size_t kv_head, float* out) const;
   void read_values(size_t kv_head, float* out) const;
 
@@ -139,16 +166,19 @@ class LayerCache {
  private:
   void validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) const;
   void compress(const float* queries, size_t n_window);
+  bool over_budget() const;
 
   CacheDims dims_;
   CacheConfig config_;
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<std::unique_ptr<RowStore>> key_stores_;    // [n_kv_heads]
   std::vector<std::unique_ptr<RowStore>> value_stores_;  // [n_kv_heads]
-  std::vector<std::vector<int64_t>> positions_;          // [n_kv_heads][size()]
+  std::vector<std::vector<int64_t>> positions_;          // [n_kv_heads][size(h)]
   std::vector<std::vector<float>> last_scores_;          // [n_kv_heads][candidates]
   std::vector<float> pending_queries_;  // end_of_prompt: [n_heads][w][head_dim] of last prefill
   size_t pending_window_ = 0;
+  size_t layer_index_ = 0;
+  size_t n_layers_ = 0;  // 0: unknown
   size_t tokens_seen_ = 0;
   size_t compressions_ = 0;
   bool prompt_open_ = false;  // end_of_prompt: prefill rows not yet compressed

@@ -24,10 +24,19 @@ struct SelectionInput {
   const float* queries = nullptr;
   size_t n_group = 0;
   size_t n_window = 0;
+  // Decoded values [n_rows][head_dim], fp32; set only for policies whose needs_values() is true.
+  const float* values = nullptr;
+  // Rows to keep when it differs from config.budget (a PyramidKV layer budget); 0 = config.budget.
+  size_t budget = 0;
 };
 
+inline size_t selection_budget(const SelectionInput& in, const CacheConfig& config) {
+  return in.budget != 0 ? in.budget : config.budget;
+}
+
 struct SelectionResult {
-  std::vector<uint32_t> keep;  // strictly increasing candidate indices, size min(budget, n_rows)
+  std::vector<uint32_t> keep;  // strictly increasing candidate indices, size
+                               // min(selection_budget(in, config), n_rows)
   std::vector<float> scores;   // per candidate, after pooling, before selection; empty if unscored
 };
 
@@ -35,9 +44,16 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual PolicyKind kind() const = 0;
-  // Called only when n_rows > budget (the cache keeps everything otherwise). Must keep no state
-  // between calls: the cache calls it for several KV heads at once from different threads.
+  // Called only when n_rows > selection_budget(in, config) (the cache keeps everything otherwise;
+  // with head_allocation ada the cache calls score() instead). Must keep no state between calls:
+  // the cache calls it for several KV heads at once from different threads.
   virtual SelectionResult select(const SelectionInput& in) = 0;
+  // The per-row scores select() ranks by (higher = keep), [n_rows], without selecting: what
+  // head_allocation ada compares across the KV heads of a layer. Implemented by the policies of
+  // policy_scores_rows(); the others throw std::invalid_argument. Same threading rule as select().
+  virtual std::vector<float> score(const SelectionInput& in);
+  // True when select()/score() read SelectionInput::values (the cache decodes them only then).
+  virtual bool needs_values() const { return false; }
   virtual std::unique_ptr<EvictionPolicy> clone() const = 0;
 };
 
