@@ -11,7 +11,7 @@ namespace snapkv::eval {
 namespace {
 
 constexpr const char* kPolicyNames =
-    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random";
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip";
 constexpr const char* kCodecNames = "kivi2, kivi4";
 
 std::string trim(std::string_view s) {
@@ -40,6 +40,8 @@ bool apply_policy(std::string_view name, CacheConfig& config) {
     config.policy = PolicyKind::knorm;
   } else if (name == "random") {
     config.policy = PolicyKind::random;
+  } else if (name == "kvzip") {
+    config.policy = PolicyKind::kvzip;
   } else {
     return false;
   }

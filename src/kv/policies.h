@@ -17,5 +17,6 @@ std::unique_ptr<EvictionPolicy> make_streaming_policy(const CacheConfig& config)
 std::unique_ptr<EvictionPolicy> make_random_policy(const CacheConfig& config, size_t layer_index);
 std::unique_ptr<EvictionPolicy> make_knorm_policy(const CacheConfig& config);
 std::unique_ptr<EvictionPolicy> make_chunkkv_policy(const CacheConfig& config);
+std::unique_ptr<EvictionPolicy> make_kvzip_policy(const CacheConfig& config);
 
 }  // namespace snapkv

@@ -21,9 +21,11 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
       return make_knorm_policy(config);
     case PolicyKind::chunkkv:
       return make_chunkkv_policy(config);
+    case PolicyKind::kvzip:
+      return make_kvzip_policy(config);
   }
   throw_invalid("policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
-                "full|snapkv|streaming|random|knorm|chunkkv");
+                "full|snapkv|streaming|random|knorm|chunkkv|kvzip");
 }
 
 }  // namespace snapkv

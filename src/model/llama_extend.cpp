@@ -34,12 +34,15 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
   for (size_t start = 0; start < n; start += chunk) {
     const size_t s = std::min(chunk, n - start);
     const bool is_last = start + s == n;
+    // With a decode-time budget the newest queries join the cache's recent-query window.
+    const size_t window_rows =
+        cache_config_.decode_budget > 0 ? std::min(cache_config_.window, s) : 0;
     if (all_logits != nullptr) {
-      forward(tokens.subspan(start, s), UpdateKind::decode, 0,
+      forward(tokens.subspan(start, s), UpdateKind::decode, window_rows,
               all_logits->data() + start * c.n_vocab, true);
     } else {
-      forward(tokens.subspan(start, s), UpdateKind::decode, 0, is_last ? last.data() : nullptr,
-              false);
+      forward(tokens.subspan(start, s), UpdateKind::decode, window_rows,
+              is_last ? last.data() : nullptr, false);
     }
   }
   if (all_logits != nullptr) {

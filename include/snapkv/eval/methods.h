@@ -1,8 +1,9 @@
 // Evaluation method names -> CacheConfig, and the per-sample budget rule of `snapkv eval`.
 //
 // Names: full, snapkv (true queries), snapkv-proxy (key-as-query), streaming, chunkkv, knorm,
-// random, and the codecs kivi2 / kivi4 (policy full + that codec). "<policy>+<codec>" stacks a
-// codec on a policy (snapkv+kivi2, streaming+kivi4, full+kivi2 == kivi2).
+// random, kvzip (context-reconstruction scores, model/kvzip.h), and the codecs kivi2 / kivi4
+// (policy full + that codec). "<policy>+<codec>" stacks a codec on a policy (snapkv+kivi2,
+// streaming+kivi4, full+kivi2 == kivi2).
 //
 // Budget rule (per sample): the compressed part of the prompt has T tokens (the whole prompt in the
 // query-aware protocol, the context alone in the question-agnostic one);

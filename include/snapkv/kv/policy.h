@@ -24,6 +24,10 @@ struct SelectionInput {
   const float* queries = nullptr;
   size_t n_group = 0;
   size_t n_window = 0;
+  // Scores supplied from outside the cache (LayerCache::compress_with_scores, e.g. kvzip's
+  // reconstruction pass), one per candidate, higher = keep: [n_rows]; nullptr when none. Only
+  // policies that take external scores (kvzip) read it.
+  const float* external_scores = nullptr;
 };
 
 struct SelectionResult {
