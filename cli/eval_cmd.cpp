@@ -64,6 +64,8 @@ struct EvalCliOptions {
   std::string text;
   size_t continuation = 256;
   size_t windows = 4;
+  size_t decode_budget = 0;
+  size_t decode_interval = 16;
 };
 
 std::string command_line(const EvalCliOptions& o) {
@@ -82,6 +84,9 @@ std::string command_line(const EvalCliOptions& o) {
     << " --seed " << o.seed << " --window " << o.window << " --sinks " << o.sinks << " --pool "
     << o.pool << " --kernel " << o.kernel << (o.no_keep_window ? " --no-keep-window" : "")
     << " --chunk-mode " << o.chunk_mode << " --prefill-chunk " << o.prefill_chunk;
+  if (o.decode_budget > 0) {
+    s << " --decode-budget " << o.decode_budget << " --decode-interval " << o.decode_interval;
+  }
   if (o.threads > 0) s << " --threads " << o.threads;
   return s.str();
 }
@@ -104,6 +109,8 @@ int run_eval_cmd(const EvalCliOptions& o) {
   defaults.keep_window = !o.no_keep_window;
   defaults.chunk_mode = parse_chunk_mode(o.chunk_mode);
   defaults.seed = o.seed;
+  defaults.decode_budget = o.decode_budget;
+  defaults.decode_interval = o.decode_interval;
   const std::vector<Method> methods = parse_methods(o.methods, defaults);
   const std::vector<double> keeps = parse_keeps(o.keep);
   if (!o.plot.empty()) find_gnuplot();  // fail before hours of work, not after
@@ -186,7 +193,8 @@ snapkv::cli::RegisterCommand reg{
           "      --json results.json --plot results.png\n"
           "  snapkv eval --model M.gguf --perplexity --context 1024 --windows 4 --keep 0.1,0.5\n"
           "Methods: full, snapkv (true queries), snapkv-proxy (keys as queries), streaming,\n"
-          "chunkkv, knorm, random, kivi2, kivi4 (full cache + codec), <policy>+<codec>.\n"
+          "chunkkv, knorm, random, kvzip (context-reconstruction scores: one extra forward over\n"
+          "the context), kivi2, kivi4 (full cache + codec), <policy>+<codec>.\n"
           "Budget per sample = max(ceil(keep * compressed tokens), sinks + window) (sinks + 1\n"
           "with --no-keep-window); compressed tokens = the whole prompt, or the context alone\n"
           "with --question-agnostic (the question is then appended uncompressed). full/kivi*\n"
@@ -229,6 +237,12 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--answer-slack", o->answer_slack,
                      "Extra decode steps beyond the reference answer's tokens")
+          ->capture_default_str();
+      sub.add_option("--decode-budget", o->decode_budget,
+                     "Rows per KV head kept during generation (0 = no decode-time eviction)")
+          ->capture_default_str();
+      sub.add_option("--decode-interval", o->decode_interval,
+                     "Decode steps between re-selections under --decode-budget")
           ->capture_default_str();
       sub.add_flag("--perplexity", o->perplexity, "Perplexity mode instead of tasks");
       sub.add_option("--text", o->text, "Perplexity: natural text file (default: filler)");

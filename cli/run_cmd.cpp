@@ -49,6 +49,8 @@ struct RunOptions {
   size_t chunk = 512;
   bool json = false;
   bool quiet = false;
+  size_t decode_budget = 0;
+  size_t decode_interval = 16;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -93,6 +95,8 @@ int run_generate(const RunOptions& o) {
   config.chunk_mode = parse_chunk_mode(o.chunk_mode);
   config.codec = parse_codec(o.codec);
   config.seed = o.seed;
+  config.decode_budget = o.decode_budget;
+  config.decode_interval = o.decode_interval;
   config.validate();
   SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
   sampler_config.validate();
@@ -118,7 +122,9 @@ int run_generate(const RunOptions& o) {
                   "<= llama.context_length = " + std::to_string(mc.n_ctx));
   }
 
-  LlamaSession session(model, config, SessionOptions{o.chunk});
+  LlamaSession session(
+      model, config,
+      SessionOptions{o.chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
   Sampler sampler(sampler_config);
   Timer prefill_timer;
   std::vector<float> logits = session.prefill(prompt);
@@ -174,6 +180,9 @@ int run_generate(const RunOptions& o) {
     j["kv_bytes_full_fp16"] = stats.bytes_full_fp16;
     j["kv_ratio"] = kv_ratio;
     j["prefill_s"] = prefill_s;
+    if (session.reconstruction() != nullptr) {
+      j["kvzip_pass_s"] = session.reconstruction()->seconds;  // part of prefill_s
+    }
     j["decode_s"] = decode_s;
     j["decode_steps"] = decode_steps;
     j["prefill_tokens_per_s"] = prefill_tps;
@@ -206,7 +215,9 @@ snapkv::cli::RegisterCommand reg{
           ->required();
       sub.add_option("--prompt", o->prompt, "Prompt text");
       sub.add_option("--prompt-file", o->prompt_file, "Read the prompt from this file");
-      sub.add_option("--method", o->method, "full|snapkv|streaming|random|knorm|chunkkv")
+      sub.add_option("--method", o->method,
+                     "full|snapkv|streaming|random|knorm|chunkkv|kvzip (kvzip needs --chunk-mode "
+                     "end_of_prompt)")
           ->capture_default_str();
       sub.add_option("--budget", o->budget, "Rows kept per KV head after prefill")
           ->capture_default_str();
@@ -231,6 +242,12 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
           ->capture_default_str();
       sub.add_option("--chunk", o->chunk, "Prefill chunk size in tokens")->capture_default_str();
+      sub.add_option("--decode-budget", o->decode_budget,
+                     "Rows per KV head kept during generation (0 = no decode-time eviction)")
+          ->capture_default_str();
+      sub.add_option("--decode-interval", o->decode_interval,
+                     "Decode steps between re-selections under --decode-budget")
+          ->capture_default_str();
       sub.add_flag("--json", o->json, "Print one JSON object instead of text + stats");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
       return [o] { return run_generate(*o); };

@@ -106,6 +106,10 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
     }
   }
   m.uses_keep = c.policy != PolicyKind::full;
+  if (m.uses_keep) {
+    c.decode_budget = defaults.decode_budget;
+    c.decode_interval = defaults.decode_interval;
+  }
   return m;
 }
 

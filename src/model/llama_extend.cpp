@@ -28,7 +28,11 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
     }
   }
   const size_t n = tokens.size();
-  const size_t chunk = options_.prefill_chunk;
+  // Under a decode-time budget, forwards of at most decode_interval tokens: the cache re-selects
+  // between them as it would during step-by-step generation (every decode_interval tokens).
+  const size_t chunk = cache_config_.decode_budget > 0
+                           ? std::min(options_.prefill_chunk, cache_config_.decode_interval)
+                           : options_.prefill_chunk;
   if (all_logits != nullptr) all_logits->assign(n * c.n_vocab, 0.0f);
   std::vector<float> last(c.n_vocab);
   for (size_t start = 0; start < n; start += chunk) {

@@ -32,6 +32,10 @@ struct MethodDefaults {
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;  // paper: compress once, at the end
   size_t chunk_size = 8;                            // chunkkv
   uint64_t seed = 0;                                // random policy
+  // Decode-time budget (CacheConfig::decode_budget / decode_interval), applied to every evicting
+  // method (the full-cache baselines stay full); 0 = off.
+  size_t decode_budget = 0;
+  size_t decode_interval = 16;
 };
 
 struct Method {
