@@ -39,6 +39,8 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.keep_window = keep_window;
   d.chunk_mode = parse_chunk_mode(chunk_mode);
   d.chunk_size = chunkkv_size;
+  d.decode_budget = decode_budget;
+  d.decode_interval = decode_interval;
   d.seed = seed;
   return d;
 }
@@ -91,6 +93,8 @@ nlohmann::json CacheOptions::to_json() const {
           {"causal", c.causal},
           {"chunk_mode", to_string(c.chunk_mode)},
           {"chunk_size", c.chunk_size},
+          {"decode_budget", c.decode_budget},
+          {"decode_interval", c.decode_interval},
           {"kivi_group", c.kivi_group},
           {"kivi_residual", c.kivi_residual},
           {"kivi_fp16_sinks", c.kivi_fp16_sinks},
@@ -160,6 +164,15 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   app.add_option("--chunk-mode", o.chunk_mode,
                  "end_of_prompt (compress once, after the prompt) | every_chunk")
       ->check(CLI::IsMember({"end_of_prompt", "every_chunk"}))
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--decode-budget", o.decode_budget,
+                 "Rows per KV head kept during generation, re-selected every --decode-interval "
+                 "steps with the newest queries (0 = decode steps never evict)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--decode-interval", o.decode_interval,
+                 "Decode steps between re-selections under --decode-budget")
       ->capture_default_str()
       ->group(group);
   app.add_option("--chunkkv-size", o.chunkkv_size, "chunkkv: positions per chunk")

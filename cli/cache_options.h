@@ -72,6 +72,8 @@ struct CacheOptions {
   bool keep_window = kDefaults.keep_window;
   std::string chunk_mode{to_string(kDefaults.chunk_mode)};
   size_t chunkkv_size = kDefaults.chunk_size;
+  size_t decode_budget = kDefaults.decode_budget;  // 0 = no decode-time eviction
+  size_t decode_interval = kDefaults.decode_interval;
   size_t prefill_chunk = 512;
   int threads = 0;
   uint64_t seed = kDefaults.seed;  // set by the command from its own --seed (random policy)

@@ -106,7 +106,9 @@ int run_generate(RunOptions& o) {
   }
 
   const CacheConfig config = cache_options.config_for(method, prompt.size());
-  LlamaSession session(model, config, SessionOptions{o.cache.prefill_chunk});
+  LlamaSession session(model, config,
+                       SessionOptions{o.cache.prefill_chunk,
+                                      ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
   Sampler sampler(sampler_config);
   Timer prefill_timer;
   std::vector<float> logits = session.prefill(prompt);
@@ -164,6 +166,9 @@ int run_generate(RunOptions& o) {
     j["kv_bytes_full_fp16"] = stats.bytes_full_fp16;
     j["kv_ratio"] = kv_ratio;
     j["prefill_s"] = prefill_s;
+    if (session.reconstruction() != nullptr) {
+      j["kvzip_pass_s"] = session.reconstruction()->seconds;  // part of prefill_s
+    }
     j["decode_s"] = decode_s;
     j["decode_steps"] = decode_steps;
     j["prefill_tokens_per_s"] = prefill_tps;

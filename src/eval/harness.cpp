@@ -189,7 +189,8 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
                      const CacheConfig& config, const RunSettings& settings) {
   check_prompt(model, prompt, settings);
   SampleRun run;
-  LlamaSession session(model, config, SessionOptions{settings.prefill_chunk});
+  LlamaSession session(model, config,
+                       SessionOptions{settings.prefill_chunk, settings.reconstruction});
   Timer timer;
   std::vector<float> logits = session.prefill(compressed_part(prompt, settings.protocol));
   finish_run(session, std::move(logits), timer, tokenizer, prompt, answers, settings, run);
@@ -223,8 +224,8 @@ std::map<std::string, size_t> shared_prefill_runs(const std::vector<Method>& met
 }
 
 SharedPrefill::SharedPrefill(const LlamaModel& model, std::span<const int32_t> tokens,
-                             const CacheConfig& config, size_t prefill_chunk)
-    : session(model, shared_prefill_config(config, tokens.size()), SessionOptions{prefill_chunk}) {
+                             const CacheConfig& config, const SessionOptions& options)
+    : session(model, shared_prefill_config(config, tokens.size()), options) {
   Timer timer;
   logits = session.prefill_shared(tokens);
   seconds = timer.seconds();
@@ -232,15 +233,29 @@ SharedPrefill::SharedPrefill(const LlamaModel& model, std::span<const int32_t> t
 
 SharedPrefill::SharedPrefill(const LlamaModel& model, const PromptTokens& prompt,
                              const CacheConfig& config, const RunSettings& settings)
-    : SharedPrefill(model, checked_part(model, prompt, settings), config, settings.prefill_chunk) {}
+    : SharedPrefill(model, checked_part(model, prompt, settings), config,
+                    SessionOptions{settings.prefill_chunk, settings.reconstruction}) {}
+
+LlamaSession SharedPrefill::fork(const CacheConfig& config, double* fork_seconds) const {
+  Timer timer;
+  const bool reuse = config.policy == PolicyKind::kvzip && kvzip.has_value();
+  LlamaSession out = session.fork(config, reuse ? &*kvzip : nullptr);
+  *fork_seconds = timer.seconds() + (reuse ? kvzip->seconds : 0.0);
+  if (config.policy == PolicyKind::kvzip && !reuse && out.reconstruction() != nullptr) {
+    kvzip = *out.reconstruction();
+  }
+  return out;
+}
 
 SampleRun run_sample(const SharedPrefill& shared, const Tokenizer& tokenizer,
                      const PromptTokens& prompt, const std::vector<std::string>& answers,
                      const CacheConfig& config, const RunSettings& settings) {
   SampleRun run;
-  run.prefill_seconds = shared.seconds;  // what a dedicated run would have spent on it
+  double fork_seconds = 0.0;
+  LlamaSession session = shared.fork(config, &fork_seconds);  // compresses with config's policy
+  // What a dedicated run would have spent: the prefill, the compression (kvzip: its pass).
+  run.prefill_seconds = shared.seconds + fork_seconds;
   Timer timer;
-  LlamaSession session = shared.session.fork(config);  // compresses with config's policy
   finish_run(session, shared.logits, timer, tokenizer, prompt, answers, settings, run);
   return run;
 }
@@ -273,6 +288,7 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
   task_options.seed = options.seed;
   task_options.split = Split::eval;
   task_options.remove_needles = options.remove_needles;
+  const std::vector<int32_t> repeat_prompt = kvzip_repeat_prompt(tokenizer);
 
   for (Task task : options.tasks) {
     // [method][keep] sums; keep-independent methods use slot 0 only.
@@ -284,6 +300,7 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
       RunSettings settings;
       settings.protocol = options.protocol;
       settings.prefill_chunk = options.prefill_chunk;
+      settings.reconstruction.prompt = repeat_prompt;
       // Reference completion + slack, capped by the room the context leaves after the prompt
       // (BOS + prompt + reference <= context + 1 <= n_ctx by construction of the sample).
       const size_t n_ctx = model.config().n_ctx;

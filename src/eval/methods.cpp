@@ -11,7 +11,7 @@ namespace snapkv::eval {
 namespace {
 
 constexpr const char* kPolicyNames =
-    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, keydiff, expected_attention, "
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, keydiff, expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
 constexpr const char* kCodecNames = "kivi2, kivi4";
@@ -54,6 +54,8 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
   } else if (name == "expected_attention-proxy") {
     config.policy = PolicyKind::expected_attention;
     config.query_source = QuerySource::keys;
+  } else if (name == "kvzip") {
+    config.policy = PolicyKind::kvzip;
   } else {
     return false;
   }
@@ -118,6 +120,10 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
     }
   }
   m.uses_keep = c.policy != PolicyKind::full;
+  if (m.uses_keep) {
+    c.decode_budget = defaults.decode_budget;
+    c.decode_interval = defaults.decode_interval;
+  }
   return m;
 }
 

@@ -121,6 +121,8 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
   };
   std::vector<std::vector<Sums>> sums(o.methods.size(), std::vector<Sums>(o.keeps.size()));
 
+  const SessionOptions session_options{o.prefill_chunk,
+                                       ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}};
   for (size_t w = 0; w < o.n_windows; ++w) {
     std::vector<int32_t> prefix;
     prefix.reserve(o.prefix);
@@ -147,13 +149,13 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
         double prefill_s = 0.0;
         if (it != runs_per_key.end() && it->second > 1) {
           std::unique_ptr<SharedPrefill>& base = shared[key];
-          if (!base) base = std::make_unique<SharedPrefill>(model, prefix, config, o.prefill_chunk);
-          Timer timer;
-          own.emplace(base->session.fork(config));
+          if (!base) base = std::make_unique<SharedPrefill>(model, prefix, config, session_options);
+          double fork_s = 0.0;
+          own.emplace(base->fork(config, &fork_s));
           first_logits = base->logits;
-          prefill_s = base->seconds + timer.seconds();  // what a dedicated prefill spends
+          prefill_s = base->seconds + fork_s;  // what a dedicated prefill spends
         } else {
-          own.emplace(model, config, SessionOptions{o.prefill_chunk});
+          own.emplace(model, config, session_options);
           Timer timer;
           first_logits = own->prefill(prefix);
           prefill_s = timer.seconds();

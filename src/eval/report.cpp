@@ -18,7 +18,9 @@ json method_defaults_json(const MethodDefaults& d) {
           {"keep_window", d.keep_window},
           {"chunk_mode", std::string(to_string(d.chunk_mode))},
           {"chunkkv_chunk_size", d.chunk_size},
-          {"random_seed", d.seed}};
+          {"random_seed", d.seed},
+          {"decode_budget", d.decode_budget},
+          {"decode_interval", d.decode_interval}};
 }
 
 json methods_json(const std::vector<Method>& methods) {

@@ -37,7 +37,7 @@ std::string_view enum_name(Enum k, const std::array<std::pair<std::string_view, 
   return "unknown";
 }
 
-constexpr std::array<std::pair<std::string_view, PolicyKind>, 8> kPolicyNames{{
+constexpr std::array<std::pair<std::string_view, PolicyKind>, 9> kPolicyNames{{
     {"full", PolicyKind::full},
     {"snapkv", PolicyKind::snapkv},
     {"streaming", PolicyKind::streaming},
@@ -46,6 +46,7 @@ constexpr std::array<std::pair<std::string_view, PolicyKind>, 8> kPolicyNames{{
     {"chunkkv", PolicyKind::chunkkv},
     {"keydiff", PolicyKind::keydiff},
     {"expected_attention", PolicyKind::expected_attention},
+    {"kvzip", PolicyKind::kvzip},
 }};
 constexpr std::array<std::pair<std::string_view, HeadAllocation>, 2> kHeadAllocationNames{{
     {"uniform", HeadAllocation::uniform},
@@ -127,6 +128,28 @@ void CacheConfig::validate() const {
       throw_invalid("config", "budget must hold the sinks and the kept window",
                     "budget " + num(budget),
                     ">= n_sink + window = " + num(n_sink) + " + " + num(window));
+    }
+  }
+  if (policy == PolicyKind::kvzip && chunk_mode != ChunkMode::end_of_prompt) {
+    throw_invalid("config", "policy kvzip scores the whole prompt once (a reconstruction pass)",
+                  "chunk_mode " + std::string(to_string(chunk_mode)), "end_of_prompt");
+  }
+  if (decode_budget > 0) {
+    if (policy == PolicyKind::full) {
+      throw_invalid("config", "decode_budget needs an evicting policy", "policy full",
+                    "snapkv|streaming|random|knorm|chunkkv|kvzip, or decode_budget 0");
+    }
+    if (decode_interval == 0) {
+      throw_invalid("config", "decode_interval must be positive", "0", ">= 1");
+    }
+    const size_t floor = n_sink + decode_interval + (keep_window ? window : 0);
+    if (decode_budget < floor) {
+      throw_invalid("config",
+                    "decode_budget must hold the sinks, one interval of new rows" +
+                        std::string(keep_window ? " and the kept window" : ""),
+                    "decode_budget " + num(decode_budget),
+                    ">= n_sink + decode_interval" + std::string(keep_window ? " + window" : "") +
+                        " = " + num(floor));
     }
   }
   // Codec fields are checked whatever the codec, so a config stays valid when the codec changes.

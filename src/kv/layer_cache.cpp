@@ -123,6 +123,11 @@ LayerCache::LayerCache(CacheDims dims, const CacheConfig& config, size_t layer_i
                   "n_layers 0 (unknown)", "n_layers >= 1 (build_caches passes it)");
   }
   policy_ = make_policy(config_, layer_index);
+  if (config_.decode_budget > 0) {
+    CacheConfig decode_config = config_;
+    decode_config.budget = config_.decode_budget - config_.decode_interval + 1;
+    decode_policy_ = make_policy(decode_config, layer_index);
+  }
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     key_stores_.push_back(make_row_store(config_, RowRole::key, dims_.head_dim));
     value_stores_.push_back(make_row_store(config_, RowRole::value, dims_.head_dim));
@@ -149,6 +154,10 @@ LayerCache LayerCache::clone() const {
   copy.tokens_seen_ = tokens_seen_;
   copy.compressions_ = compressions_;
   copy.prompt_open_ = prompt_open_;
+  if (decode_policy_) copy.decode_policy_ = decode_policy_->clone();
+  copy.recent_queries_ = recent_queries_;
+  copy.recent_positions_ = recent_positions_;
+  copy.decode_reselections_ = decode_reselections_;
   return copy;
 }
 
@@ -257,10 +266,20 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
     }
   }
   tokens_seen_ += n_new;
-  if (decode || !evicts) return;
+  if (decode) {
+    if (config_.decode_budget > 0) {
+      remember_recent_queries(q_window);
+      if (size() > config_.decode_budget) reselect_for_decode();
+    }
+    return;
+  }
+  if (!evicts) return;
 
   if (config_.chunk_mode == ChunkMode::every_chunk) {
-    if (over_budget()) compress(window_queries.empty() ? nullptr : window_queries.data(), n_window);
+    if (over_budget()) {
+      compress(window_queries.empty() ? nullptr : window_queries.data(), n_window, *policy_,
+               layer_budget(), config_.head_allocation == HeadAllocation::ada);
+    }
   } else {
     prompt_open_ = true;
     pending_queries_ = std::move(window_queries);
@@ -270,9 +289,31 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
 
 void LayerCache::end_prompt() {
   if (!prompt_open_) return;
+  if (config_.policy == PolicyKind::kvzip && size() > config_.budget) {
+    throw_invalid(kComponent, "policy kvzip cannot score the prompt by itself",
+                  "end_prompt() with " + num(size()) + " rows over budget " + num(config_.budget),
+                  "compress_with_scores() with the reconstruction pass's scores");
+  }
   prompt_open_ = false;
   if (config_.policy != PolicyKind::full && over_budget()) {
-    compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_);
+    compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_,
+             *policy_, layer_budget(), config_.head_allocation == HeadAllocation::ada);
+  }
+  // The prompt's window queries start the decode-time window.
+  if (config_.decode_budget > 0 && !pending_queries_.empty()) {
+    const size_t w = pending_window_, head_dim = dims_.head_dim;
+    std::vector<float> rows(w * dims_.n_heads * head_dim);  // [w][n_heads][head_dim]
+    for (size_t h = 0; h < dims_.n_heads; ++h) {
+      for (size_t r = 0; r < w; ++r) {
+        std::copy_n(pending_queries_.data() + (h * w + r) * head_dim, head_dim,
+                    rows.data() + (r * dims_.n_heads + h) * head_dim);
+      }
+    }
+    recent_queries_ = std::move(rows);
+    recent_positions_.clear();
+    for (size_t r = 0; r < w; ++r) {
+      recent_positions_.push_back(static_cast<int64_t>(tokens_seen_ - w + r));
+    }
   }
   pending_queries_.clear();
   pending_queries_.shrink_to_fit();
@@ -294,12 +335,93 @@ bool LayerCache::over_budget() const {
   return size() > budget;
 }
 
-void LayerCache::compress(const float* queries, size_t n_window) {
+void LayerCache::compress_with_scores(std::span<const float> scores) {
+  if (config_.policy != PolicyKind::kvzip) {
+    throw_invalid(kComponent, "compress_with_scores needs policy kvzip",
+                  "policy " + std::string(to_string(config_.policy)), "kvzip");
+  }
+  if (!prompt_open_) {
+    throw_invalid(kComponent, "compress_with_scores needs an open prompt", "prompt not open",
+                  "prefill updates in end_of_prompt mode, before end_prompt()");
+  }
+  const size_t n_rows = size();
+  if (scores.size() != dims_.n_kv_heads * n_rows) {
+    throw_invalid(kComponent, "external scores size", num(scores.size()),
+                  "n_kv_heads * size() = " + num(dims_.n_kv_heads) + " * " + num(n_rows));
+  }
+  for (size_t i = 0; i < scores.size(); ++i) {
+    if (!std::isfinite(scores[i])) {
+      throw_invalid(kComponent,
+                    "external score at [" + num(i / n_rows) + "][" + num(i % n_rows) + "]",
+                    std::to_string(scores[i]), "a finite number");
+    }
+  }
+  prompt_open_ = false;
+  if (over_budget()) {
+    compress(nullptr, 0, *policy_, layer_budget(), config_.head_allocation == HeadAllocation::ada,
+             scores.data());
+  }
+  pending_queries_.clear();
+  pending_queries_.shrink_to_fit();
+  pending_window_ = 0;
+}
+
+void LayerCache::remember_recent_queries(const Tensor3* q_window) {
+  if (q_window == nullptr) return;
+  const size_t w = q_window->dim1, head_dim = dims_.head_dim, n_heads = dims_.n_heads;
+  for (size_t r = 0; r < w; ++r) {
+    for (size_t h = 0; h < n_heads; ++h) {
+      const float* src = q_window->data + (h * w + r) * head_dim;
+      recent_queries_.insert(recent_queries_.end(), src, src + head_dim);
+    }
+    // q_window holds the chunk's last w rows: the newest positions.
+    recent_positions_.push_back(static_cast<int64_t>(tokens_seen_ - w + r));
+  }
+  if (recent_positions_.size() > config_.window) {
+    const size_t drop = recent_positions_.size() - config_.window;
+    recent_positions_.erase(recent_positions_.begin(),
+                            recent_positions_.begin() + static_cast<std::ptrdiff_t>(drop));
+    recent_queries_.erase(
+        recent_queries_.begin(),
+        recent_queries_.begin() + static_cast<std::ptrdiff_t>(drop * n_heads * head_dim));
+  }
+}
+
+void LayerCache::reselect_for_decode() {
+  // Window = the longest run of recent queries whose rows sit, in order, at the end of every head
+  // (the policy reads window row r as the query of candidate n_rows - n_window + r).
+  size_t n_window = recent_positions_.size();
+  for (size_t h = 0; h < dims_.n_kv_heads && n_window > 0; ++h) {
+    const std::vector<int64_t>& pos = positions_[h];
+    size_t c = 0;
+    while (c < n_window && c < pos.size() &&
+           pos[pos.size() - 1 - c] == recent_positions_[recent_positions_.size() - 1 - c]) {
+      ++c;
+    }
+    n_window = c;
+  }
+  std::vector<float> queries;  // [n_heads][n_window][head_dim]
+  if (n_window > 0) {
+    const size_t head_dim = dims_.head_dim, n_heads = dims_.n_heads;
+    const size_t first = recent_positions_.size() - n_window;
+    queries.resize(n_heads * n_window * head_dim);
+    for (size_t h = 0; h < n_heads; ++h) {
+      for (size_t r = 0; r < n_window; ++r) {
+        std::copy_n(recent_queries_.data() + ((first + r) * n_heads + h) * head_dim, head_dim,
+                    queries.data() + (h * n_window + r) * head_dim);
+      }
+    }
+  }
+  compress(queries.empty() ? nullptr : queries.data(), n_window, *decode_policy_,
+           config_.decode_budget - config_.decode_interval + 1, false);
+  ++decode_reselections_;
+}
+
+void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy& policy,
+                          size_t budget, bool ada, const float* external) {
   const size_t n_kv = dims_.n_kv_heads;
   const size_t head_dim = dims_.head_dim;
   const size_t n_group = dims_.n_heads / n_kv;
-  const size_t budget = layer_budget();
-  const bool ada = config_.head_allocation == HeadAllocation::ada;
   std::vector<SelectionResult> results(n_kv);
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_rows = key_stores_[h]->rows();
@@ -314,7 +436,7 @@ void LayerCache::compress(const float* queries, size_t n_window) {
     in.keys = keys.data();
     in.positions = positions_[h].data();
     in.budget = budget;
-    if (policy_->needs_values()) {
+    if (policy.needs_values()) {
       values.resize(n_rows * head_dim);
       value_stores_[h]->read(values.data(), 0, n_rows);
       in.values = values.data();
@@ -324,11 +446,12 @@ void LayerCache::compress(const float* queries, size_t n_window) {
       in.n_group = n_group;
       in.n_window = n_window;
     }
+    if (external != nullptr) in.external_scores = external + h * n_rows;
     if (ada) {
-      results[h].scores = policy_->score(in);
+      results[h].scores = policy.score(in);
     } else if (n_rows > budget) {
-      results[h] = policy_->select(in);
-    } else {  // ragged heads under a uniform budget cannot happen; keep every row if they do
+      results[h] = policy.select(in);
+    } else {  // a head already within the budget (ragged heads, decode re-selection) keeps all
       results[h].keep.resize(n_rows);
       for (size_t i = 0; i < n_rows; ++i) results[h].keep[i] = static_cast<uint32_t>(i);
     }

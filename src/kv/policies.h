@@ -19,5 +19,6 @@ std::unique_ptr<EvictionPolicy> make_knorm_policy(const CacheConfig& config);
 std::unique_ptr<EvictionPolicy> make_chunkkv_policy(const CacheConfig& config);
 std::unique_ptr<EvictionPolicy> make_keydiff_policy(const CacheConfig& config);
 std::unique_ptr<EvictionPolicy> make_expected_attention_policy(const CacheConfig& config);
+std::unique_ptr<EvictionPolicy> make_kvzip_policy(const CacheConfig& config);
 
 }  // namespace snapkv

@@ -25,9 +25,11 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
       return make_keydiff_policy(config);
     case PolicyKind::expected_attention:
       return make_expected_attention_policy(config);
+    case PolicyKind::kvzip:
+      return make_kvzip_policy(config);
   }
   throw_invalid("policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
-                "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention");
+                "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip");
 }
 
 std::vector<float> EvictionPolicy::score(const SelectionInput& /*in*/) {

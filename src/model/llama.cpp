@@ -107,18 +107,22 @@ std::vector<float> LlamaSession::prefill_shared(std::span<const int32_t> tokens)
   return logits;
 }
 
-LlamaSession LlamaSession::fork(const CacheConfig& config) const {
+LlamaSession LlamaSession::fork(const CacheConfig& config,
+                                const ReconstructionScores* scores) const {
   if (!shared_prompt_) {
     throw_invalid(kComponent, "fork without a shared prefill",
                   prefilled_ ? "a prefill that ended its prompt" : "no prompt",
                   "prefill_shared() first");
   }
   LlamaSession out(*model_, config, options_);
-  for (size_t l = 0; l < caches_.size(); ++l) {
-    out.caches_[l] = caches_[l].fork(config, l);
-    out.caches_[l].end_prompt();
-  }
+  for (size_t l = 0; l < caches_.size(); ++l) out.caches_[l] = caches_[l].fork(config, l);
   out.prefilled_ = true;
+  out.prompt_tokens_ = prompt_tokens_;
+  if (config.policy == PolicyKind::kvzip) {
+    out.compress_kvzip(scores);
+  } else {
+    for (LayerCache& cache : out.caches_) cache.end_prompt();
+  }
   return out;
 }
 
@@ -148,6 +152,7 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
     }
   }
   prefilled_ = true;
+  prompt_tokens_.assign(tokens.begin(), tokens.end());
   const size_t n = tokens.size();
   // Chunk boundaries: every prefill_chunk tokens, except that the last chunk is extended backwards
   // to hold the prompt's last min(window, n) positions (the observation window's queries).
@@ -171,7 +176,9 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
     }
     start = end;
   }
-  if (end_prompt) {
+  if (end_prompt && cache_config_.policy == PolicyKind::kvzip) {
+    compress_kvzip(nullptr);
+  } else if (end_prompt) {
     for (LayerCache& cache : caches_) cache.end_prompt();
   }
   if (all_logits != nullptr) {
@@ -193,7 +200,10 @@ std::vector<float> LlamaSession::decode(int32_t token) {
                   "0.." + num(c.n_vocab - 1));
   }
   std::vector<float> logits(c.n_vocab);
-  forward(std::span<const int32_t>(&token, 1), UpdateKind::decode, 0, logits.data(), false);
+  // With a decode-time budget the step's query joins the cache's recent-query window.
+  const size_t window_rows = cache_config_.decode_budget > 0 ? 1 : 0;
+  forward(std::span<const int32_t>(&token, 1), UpdateKind::decode, window_rows, logits.data(),
+          false);
   return logits;
 }
 
@@ -242,7 +252,9 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
     to_head_major(vh.data(), v.data(), S, nkv, hd);
     const Tensor3 qt{qh.data(), nh, S, hd}, kt{kh.data(), nkv, S, hd}, vt{vh.data(), nkv, S, hd};
     cache.attend(att_h.data(), qt, kt, vt);
-    if (n_window_rows > 0) {
+    if (probe_) {
+      probe_(l, qt, kt);  // reconstruction pass: observe, store nothing
+    } else if (n_window_rows > 0) {
       for (size_t h = 0; h < nh; ++h) {
         std::memcpy(q_window.data() + h * n_window_rows * hd,
                     qh.data() + (h * S + (S - n_window_rows)) * hd,

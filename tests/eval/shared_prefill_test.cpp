@@ -51,24 +51,49 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
   defaults.window = 8;
   for (const char* name :
        {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm", "random", "kivi2",
-        "snapkv+kivi2", "keydiff", "expected_attention", "expected_attention-proxy", "ada-snapkv",
-        "pyramid-keydiff", "ada-pyramid-expected_attention+kivi2"}) {
-    CacheConfig config = parse_method(name, defaults).config;
-    config.budget = 40;
-    RunSettings settings;
-    const SharedPrefill shared(m.model, prompt, config, settings);
-    LlamaSession forked = shared.session.fork(config);
+        "snapkv+kivi2", "kvzip", "kvzip+kivi2", "keydiff", "expected_attention",
+        "expected_attention-proxy", "ada-snapkv", "pyramid-keydiff",
+        "ada-pyramid-expected_attention+kivi2"}) {
+    // decode_budget 24 (interval 4): generation re-selects too; the forks must follow suit.
+    for (const size_t decode_budget : {size_t{0}, size_t{24}}) {
+      const std::string method(name);
+      if (decode_budget > 0 && method != "snapkv" && method != "kvzip" && method != "streaming") {
+        continue;  // a few policies suffice for the decode-time path (keeps the test short)
+      }
+      const std::string what =
+          std::string(name) + " decode_budget " + std::to_string(decode_budget);
+      defaults.decode_budget = decode_budget;
+      defaults.decode_interval = 4;
+      CacheConfig config = parse_method(name, defaults).config;
+      config.budget = 40;
+      RunSettings settings;
+      settings.reconstruction.prompt = {7, 8, 9};
+      settings.reconstruction.chunk = 150;
+      const SharedPrefill shared(m.model, prompt, config, settings);
+      double seconds = 0.0;
+      LlamaSession forked = shared.fork(config, &seconds);
+      // kvzip: a second fork reuses the first one's reconstruction pass.
+      LlamaSession again = shared.fork(config, &seconds);
 
-    LlamaSession dedicated(m.model, config, SessionOptions{settings.prefill_chunk});
-    const std::vector<float> logits = dedicated.prefill(whole);
-    EXPECT_EQ(shared.logits, logits) << name;  // the forward never depends on the policy
-    expect_same_caches(forked, dedicated, name);
-    EXPECT_EQ(forked.n_past(), dedicated.n_past());
-    // Decoding goes on identically, token after token.
-    for (const int32_t token : {5, 17, 42}) {
-      EXPECT_EQ(forked.decode(token), dedicated.decode(token)) << name;
+      LlamaSession dedicated(m.model, config,
+                             SessionOptions{settings.prefill_chunk, settings.reconstruction});
+      const std::vector<float> logits = dedicated.prefill(whole);
+      EXPECT_EQ(shared.logits, logits) << what;  // the forward never depends on the policy
+      expect_same_caches(forked, dedicated, what);
+      expect_same_caches(again, dedicated, what);
+      EXPECT_EQ(forked.n_past(), dedicated.n_past());
+      // Decoding goes on identically, token after token.
+      for (const int32_t token : {5, 17, 42, 3, 9, 11}) {
+        const std::vector<float> expected = dedicated.decode(token);
+        EXPECT_EQ(forked.decode(token), expected) << what;
+        EXPECT_EQ(again.decode(token), expected) << what;
+      }
+      expect_same_caches(forked, dedicated, what);
+      if (decode_budget > 0 && config.policy != PolicyKind::full) {
+        EXPECT_LE(dedicated.caches().front().size(), decode_budget) << what;
+        EXPECT_GT(dedicated.caches().front().decode_reselections(), 0u) << what;
+      }
     }
-    expect_same_caches(forked, dedicated, name);
   }
 }
 
@@ -81,7 +106,8 @@ TEST(SharedPrefill, RunEvalGivesIdenticalResultsWithAndWithoutSharing) {
     o.n = 2;
     o.defaults.window = 8;
     o.methods = parse_methods(
-        "full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2", o.defaults);
+        "full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2,kvzip",
+        o.defaults);
     o.keeps = {0.1, 0.5};
     o.protocol = protocol;
     o.seed = 4;

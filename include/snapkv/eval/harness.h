@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,8 @@ struct RunSettings {
   Protocol protocol = Protocol::query_aware;
   size_t max_new_tokens = 16;
   size_t prefill_chunk = 512;
+  // Policy kvzip's reconstruction pass (run_eval fills the prompt with kvzip_repeat_prompt()).
+  ReconstructionOptions reconstruction = {};
 };
 
 struct SampleRun {
@@ -89,10 +92,15 @@ struct SharedPrefill {
                 const RunSettings& settings);
   // Prefills `tokens` as they are (perplexity's prefix).
   SharedPrefill(const LlamaModel& model, std::span<const int32_t> tokens, const CacheConfig& config,
-                size_t prefill_chunk);
-  LlamaSession session;       // prompt open: only forked
-  std::vector<float> logits;  // [n_vocab] after the prefilled part
-  double seconds = 0.0;       // prefill wall time
+                const SessionOptions& options);
+  // session.fork(config); for policy kvzip the reconstruction pass runs at the first kvzip fork
+  // and its scores serve the later ones. *seconds gets the wall time a dedicated run would spend
+  // after the prefill: the fork's compression plus, when the scores were reused, the pass's time.
+  LlamaSession fork(const CacheConfig& config, double* seconds) const;
+  LlamaSession session;                               // prompt open: only forked
+  std::vector<float> logits;                          // [n_vocab] after the prefilled part
+  double seconds = 0.0;                               // prefill wall time
+  mutable std::optional<ReconstructionScores> kvzip;  // the pass's scores, once run
 };
 CacheConfig shared_prefill_config(const CacheConfig& target, size_t prompt_tokens);
 // Configs with the same non-empty key can fork one shared prefill (end_of_prompt, same codec and

@@ -1,7 +1,7 @@
 // Evaluation method names -> CacheConfig, and the per-sample budget rule of `snapkv eval`.
 //
 // Names: full, snapkv (true queries), snapkv-proxy (key-as-query), streaming, chunkkv, knorm,
-// random, keydiff, expected_attention (true window queries), expected_attention-proxy (keys as
+// random, kvzip (context-reconstruction scores, model/kvzip.h), keydiff, expected_attention (true window queries), expected_attention-proxy (keys as
 // the query sample), and the codecs kivi2 / kivi4 (policy full + that codec). "<policy>+<codec>"
 // stacks a codec on a policy (snapkv+kivi2, streaming+kivi4, full+kivi2 == kivi2). Budget
 // allocation prefixes (kv/allocation.h): "ada-" (AdaKV across the KV heads of a layer; policies
@@ -38,6 +38,10 @@ struct MethodDefaults {
   ChunkMode chunk_mode = CacheConfig{}.chunk_mode;
   size_t chunk_size = CacheConfig{}.chunk_size;  // chunkkv
   uint64_t seed = CacheConfig{}.seed;            // random policy
+  // Decode-time budget (CacheConfig::decode_budget / decode_interval), applied to every evicting
+  // method (the full-cache baselines stay full); 0 = off.
+  size_t decode_budget = CacheConfig{}.decode_budget;
+  size_t decode_interval = CacheConfig{}.decode_interval;
 };
 
 struct Method {

@@ -20,6 +20,8 @@ enum class PolicyKind {
   chunkkv,  // ChunkKV-adapted: whole chunks of chunk_size positions ranked by summed SnapKV scores
   keydiff,  // KeyDiff: keep the keys least similar (cosine) to the mean direction of the candidates
   expected_attention,  // Expected Attention: closed-form attention of modelled future queries
+  kvzip,    // KVzip: per-row scores supplied from outside (the model's context-reconstruction pass,
+            // LayerCache::compress_with_scores); needs chunk_mode end_of_prompt
 };
 
 // How the rows kept in one layer are shared among its KV heads (kv/allocation.h).
@@ -87,6 +89,14 @@ struct CacheConfig {
 
   uint64_t seed = 0;      // random policy
   size_t chunk_size = 8;  // chunkkv: chunk = original position / chunk_size
+
+  // Decode-time budget (SnapKV-D): 0 = off (decode steps append and never evict). Otherwise no
+  // update leaves more than decode_budget rows per KV head: when a decode step would, the cache
+  // re-selects down to decode_budget - decode_interval + 1 rows with the policy, the most recent
+  // decode queries acting as the window, so re-selection happens every decode_interval steps.
+  // Needs decode_budget >= n_sink + decode_interval (+ window with keep_window).
+  size_t decode_budget = 0;
+  size_t decode_interval = 16;
 
   // Codec parameters (KIVI): group size G and fp16 residual length R (R % G == 0).
   size_t kivi_group = 32;

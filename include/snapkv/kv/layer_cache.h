@@ -116,12 +116,28 @@ class LayerCache {
   // only appends (and remembers q_window for end_prompt()). Decode updates only append; in
   // end_of_prompt mode the first decode update after a prefill calls end_prompt() first, so the
   // prompt is compressed before generation even if the caller forgot to end it.
+  // With config.decode_budget > 0 a decode update's q_window (its last rows' queries) joins the
+  // recent-query window, and when the appended rows make size() exceed decode_budget the policy
+  // re-selects down to decode_budget - decode_interval + 1 rows with that window (the longest run
+  // of recent queries whose rows every head still holds at its end), so size() <= decode_budget
+  // after every decode update. Positions stay absolute.
   void update(Tensor3 k, Tensor3 v, const Tensor3* q_window = nullptr,
               UpdateKind kind = UpdateKind::automatic);
 
   // The prompt is complete: in end_of_prompt mode compress now (with the q_window of the last
   // prefill update, or proxy keys); in every_chunk mode nothing is left to do. Idempotent.
+  // Policy kvzip cannot score by itself: its prompt is ended by compress_with_scores(), and
+  // end_prompt() on an open kvzip prompt that exceeds the budget throws std::invalid_argument.
   void end_prompt();
+
+  // Ends the prompt by compressing with scores computed outside the cache (kvzip: the model's
+  // context-reconstruction pass, model/kvzip.h), one per retained row, higher = keep:
+  // scores [n_kv_heads][size()], finite. The policy (kvzip) pools them as configured, keeps the
+  // sinks (and the window with keep_window) and the top-scoring rest, per KV head; nothing is
+  // evicted when size() <= budget. Only for policy kvzip with an open prompt (after prefill
+  // updates, before end_prompt()); std::invalid_argument otherwise or for a wrong size or a
+  // non-finite score, with the cache unchanged.
+  void compress_with_scores(std::span<const float> scores);
 
   // Attention of a chunk's queries over the retained rows plus the chunk's own (not yet stored)
   // rows, causal inside the chunk. Call before update() with the same k, v. Reads the stores
@@ -158,6 +174,10 @@ class LayerCache {
   std::span<const float> last_scores(size_t kv_head) const;
   // Number of compressing updates so far (an update that actually ran the policy).
   size_t compressions() const { return compressions_; }
+  // Decode-time re-selections so far (config.decode_budget > 0; also counted in compressions()).
+  size_t decode_reselections() const { return decode_reselections_; }
+  // True while prefill rows wait for end_prompt() / compress_with_scores() (end_of_prompt mode).
+  bool prompt_open() const { return prompt_open_; }
 
   CacheStats stats() const;
   double eviction_ratio() const { return stats().eviction_ratio(); }
@@ -165,8 +185,16 @@ class LayerCache {
 
  private:
   void validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) const;
-  void compress(const float* queries, size_t n_window);
+  // Runs `policy` on every KV head (queries [n_heads][n_window][head_dim] or nullptr; external
+  // [n_kv_heads][size()] or nullptr) and keeps min(budget, size(h)) rows per head, or, with
+  // `ada`, n_kv_heads * budget rows over the layer (AdaKV, kv/allocation.h).
+  void compress(const float* queries, size_t n_window, EvictionPolicy& policy, size_t budget,
+                bool ada, const float* external = nullptr);
   bool over_budget() const;
+  // Decode-time budget: remembers the newest decode queries (q_window rows of decode updates).
+  void remember_recent_queries(const Tensor3* q_window);
+  // Re-selects down to decode_budget - decode_interval + 1 rows with the recent queries.
+  void reselect_for_decode();
 
   CacheDims dims_;
   CacheConfig config_;
@@ -182,6 +210,12 @@ class LayerCache {
   size_t tokens_seen_ = 0;
   size_t compressions_ = 0;
   bool prompt_open_ = false;  // end_of_prompt: prefill rows not yet compressed
+  // Decode-time budget (config.decode_budget > 0): the policy built with the re-selection target
+  // as its budget, and the newest query rows with their positions (oldest first).
+  std::unique_ptr<EvictionPolicy> decode_policy_;
+  std::vector<float> recent_queries_;      // [n_recent][n_heads][head_dim]
+  std::vector<int64_t> recent_positions_;  // [n_recent]
+  size_t decode_reselections_ = 0;
 };
 
 }  // namespace snapkv

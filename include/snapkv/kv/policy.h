@@ -28,6 +28,10 @@ struct SelectionInput {
   const float* values = nullptr;
   // Rows to keep when it differs from config.budget (a PyramidKV layer budget); 0 = config.budget.
   size_t budget = 0;
+  // Scores supplied from outside the cache (LayerCache::compress_with_scores, e.g. kvzip's
+  // reconstruction pass), one per candidate, higher = keep: [n_rows]; nullptr when none. Only
+  // policies that take external scores (kvzip) read it.
+  const float* external_scores = nullptr;
 };
 
 inline size_t selection_budget(const SelectionInput& in, const CacheConfig& config) {

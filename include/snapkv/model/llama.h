@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,6 +33,7 @@
 #include "snapkv/kv/builder.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/kv/layer_cache.h"
+#include "snapkv/model/kvzip.h"
 #include "snapkv/model/model_config.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/ops/rope.h"
@@ -94,6 +96,8 @@ class LlamaModel {
 
 struct SessionOptions {
   size_t prefill_chunk = 512;  // tokens per prefill forward (>= 1)
+  // Policy kvzip: the context-reconstruction pass run after the prompt (model/kvzip.h).
+  ReconstructionOptions reconstruction = {};
 };
 
 class LlamaSession {
@@ -121,11 +125,25 @@ class LlamaSession {
   // end_prompt(): the prompt is compressed by config's policy). Only after prefill_shared();
   // config must have the same window and codec (LayerCache::fork's rules; the window also fixes
   // the prefill's chunk boundaries) and the session options are copied.
-  LlamaSession fork(const CacheConfig& config) const;
+  // Policy kvzip: the fork runs the reconstruction pass on its own (uncompressed) caches, unless
+  // `scores` holds the pass's result for this prefill (the pass does not depend on the target
+  // config's policy or budget, so one pass serves every kvzip fork of a prefill).
+  LlamaSession fork(const CacheConfig& config, const ReconstructionScores* scores = nullptr) const;
+  // KVzip's context-reconstruction pass over the prompt (model/kvzip.h): per layer and KV head,
+  // the largest attention each retained row receives. Leaves every cache exactly as it was
+  // (rows, positions, offset). Needs a prefill; runs on the rows retained now (a kvzip or
+  // shared-prefill session keeps them all until it compresses).
+  ReconstructionScores reconstruction_scores();
+  // The scores a kvzip session compressed its prompt with (computed or handed to fork()); null
+  // for other policies or before the prompt ended.
+  const ReconstructionScores* reconstruction() const {
+    return reconstruction_.layers.empty() ? nullptr : &reconstruction_;
+  }
   // Appends one token at position offset() and returns its logits [n_vocab].
   std::vector<float> decode(int32_t token);
   // Appends tokens after the prompt WITHOUT compression (UpdateKind::decode: every row is kept,
-  // nothing is evicted), in forwards of prefill_chunk tokens, and returns the logits of the last
+  // nothing is evicted, unless the config sets a decode-time budget, which then applies to these
+  // rows as to decode()'s), in forwards of prefill_chunk tokens, and returns the logits of the last
   // one [n_vocab]; with all_logits, every position's [n_tokens][n_vocab]. For the
   // question-agnostic protocol (context compressed alone, question appended) and perplexity of a
   // continuation. Only after prefill(); must fit in n_ctx. Defined in src/model/llama_extend.cpp.
@@ -154,6 +172,9 @@ class LlamaSession {
   std::vector<float> run_prompt(std::span<const int32_t> tokens, std::vector<float>* all_logits,
                                 bool end_prompt);
   void check_not_shared(const char* what) const;
+  // Policy kvzip: ends the prompt of every cache with the reconstruction pass's scores (computed
+  // here when `scores` is null). Defined in src/model/kvzip_pass.cpp.
+  void compress_kvzip(const ReconstructionScores* scores);
 
   const LlamaModel* model_;
   CacheConfig cache_config_;
@@ -161,7 +182,12 @@ class LlamaSession {
   std::vector<LayerCache> caches_;
   bool prefilled_ = false;
   bool pass_queries_ = false;
-  bool shared_prompt_ = false;  // prefill_shared(): prompt left open for fork()
+  bool shared_prompt_ = false;          // prefill_shared(): prompt left open for fork()
+  std::vector<int32_t> prompt_tokens_;  // [n_prompt] (the reconstruction pass repeats them)
+  // Set only during reconstruction_scores(): forward() then calls it per layer with the rotated
+  // queries [n_heads][S][hd] and keys [n_kv_heads][S][hd] instead of updating the cache.
+  std::function<void(size_t, const Tensor3&, const Tensor3&)> probe_;
+  ReconstructionScores reconstruction_;  // see reconstruction()
 };
 
 }  // namespace snapkv

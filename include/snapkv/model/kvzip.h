@@ -1,0 +1,54 @@
+// KVzip (arXiv 2505.23416): question-agnostic scores from a context-reconstruction pass.
+//
+// Promises: after the prompt (the context) is prefilled with every row kept, the model runs a
+// forward pass over a repeat prompt followed by the context tokens again, in chunks of
+// `chunk` context tokens (chunk i > 0 repeats the previous chunk's last `overlap` tokens first), at
+// positions offset() .. offset() + chunk length - 1, attending to the cached rows and causally to
+// its own tokens. Nothing is stored: each chunk sees exactly the prefilled cache. A cached row's
+// score is the largest attention probability it receives from any reconstruction query of its KV
+// head's GQA group, in any chunk: softmax(q . k / sqrt(head_dim)) in fp32 over all cached rows plus
+// the chunk's own keys up to the query. LlamaSession::reconstruction_scores() runs the pass;
+// LayerCache::compress_with_scores() selects with the scores (policy kvzip). The pass costs about
+// one prefill of the context (plus the attention over the cache) and does not alter the cache.
+// Leaves out: the paper's head-/layer-global budget ranking (the budget here is per KV head, as for
+// every policy), the chat-template suffix (plain text prompts).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace snapkv {
+
+class Tokenizer;
+
+struct ReconstructionOptions {
+  std::vector<int32_t> prompt;  // repeat-prompt token ids (no BOS); may be empty (plain repeat)
+  size_t chunk = 1024;          // context tokens per reconstruction forward (>= 1)
+  size_t overlap = 8;           // tokens of the previous chunk repeated before chunk i > 0
+};
+
+struct ReconstructionScores {
+  size_t n_rows = 0;                       // cached rows per KV head when the pass ran
+  std::vector<std::vector<float>> layers;  // [n_layers][n_kv_heads * n_rows], in [0, 1]
+  double seconds = 0.0;                    // wall time of the pass
+};
+
+// The repeat instruction tokenized with the model's tokenizer (no BOS).
+inline constexpr std::string_view kRepeatInstruction = "\n\nRepeat the previous context exactly.\n";
+std::vector<int32_t> kvzip_repeat_prompt(const Tokenizer& tokenizer);
+
+// One KV head, one reconstruction chunk: out[j] = max(out[j], max over g, i of the probability
+// that query (g, i) puts on cached row j), where query (g, i) attends to every cached row and to
+// own_keys[0..i]. out [n_rows] (accumulated, not cleared); cached_keys [n_rows][head_dim];
+// queries [n_group][n_queries][head_dim]; own_keys [n_queries][head_dim]. All sizes >= 1.
+void reconstruction_max_attention(float* out, const float* cached_keys, size_t n_rows,
+                                  const float* queries, size_t n_group, size_t n_queries,
+                                  const float* own_keys, size_t head_dim);
+// The same in double precision, plain loops (the tests' reference).
+void reconstruction_max_attention_ref(double* out, const float* cached_keys, size_t n_rows,
+                                      const float* queries, size_t n_group, size_t n_queries,
+                                      const float* own_keys, size_t head_dim);
+
+}  // namespace snapkv

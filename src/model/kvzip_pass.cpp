@@ -1,0 +1,180 @@
+// KVzip's context-reconstruction pass (model/kvzip.h): LlamaSession::reconstruction_scores runs the
+// repeat prompt + context through the layers without storing anything and keeps, per cached row,
+// the largest attention it receives; the max-attention kernel and its double reference.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "snapkv/model/kvzip.h"
+#include "snapkv/model/llama.h"
+#include "snapkv/model/tokenizer.h"
+#include "snapkv/ops/dot.h"
+#include "snapkv/ops/softmax.h"
+#include "snapkv/util/error.h"
+#include "snapkv/util/parallel.h"
+#include "snapkv/util/timer.h"
+
+namespace snapkv {
+namespace {
+
+constexpr const char* kComponent = "kvzip";
+// Query rows per block (bounds the logits scratch to kQueryBlock * n_rows floats).
+constexpr size_t kQueryBlock = 32;
+
+std::string num(size_t v) {
+  return std::to_string(v);
+}
+
+void check_sizes(size_t n_rows, size_t n_group, size_t n_queries, size_t head_dim) {
+  if (n_rows == 0 || n_group == 0 || n_queries == 0 || head_dim == 0) {
+    throw_invalid(kComponent, "sizes must be positive",
+                  "n_rows " + num(n_rows) + ", n_group " + num(n_group) + ", n_queries " +
+                      num(n_queries) + ", head_dim " + num(head_dim),
+                  "all >= 1");
+  }
+  if (n_rows > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+    throw_invalid(kComponent, "too many rows for BLAS", num(n_rows), "< 2^30");
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> kvzip_repeat_prompt(const Tokenizer& tokenizer) {
+  return tokenizer.encode(kRepeatInstruction, false);
+}
+
+void reconstruction_max_attention(float* out, const float* cached_keys, size_t n_rows,
+                                  const float* queries, size_t n_group, size_t n_queries,
+                                  const float* own_keys, size_t head_dim) {
+  check_sizes(n_rows, n_group, n_queries, head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const size_t n_total = n_group * n_queries;  // query rows, [n_group][n_queries]
+  const size_t block = std::min(kQueryBlock, n_total);
+  std::vector<float> cached(block * n_rows);  // [block][n_rows]
+  std::vector<float> own(block * n_queries);  // [block][n_queries], row r uses i(r) + 1
+  for (size_t r0 = 0; r0 < n_total; r0 += block) {
+    const size_t m = std::min(block, n_total - r0);
+    // queries rows r0 .. r0 + m - 1 are contiguous: [n_group][n_queries][head_dim] flattened.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
+                static_cast<int>(n_rows), static_cast<int>(head_dim), scale,
+                queries + r0 * head_dim, static_cast<int>(head_dim), cached_keys,
+                static_cast<int>(head_dim), 0.0f, cached.data(), static_cast<int>(n_rows));
+    for (size_t r = 0; r < m; ++r) {
+      const size_t i = (r0 + r) % n_queries;  // position of the query inside the chunk
+      const float* q = queries + (r0 + r) * head_dim;
+      float* c_row = cached.data() + r * n_rows;
+      float* o_row = own.data() + r * n_queries;
+      for (size_t j = 0; j <= i; ++j) o_row[j] = scale * dot(q, own_keys + j * head_dim, head_dim);
+      const float shift = std::max(max_value(c_row, n_rows), max_value(o_row, i + 1));
+      const float sum = exp_shift_sum(c_row, n_rows, shift) + exp_shift_sum(o_row, i + 1, shift);
+      const float inv = 1.0f / sum;  // >= 1 term equal to 1
+      for (size_t j = 0; j < n_rows; ++j) out[j] = std::max(out[j], c_row[j] * inv);
+    }
+  }
+}
+
+void reconstruction_max_attention_ref(double* out, const float* cached_keys, size_t n_rows,
+                                      const float* queries, size_t n_group, size_t n_queries,
+                                      const float* own_keys, size_t head_dim) {
+  check_sizes(n_rows, n_group, n_queries, head_dim);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  auto dot_ref = [head_dim](const float* a, const float* b) {
+    double s = 0.0;
+    for (size_t d = 0; d < head_dim; ++d)
+      s += static_cast<double>(a[d]) * static_cast<double>(b[d]);
+    return s;
+  };
+  std::vector<double> logits(n_rows + n_queries);
+  for (size_t g = 0; g < n_group; ++g) {
+    for (size_t i = 0; i < n_queries; ++i) {
+      const float* q = queries + (g * n_queries + i) * head_dim;
+      double max_logit = -std::numeric_limits<double>::infinity();
+      for (size_t j = 0; j < n_rows; ++j) {
+        logits[j] = scale * dot_ref(q, cached_keys + j * head_dim);
+        max_logit = std::max(max_logit, logits[j]);
+      }
+      for (size_t j = 0; j <= i; ++j) {
+        logits[n_rows + j] = scale * dot_ref(q, own_keys + j * head_dim);
+        max_logit = std::max(max_logit, logits[n_rows + j]);
+      }
+      double sum = 0.0;
+      for (size_t j = 0; j < n_rows + i + 1; ++j) sum += std::exp(logits[j] - max_logit);
+      for (size_t j = 0; j < n_rows; ++j) {
+        out[j] = std::max(out[j], std::exp(logits[j] - max_logit) / sum);
+      }
+    }
+  }
+}
+
+ReconstructionScores LlamaSession::reconstruction_scores() {
+  if (!prefilled_ || prompt_tokens_.empty()) {
+    throw_invalid(kComponent, "reconstruction pass before a prefill", "no prompt",
+                  "prefill() or prefill_shared() first");
+  }
+  const ReconstructionOptions& ro = options_.reconstruction;
+  if (ro.chunk == 0) throw_invalid(kComponent, "reconstruction chunk", "0", ">= 1 token");
+  const LlamaConfig& c = model_->config();
+  for (size_t i = 0; i < ro.prompt.size(); ++i) {
+    if (ro.prompt[i] < 0 || static_cast<size_t>(ro.prompt[i]) >= c.n_vocab) {
+      throw_invalid(kComponent, "repeat prompt token id out of range at index " + num(i),
+                    std::to_string(ro.prompt[i]), "0.." + num(c.n_vocab - 1));
+    }
+  }
+  Timer timer;
+  ReconstructionScores result;
+  result.n_rows = caches_.front().size();
+  const size_t n_kv = c.n_kv_heads, hd = c.head_dim, n_group = c.n_heads / c.n_kv_heads;
+  result.layers.assign(c.n_layers, std::vector<float>(n_kv * result.n_rows, 0.0f));
+  // The context to reconstruct: the prompt after its first token (BOS, a sink in every policy).
+  const std::span<const int32_t> context = std::span<const int32_t>(prompt_tokens_).subspan(1);
+
+  struct ProbeReset {  // the probe never outlives the pass, even when a forward throws
+    LlamaSession* session;
+    ~ProbeReset() { session->probe_ = nullptr; }
+  } reset{this};
+  probe_ = [&](size_t layer, const Tensor3& q, const Tensor3& k) {
+    const LayerCache& cache = caches_[layer];
+    const size_t n_rows = cache.size();
+    SNAPKV_CHECK(n_rows == result.n_rows);
+    parallel_for(n_kv, [&](size_t h) {
+      std::vector<float> keys(n_rows * hd);  // [n_rows][hd], as the cache decodes them
+      cache.read_keys(h, keys.data());
+      reconstruction_max_attention(result.layers[layer].data() + h * n_rows, keys.data(), n_rows,
+                                   q.data + h * n_group * q.dim1 * hd, n_group, q.dim1,
+                                   k.data + h * k.dim1 * hd, hd);
+    });
+  };
+  std::vector<int32_t> tokens;
+  for (size_t start = 0; start < context.size(); start += ro.chunk) {
+    const size_t end = std::min(context.size(), start + ro.chunk);
+    tokens.assign(ro.prompt.begin(), ro.prompt.end());
+    const size_t overlap = std::min(ro.overlap, start);
+    tokens.insert(tokens.end(), context.begin() + static_cast<std::ptrdiff_t>(start - overlap),
+                  context.begin() + static_cast<std::ptrdiff_t>(end));
+    forward(tokens, UpdateKind::decode, 0, nullptr, false);
+  }
+  result.seconds = timer.seconds();
+  return result;
+}
+
+void LlamaSession::compress_kvzip(const ReconstructionScores* scores) {
+  ReconstructionScores computed = scores == nullptr ? reconstruction_scores() : *scores;
+  const size_t n_kv = model_->config().n_kv_heads;
+  bool fits = computed.layers.size() == caches_.size();
+  for (size_t l = 0; fits && l < caches_.size(); ++l) {
+    fits =
+        computed.n_rows == caches_[l].size() && computed.layers[l].size() == n_kv * computed.n_rows;
+  }
+  if (!fits) {
+    throw_invalid(kComponent, "reconstruction scores do not match the session",
+                  num(computed.layers.size()) + " layers x " + num(computed.n_rows) + " rows",
+                  num(caches_.size()) + " layers x " + num(caches_.front().size()) + " rows");
+  }
+  for (size_t l = 0; l < caches_.size(); ++l) caches_[l].compress_with_scores(computed.layers[l]);
+  reconstruction_ = std::move(computed);
+}
+
+}  // namespace snapkv
