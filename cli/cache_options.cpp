@@ -26,7 +26,9 @@ std::map<const CLI::App*, const CacheOptions*>& registry() {
 
 const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
-    "knorm, random, kivi2, kivi4 (full cache + codec), <policy>+<codec> (snapkv+kivi2)";
+    "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
+    "reconstruction), kivi2, kivi4 (full cache + codec), <policy>+<codec> (snapkv+kivi2); "
+    "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
 }  // namespace
 
@@ -67,7 +69,8 @@ std::vector<double> CacheOptions::keeps() const {
 CacheConfig CacheOptions::config_for(const eval::Method& m, size_t tokens) const {
   CacheConfig c = m.config;
   const std::vector<double> k = keeps();
-  if (!k.empty()) {
+  const bool budget_given = budget_option != nullptr && budget_option->count() > 0;
+  if (!k.empty() && !budget_given) {
     if (k.size() != 1) throw_invalid("cli", "--keep takes one fraction here", keep, "e.g. 0.1");
     c.budget = m.uses_keep ? eval::budget_for(k.front(), tokens, c) : std::max<size_t>(tokens, 1);
   } else {
@@ -106,7 +109,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   registry()[&app] = &o;
   o.methods = spec.default_methods.empty() ? "snapkv" : spec.default_methods;
   o.keep = spec.default_keep;
-  const std::string group = "Cache options (the same in run, eval, bench, demo, select)";
+  const std::string group = "Cache options (the same in run, eval, bench, demo, select, compress)";
   if (spec.methods == MethodArity::one) {
     app.add_option("--method", o.methods, std::string("Cache method: ") + kMethodHelp)
         ->capture_default_str()

@@ -5,7 +5,8 @@
 //       --out doc.kvc
 //
 // Prints one line (or --json one object): tokens, kept rows, file bytes vs an fp16 cache of every
-// token, prefill and write seconds. Cache options use the names of `snapkv eval`.
+// token, prefill and write seconds. Cache options are the shared ones (cli/cache_options.h);
+// the default method is kvzip at keep 0.2, the best question-agnostic method measured.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -15,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/methods.h"
+#include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/model/tokenizer.h"
@@ -31,59 +34,21 @@ struct CompressOptions {
   std::string model;
   std::string prompt_file;
   std::string out;
-  std::string method = "snapkv";
-  std::string codec;  // empty: the method's codec
-  double keep = 0.2;
-  size_t budget = 0;  // 0: from --keep
-  size_t window = 32;
-  size_t sinks = 4;
-  std::string pool = "max";
-  size_t kernel = 7;
-  bool no_keep_window = false;
-  size_t chunk = 512;
-  int threads = 0;
-  bool json = false;
+  snapkv::cli::CacheOptions cache;  // --method (default kvzip), --keep (default 0.2) | --budget
+  snapkv::cli::JsonOutput json;
   bool quiet = false;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) snapkv::throw_runtime("compress", "cannot read prompt file", path, "a readable file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int run_compress(const CompressOptions& o, bool keep_given) {
+int run_compress(CompressOptions& o) {
   using namespace snapkv;
-  if (o.budget > 0 && keep_given) {
-    throw_invalid("compress", "budget source", "both --keep and --budget", "one of them");
-  }
-  if (!(o.keep > 0.0 && o.keep <= 1.0)) {
-    throw_invalid("compress", "--keep", std::to_string(o.keep), "a fraction in (0, 1]");
-  }
-  if (o.threads > 0) {
-    set_num_threads(o.threads);
-    set_blas_threads(o.threads);
-  }
-  eval::MethodDefaults defaults;
-  defaults.window = o.window;
-  defaults.n_sink = o.sinks;
-  defaults.pool = parse_pool(o.pool);
-  defaults.kernel = o.kernel;
-  defaults.keep_window = !o.no_keep_window;
-  defaults.chunk_mode = ChunkMode::end_of_prompt;  // question-agnostic: compress the whole prompt
-  CacheConfig config = eval::parse_method(o.method, defaults).config;
-  if (!o.codec.empty()) {
-    const CodecKind codec = parse_codec(o.codec);
-    if (config.codec != CodecKind::fp16 && config.codec != codec) {
-      throw_invalid("compress", "--codec disagrees with --method", o.codec,
-                    std::string(to_string(config.codec)) + " (the method's codec)");
-    }
-    config.codec = codec;
-  }
+  snapkv::cli::apply_threads("compress", o.cache.threads);
+  // Question-agnostic: the document is compressed alone (by default once, at its end).
+  const snapkv::cli::CacheOptions& cache_options = o.cache;
+  const eval::Method method = cache_options.single_method();
+  (void)cache_options.config_for(method, 4096);  // bad settings fail before the model loads
+  o.json.open("compress");
 
-  const std::string text = read_text(o.prompt_file);
+  const std::string text = snapkv::cli::read_text_file("compress", o.prompt_file, size_t{64} << 20);
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const std::vector<int32_t> tokens = tokenizer.encode(text);
@@ -93,10 +58,10 @@ int run_compress(const CompressOptions& o, bool keep_given) {
                   std::to_string(tokens.size()) + " tokens",
                   "< llama.context_length = " + std::to_string(model.config().n_ctx));
   }
-  config.budget = o.budget > 0 ? o.budget : eval::budget_for(o.keep, tokens.size(), config);
-  config.validate();
-
-  LlamaSession session(model, config, SessionOptions{o.chunk});
+  const CacheConfig config = cache_options.config_for(method, tokens.size());
+  LlamaSession session(
+      model, config,
+      SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
   Timer prefill_timer;
   session.prefill(tokens);
   const double prefill_s = prefill_timer.seconds();
@@ -107,11 +72,11 @@ int run_compress(const CompressOptions& o, bool keep_given) {
   const auto file_bytes = static_cast<size_t>(written.tellg());
   const CacheStats stats = session.cache_stats();
 
-  if (o.json) {
+  if (o.json.given()) {
     nlohmann::json j;
     j["out"] = o.out;
     j["prompt_tokens"] = tokens.size();
-    j["method"] = o.method;
+    j["method"] = method.name;
     j["policy"] = to_string(config.policy);
     j["codec"] = to_string(config.codec);
     j["budget"] = config.budget;
@@ -121,8 +86,10 @@ int run_compress(const CompressOptions& o, bool keep_given) {
     j["kv_bytes_full_fp16"] = stats.bytes_full_fp16;
     j["prefill_s"] = prefill_s;
     j["write_s"] = write_s;
-    std::cout << j.dump(1) << std::endl;
-  } else {
+    j["cache"] = cache_options.to_json();
+    o.json.write(j, "compress");
+  }
+  if (!o.json.to_stdout()) {
     std::printf(
         "[compress] %s: %zu tokens, kept %zu rows/head (budget %zu), %s %s, file %zu bytes "
         "vs %zu for an fp16 cache of every token (%.1f%%), prefill %.2f s, write %.3f s\n",
@@ -149,25 +116,13 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--model", o->model, "GGUF model file")->required();
       sub.add_option("--prompt-file", o->prompt_file, "The document (text)")->required();
       sub.add_option("--out", o->out, "The .kvc file to write (replaced atomically)")->required();
-      sub.add_option("--method", o->method,
-                     "<policy>[+<codec>]: full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, "
-                     "random, kivi2, kivi4, snapkv+kivi2, ...")
-          ->capture_default_str();
-      sub.add_option("--codec", o->codec, "fp16|kivi2|kivi4 (default: the method's)");
-      auto* keep = sub.add_option("--keep", o->keep, "Kept fraction of the document's tokens")
-                       ->capture_default_str();
-      sub.add_option("--budget", o->budget, "Rows kept per KV head (instead of --keep)");
-      sub.add_option("--window", o->window, "Observation window")->capture_default_str();
-      sub.add_option("--sinks", o->sinks, "First positions always kept")->capture_default_str();
-      sub.add_option("--pool", o->pool, "none|max|avg")->capture_default_str();
-      sub.add_option("--kernel", o->kernel, "Pooling kernel (odd)")->capture_default_str();
-      sub.add_flag("--no-keep-window", o->no_keep_window, "Let the window's rows compete");
-      sub.add_option("--chunk", o->chunk, "Prefill chunk size in tokens")->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
-          ->capture_default_str();
-      sub.add_flag("--json", o->json, "Print one JSON object");
+      snapkv::cli::CacheOptionSpec spec;
+      spec.default_methods = "kvzip";
+      spec.default_keep = "0.2";
+      snapkv::cli::add_cache_options(sub, o->cache, spec);
+      snapkv::cli::add_json_option(sub, o->json, "tokens, kept rows, file bytes and timings");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
-      return [o, keep] { return run_compress(*o, keep->count() > 0); };
+      return [o] { return run_compress(*o); };
     }};
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "snapkv/kv/config.h"
 #include "snapkv/kv/layer_cache.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
 
 namespace {

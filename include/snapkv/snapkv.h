@@ -19,11 +19,14 @@
  *
  * Configuration: a string of key=value pairs separated by spaces, commas or semicolons; unnamed
  * keys keep the library defaults (CacheConfig). Keys and values (see snapkv/kv/config.h):
- *   policy=full|snapkv|streaming|random|knorm|chunkkv   codec=fp16|kivi2|kivi4
+ *   policy=full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention
+ *   codec=fp16|kivi2|kivi4
  *   budget=N window=N sinks=N pool=none|max|avg kernel=N keep_window=0|1 causal=0|1
  *   query_source=auto|queries|keys chunk_mode=every_chunk|end_of_prompt seed=N chunk_size=N
- *   kivi_group=N kivi_residual=N kivi_fp16_sinks=N
- * e.g. "policy=snapkv budget=256 window=32 sinks=4 pool=max kernel=7 codec=kivi2".
+ *   kivi_group=N kivi_residual=N kivi_fp16_sinks=N head_allocation=uniform|ada
+ *   layer_allocation=uniform|pyramid decode_budget=N decode_interval=N
+ * (policy kvzip needs scores from a model pass and is not offered here.)
+ * e.g. "policy=snapkv budget=256 window=32 sinks=4 pool=max kernel=31 codec=kivi2".
  *
  * Leaves out: the GGUF reader and the reference engine (C++ only).
  */

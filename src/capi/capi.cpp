@@ -84,11 +84,20 @@ void set_key(snapkv::CacheConfig& c, std::string_view key, std::string_view valu
     c.kivi_residual = parse_size(key, value);
   } else if (key == "kivi_fp16_sinks") {
     c.kivi_fp16_sinks = parse_size(key, value);
+  } else if (key == "head_allocation") {
+    c.head_allocation = snapkv::parse_head_allocation(value);
+  } else if (key == "layer_allocation") {
+    c.layer_allocation = snapkv::parse_layer_allocation(value);
+  } else if (key == "decode_budget") {
+    c.decode_budget = parse_size(key, value);
+  } else if (key == "decode_interval") {
+    c.decode_interval = parse_size(key, value);
   } else {
     snapkv::throw_invalid(kComponent, "unknown config key", "'" + std::string(key) + "'",
                           "one of policy codec budget window sinks pool kernel keep_window causal "
                           "query_source chunk_mode seed chunk_size kivi_group kivi_residual "
-                          "kivi_fp16_sinks");
+                          "kivi_fp16_sinks head_allocation layer_allocation decode_budget "
+                          "decode_interval");
   }
 }
 

@@ -44,7 +44,7 @@ constexpr snapkv_model_dims kDims = {2, 4, 2, 8};  // layers, heads, kv heads, h
 TEST(CApi, MatchesTheCppCachesBitForBit) {
   const char* config =
       "policy=snapkv budget=12 window=4 sinks=2 pool=max kernel=3 codec=kivi4 "
-      "kivi_group=8 kivi_residual=8";
+      "kivi_group=8 kivi_residual=8 chunk_mode=every_chunk";
   Caches c;
   ASSERT_EQ(snapkv_caches_create(&kDims, config, &c.p), SNAPKV_OK) << last_error();
 
@@ -58,6 +58,7 @@ TEST(CApi, MatchesTheCppCachesBitForBit) {
   cfg.codec = snapkv::CodecKind::kivi4;
   cfg.kivi_group = 8;
   cfg.kivi_residual = 8;
+  cfg.chunk_mode = snapkv::ChunkMode::every_chunk;  // each update compresses (the default waits)
   std::vector<snapkv::LayerCache> ref =
       snapkv::build_caches({kDims.n_layers, kDims.n_heads, kDims.n_kv_heads, kDims.head_dim}, cfg);
 

@@ -35,6 +35,7 @@ const std::vector<Command> kCacheCommands = {
     {"bench", ""},
     {"demo", ""},
     {"select", "--keys unused.npy"},
+    {"compress", "--model unused.gguf --prompt-file unused.txt --out unused.kvc"},
 };
 
 json print_config(const Command& c, const std::string& extra, const TempDir& dir) {
@@ -161,7 +162,8 @@ TEST(CacheOptionsCli, PromptFilesAreRegularNonEmptyAndBounded) {
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_NE(r.err.find("file too long for the model's context"), std::string::npos) << r.err;
   // eval --perplexity --text DIR likewise.
-  r = run_cli("eval --perplexity --model " + kModel + " --text " + dir.file("adir"), dir);
+  r = run_cli("eval --perplexity --context 1024 --model " + kModel + " --text " + dir.file("adir"),
+              dir);
   EXPECT_EQ(r.rc, 1) << r.err;
   EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
 }

@@ -32,6 +32,8 @@ CacheConfig kvzip_config(size_t budget) {
   c.window = 4;
   c.n_sink = 2;
   c.keep_window = true;
+  c.pool = PoolKind::none;  // the tests hold the selection to the raw supplied scores
+  c.kernel = 1;
   return c;
 }
 

@@ -176,8 +176,6 @@ class LayerCache {
   size_t compressions() const { return compressions_; }
   // Decode-time re-selections so far (config.decode_budget > 0; also counted in compressions()).
   size_t decode_reselections() const { return decode_reselections_; }
-  // True while prefill rows wait for end_prompt() / compress_with_scores() (end_of_prompt mode).
-  bool prompt_open() const { return prompt_open_; }
 
   CacheStats stats() const;
   double eviction_ratio() const { return stats().eviction_ratio(); }
