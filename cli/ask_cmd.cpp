@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/prompt_cache.h"
@@ -36,7 +37,7 @@ struct AskOptions {
   bool multiline = false;
   size_t chunk = 512;
   int threads = 0;
-  bool json = false;
+  snapkv::cli::JsonOutput json;
 };
 
 // One question per non-empty line.
@@ -53,17 +54,15 @@ std::vector<std::string> read_questions(const std::string& path) {
   return out;
 }
 
-int run_ask(const AskOptions& o) {
+int run_ask(AskOptions& o) {
   using namespace snapkv;
   if (o.question.empty() == o.questions_file.empty()) {
     throw_invalid("ask", "question source", o.question.empty() ? "none" : "both",
                   "exactly one of --question or --questions");
   }
   if (o.max_tokens == 0) throw_invalid("ask", "--max-tokens", "0", ">= 1");
-  if (o.threads > 0) {
-    set_num_threads(o.threads);
-    set_blas_threads(o.threads);
-  }
+  snapkv::cli::apply_threads("ask", o.threads);
+  o.json.open("ask");
   const std::vector<std::string> questions = o.questions_file.empty()
                                                  ? std::vector<std::string>{o.question}
                                                  : read_questions(o.questions_file);
@@ -94,19 +93,20 @@ int run_ask(const AskOptions& o) {
     const GreedyAnswer answer =
         answer_greedy(session, std::move(logits), tokenizer, o.max_tokens, !o.multiline);
     const double decode_s = decode_timer.seconds();
-    if (o.json) {
+    if (o.json.given()) {
       answers.push_back({{"question", q},
                          {"answer", answer.text},
                          {"tokens", answer.tokens},
                          {"question_tokens", q_tokens.size()},
                          {"ttft_s", ttft_s},
                          {"decode_s", decode_s}});
-    } else {
+    }
+    if (!o.json.to_stdout()) {
       std::printf("Q: %s\nA: %s\n", q.c_str(), answer.text.c_str());
       std::fflush(stdout);
     }
   }
-  if (o.json) {
+  if (o.json.given()) {
     nlohmann::json j;
     j["cache"] = o.cache;
     j["bytes_read"] = loaded.file_bytes;
@@ -117,7 +117,7 @@ int run_ask(const AskOptions& o) {
     j["budget"] = loaded.config.budget;
     j["kept_rows"] = loaded.session.cache_stats().tokens_kept;
     j["answers"] = answers;
-    std::cout << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    o.json.write(j, "ask");  // invalid UTF-8 in answers is replaced when writing
   }
   return 0;
 }
@@ -140,11 +140,13 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--max-tokens", o->max_tokens, "Tokens per answer (stops at EOS)")
           ->capture_default_str();
       sub.add_flag("--multiline", o->multiline, "Do not stop an answer at its first newline");
-      sub.add_option("--chunk", o->chunk, "Forward chunk size for the question")
+      sub.add_option("--prefill-chunk", o->chunk, "Tokens per forward of the question")
           ->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
+      sub.add_option("--threads", o->threads,
+                     "Worker threads and OpenBLAS threads (0 = all cores)")
           ->capture_default_str();
-      sub.add_flag("--json", o->json, "Print one JSON object");
+      snapkv::cli::add_json_option(sub, o->json,
+                                   "answers, time to first token per question, bytes read");
       return [o] { return run_ask(*o); };
     }};
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
@@ -23,9 +24,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   snapkv::serve::ServerOptions server;
-  std::string pool = "max";
-  bool no_keep_window = false;
-  int threads = 0;
+  snapkv::cli::CacheOptions cache;  // the server's defaults; requests may override method/keep
 };
 
 snapkv::serve::Server* g_server = nullptr;
@@ -36,14 +35,11 @@ void on_signal(int) {
 
 int run_serve(ServeOptions o) {
   using namespace snapkv;
-  if (o.threads > 0) {
-    set_num_threads(o.threads);
-    set_blas_threads(o.threads);
-  }
-  o.server.defaults.pool = parse_pool(o.pool);
-  o.server.defaults.keep_window = !o.no_keep_window;
-  o.server.defaults.chunk_mode = ChunkMode::end_of_prompt;
-  (void)eval::parse_method(o.server.default_method, o.server.defaults);  // bad usage before load
+  snapkv::cli::apply_threads("serve", o.cache.threads);
+  o.server.defaults = o.cache.method_defaults();
+  o.server.default_method = o.cache.single_method().name;  // bad usage before the load
+  o.server.default_keep = o.cache.keeps().at(0);
+  o.server.prefill_chunk = o.cache.prefill_chunk;
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   serve::Server server(model, tokenizer, o.server);
@@ -81,22 +77,12 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--cache-dir", o->server.cache_dir,
                      "Where {\"save\": true} writes .kvc files");
-      sub.add_option("--method", o->server.default_method, "Default cache method")
-          ->capture_default_str();
-      sub.add_option("--keep", o->server.default_keep, "Default kept fraction")
-          ->capture_default_str();
-      sub.add_option("--window", o->server.defaults.window, "Observation window")
-          ->capture_default_str();
-      sub.add_option("--sinks", o->server.defaults.n_sink, "First positions always kept")
-          ->capture_default_str();
-      sub.add_option("--pool", o->pool, "none|max|avg")->capture_default_str();
-      sub.add_option("--kernel", o->server.defaults.kernel, "Pooling kernel (odd)")
-          ->capture_default_str();
-      sub.add_flag("--no-keep-window", o->no_keep_window, "Let the window's rows compete");
       sub.add_option("--max-tokens", o->server.default_max_tokens, "Default max_tokens")
           ->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads (0 = all cores)")
-          ->capture_default_str();
+      snapkv::cli::CacheOptionSpec spec;
+      spec.budget = snapkv::cli::BudgetStyle::keep_one;
+      spec.default_keep = "0.2";
+      snapkv::cli::add_cache_options(sub, o->cache, spec);
       return [o] { return run_serve(*o); };
     }};
 

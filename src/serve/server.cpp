@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "serve/requests.h"
+#include "snapkv/model/kvzip.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
@@ -101,6 +102,12 @@ struct Server::Impl {
   Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
       : model(m), tokenizer(t), options(std::move(o)) {}
 
+  // Prefill chunking, and kvzip's repeat prompt in this model's tokenizer (method kvzip).
+  SessionOptions session_options() const {
+    return SessionOptions{options.prefill_chunk,
+                          ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}};
+  }
+
   std::shared_ptr<Slot> take_slot() {
     if (busy.fetch_add(1) >= options.max_concurrent) {
       busy.fetch_sub(1);
@@ -176,7 +183,7 @@ struct Server::Impl {
     prompt_tokens = tokens.size();
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
-    LlamaSession session(model, config, SessionOptions{options.prefill_chunk});
+    LlamaSession session(model, config, session_options());
     std::vector<float> logits = session.prefill(tokens);
     return {std::move(session), std::move(logits)};
   }
@@ -317,7 +324,7 @@ struct Server::Impl {
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
     const std::shared_ptr<Slot> slot = take_slot();
-    LlamaSession session(model, config, SessionOptions{options.prefill_chunk});
+    LlamaSession session(model, config, session_options());
     session.prefill(tokens);
     const CacheStats stats = session.cache_stats();
     auto doc = std::make_shared<CachedDoc>(

@@ -139,7 +139,7 @@ TEST(BadInputCli, ModelTruncatedWhileMappedExitsOneWithNamedError) {
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
     std::vector<std::string> args = {SNAPKV_CLI_PATH, "run",       "--model",      m,
                                      "--prompt-file", prompt_file, "--max-tokens", "1500",
-                                     "--temperature", "1",         "--chunk",      "8",
+                                     "--temperature", "1",         "--prefill-chunk", "8",
                                      "--quiet"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
