@@ -142,8 +142,7 @@ snapkv::cli::RegisterCommand reg{
       sub.add_flag("--multiline", o->multiline, "Do not stop an answer at its first newline");
       sub.add_option("--prefill-chunk", o->chunk, "Tokens per forward of the question")
           ->capture_default_str();
-      sub.add_option("--threads", o->threads,
-                     "Worker threads and OpenBLAS threads (0 = all cores)")
+      sub.add_option("--threads", o->threads, "Worker threads and OpenBLAS threads (0 = all cores)")
           ->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json,
                                    "answers, time to first token per question, bytes read");

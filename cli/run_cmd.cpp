@@ -106,9 +106,9 @@ int run_generate(RunOptions& o) {
   }
 
   const CacheConfig config = cache_options.config_for(method, prompt.size());
-  LlamaSession session(model, config,
-                       SessionOptions{o.cache.prefill_chunk,
-                                      ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
+  LlamaSession session(
+      model, config,
+      SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
   Sampler sampler(sampler_config);
   Timer prefill_timer;
   std::vector<float> logits = session.prefill(prompt);

@@ -11,7 +11,8 @@ namespace snapkv::eval {
 namespace {
 
 constexpr const char* kPolicyNames =
-    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, keydiff, expected_attention, "
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, keydiff, "
+    "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
 constexpr const char* kCodecNames = "kivi2, kivi4";

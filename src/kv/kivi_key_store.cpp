@@ -99,10 +99,10 @@ class KiviKeyStore final : public KiviStore {
       octets += ceil_div(n, kKiviOctet);
     }
     if (row0 != n_quant_rows || octets != n_octets) {
-      throw_runtime("kvc", "kivi key blocks do not cover the quantized rows",
-                    std::to_string(row0) + " rows, " + std::to_string(octets) + " octets",
-                    std::to_string(n_quant_rows) + " rows, " + std::to_string(n_octets) +
-                        " octets");
+      throw_runtime(
+          "kvc", "kivi key blocks do not cover the quantized rows",
+          std::to_string(row0) + " rows, " + std::to_string(octets) + " octets",
+          std::to_string(n_quant_rows) + " rows, " + std::to_string(n_octets) + " octets");
     }
     params_ = in.array<fp16_t>(kvc::checked_mul(blocks_.size(), 2 * head_dim_, "kivi key params"),
                                "kivi key params");

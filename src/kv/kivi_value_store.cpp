@@ -51,8 +51,9 @@ class KiviValueStore final : public KiviStore {
                     std::to_string(n_blocks) + " blocks, " + std::to_string(n_octets) + " octets",
                     "0 and 0");
     }
-    codes_ = in.array<uint8_t>(
-        kvc::checked_mul(n_quant(), words_per_row_ * word_bytes_, "kivi codes"), "kivi value codes");
+    codes_ =
+        in.array<uint8_t>(kvc::checked_mul(n_quant(), words_per_row_ * word_bytes_, "kivi codes"),
+                          "kivi value codes");
     params_ = in.array<KiviParams>(kvc::checked_mul(n_quant(), groups_per_row_, "kivi params"),
                                    "kivi value params");
     for (const KiviParams& p : params_) check_params(p.scale, p.zero, "kivi value params");

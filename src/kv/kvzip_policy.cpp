@@ -22,8 +22,8 @@ class KvzipPolicy final : public EvictionPolicy {
     } else {
       result.scores = snapkv_candidate_scores(in, config_);
     }
-    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_), config_.n_sink,
-                              kept_window_rows(config_, in.n_rows));
+    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
+                              config_.n_sink, kept_window_rows(config_, in.n_rows));
     return result;
   }
   std::unique_ptr<EvictionPolicy> clone() const override {

@@ -537,6 +537,8 @@ void set_blas_threads(int n) {
   openblas_set_num_threads(std::max(1, n));
 }
 
-int blas_threads() { return openblas_get_num_threads(); }
+int blas_threads() {
+  return openblas_get_num_threads();
+}
 
 }  // namespace snapkv

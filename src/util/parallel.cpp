@@ -13,7 +13,9 @@ namespace {
 std::atomic<int> g_threads{0};  // 0 = not set: use hardware concurrency
 }
 
-void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0); }
+void set_num_threads(int n) {
+  g_threads.store(n > 0 ? n : 0);
+}
 
 int num_threads() {
   const int n = g_threads.load();

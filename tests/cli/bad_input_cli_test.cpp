@@ -137,8 +137,8 @@ TEST(BadInputCli, ModelTruncatedWhileMappedExitsOneWithNamedError) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> args = {SNAPKV_CLI_PATH, "run",       "--model",      m,
-                                     "--prompt-file", prompt_file, "--max-tokens", "1500",
+    std::vector<std::string> args = {SNAPKV_CLI_PATH, "run",       "--model",         m,
+                                     "--prompt-file", prompt_file, "--max-tokens",    "1500",
                                      "--temperature", "1",         "--prefill-chunk", "8",
                                      "--quiet"};
     std::vector<char*> argv;

@@ -49,11 +49,10 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
   whole.insert(whole.end(), prompt.question.begin(), prompt.question.end());
   MethodDefaults defaults;
   defaults.window = 8;
-  for (const char* name :
-       {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm", "random", "kivi2",
-        "snapkv+kivi2", "kvzip", "kvzip+kivi2", "keydiff", "expected_attention",
-        "expected_attention-proxy", "ada-snapkv", "pyramid-keydiff",
-        "ada-pyramid-expected_attention+kivi2"}) {
+  for (const char* name : {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm",
+                           "random", "kivi2", "snapkv+kivi2", "kvzip", "kvzip+kivi2", "keydiff",
+                           "expected_attention", "expected_attention-proxy", "ada-snapkv",
+                           "pyramid-keydiff", "ada-pyramid-expected_attention+kivi2"}) {
     // decode_budget 24 (interval 4): generation re-selects too; the forks must follow suit.
     for (const size_t decode_budget : {size_t{0}, size_t{24}}) {
       const std::string method(name);

@@ -1,14 +1,15 @@
 // Evaluation method names -> CacheConfig, and the per-sample budget rule of `snapkv eval`.
 //
 // Names: full, snapkv (true queries), snapkv-proxy (key-as-query), streaming, chunkkv, knorm,
-// random, kvzip (context-reconstruction scores, model/kvzip.h), keydiff, expected_attention (true window queries), expected_attention-proxy (keys as
-// the query sample), and the codecs kivi2 / kivi4 (policy full + that codec). "<policy>+<codec>"
-// stacks a codec on a policy (snapkv+kivi2, streaming+kivi4, full+kivi2 == kivi2). Budget
-// allocation prefixes (kv/allocation.h): "ada-" (AdaKV across the KV heads of a layer; policies
-// that score rows: snapkv, snapkv-proxy, knorm, keydiff, expected_attention[-proxy]), "pyramid-"
-// (PyramidKV across layers; any evicting policy), "ada-pyramid-" (both): ada-snapkv,
-// pyramid-keydiff+kivi2. The budget below is the per-head budget of the uniform allocation;
-// ada and pyramid keep the same total rows (per layer, and over the layers).
+// random, kvzip (context-reconstruction scores, model/kvzip.h), keydiff, expected_attention (true
+// window queries), expected_attention-proxy (keys as the query sample), and the codecs kivi2 /
+// kivi4 (policy full + that codec). "<policy>+<codec>" stacks a codec on a policy (snapkv+kivi2,
+// streaming+kivi4, full+kivi2 == kivi2). Budget allocation prefixes (kv/allocation.h): "ada-"
+// (AdaKV across the KV heads of a layer; policies that score rows: snapkv, snapkv-proxy, knorm,
+// keydiff, expected_attention[-proxy]), "pyramid-" (PyramidKV across layers; any evicting policy),
+// "ada-pyramid-" (both): ada-snapkv, pyramid-keydiff+kivi2. The budget below is the per-head budget
+// of the uniform allocation; ada and pyramid keep the same total rows (per layer, and over the
+// layers).
 //
 // Budget rule (per sample): the compressed part of the prompt has T tokens (the whole prompt in the
 // query-aware protocol, the context alone in the question-agnostic one);

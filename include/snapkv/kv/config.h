@@ -20,8 +20,8 @@ enum class PolicyKind {
   chunkkv,  // ChunkKV-adapted: whole chunks of chunk_size positions ranked by summed SnapKV scores
   keydiff,  // KeyDiff: keep the keys least similar (cosine) to the mean direction of the candidates
   expected_attention,  // Expected Attention: closed-form attention of modelled future queries
-  kvzip,    // KVzip: per-row scores supplied from outside (the model's context-reconstruction pass,
-            // LayerCache::compress_with_scores); needs chunk_mode end_of_prompt
+  kvzip,  // KVzip: per-row scores supplied from outside (the model's context-reconstruction pass,
+          // LayerCache::compress_with_scores); needs chunk_mode end_of_prompt
 };
 
 // How the rows kept in one layer are shared among its KV heads (kv/allocation.h).
