@@ -12,10 +12,10 @@
 namespace snapkv {
 namespace {
 
-class ExpectedAttentionPolicy final : public EvictionPolicy {
+class ExpectedAttentionPolicy final
+    : public RowScoringPolicy<ExpectedAttentionPolicy, PolicyKind::expected_attention> {
  public:
-  explicit ExpectedAttentionPolicy(const CacheConfig& config) : config_(config) {}
-  PolicyKind kind() const override { return PolicyKind::expected_attention; }
+  using RowScoringPolicy::RowScoringPolicy;
   bool needs_values() const override { return true; }
   std::vector<float> score(const SelectionInput& in) override {
     if (in.values == nullptr) {
@@ -39,19 +39,6 @@ class ExpectedAttentionPolicy final : public EvictionPolicy {
     }
     return scores;
   }
-  SelectionResult select(const SelectionInput& in) override {
-    SelectionResult result;
-    result.scores = score(in);
-    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
-                              config_.n_sink, kept_window_rows(config_, in.n_rows));
-    return result;
-  }
-  std::unique_ptr<EvictionPolicy> clone() const override {
-    return std::make_unique<ExpectedAttentionPolicy>(*this);
-  }
-
- private:
-  CacheConfig config_;
 };
 
 }  // namespace

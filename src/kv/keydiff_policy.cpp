@@ -7,28 +7,14 @@
 namespace snapkv {
 namespace {
 
-class KeyDiffPolicy final : public EvictionPolicy {
+class KeyDiffPolicy final : public RowScoringPolicy<KeyDiffPolicy, PolicyKind::keydiff> {
  public:
-  explicit KeyDiffPolicy(const CacheConfig& config) : config_(config) {}
-  PolicyKind kind() const override { return PolicyKind::keydiff; }
+  using RowScoringPolicy::RowScoringPolicy;
   std::vector<float> score(const SelectionInput& in) override {
     std::vector<float> scores(in.n_rows);
     keydiff_scores(scores.data(), in.keys, in.n_rows, in.head_dim);
     return scores;
   }
-  SelectionResult select(const SelectionInput& in) override {
-    SelectionResult result;
-    result.scores = score(in);
-    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
-                              config_.n_sink, kept_window_rows(config_, in.n_rows));
-    return result;
-  }
-  std::unique_ptr<EvictionPolicy> clone() const override {
-    return std::make_unique<KeyDiffPolicy>(*this);
-  }
-
- private:
-  CacheConfig config_;
 };
 
 }  // namespace

@@ -11,10 +11,9 @@
 namespace snapkv {
 namespace {
 
-class KnormPolicy final : public EvictionPolicy {
+class KnormPolicy final : public RowScoringPolicy<KnormPolicy, PolicyKind::knorm> {
  public:
-  explicit KnormPolicy(const CacheConfig& config) : config_(config) {}
-  PolicyKind kind() const override { return PolicyKind::knorm; }
+  using RowScoringPolicy::RowScoringPolicy;
   std::vector<float> score(const SelectionInput& in) override {
     std::vector<float> scores(in.n_rows);
     for (size_t i = 0; i < in.n_rows; ++i) {
@@ -23,19 +22,6 @@ class KnormPolicy final : public EvictionPolicy {
     }
     return scores;
   }
-  SelectionResult select(const SelectionInput& in) override {
-    SelectionResult result;
-    result.scores = score(in);
-    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
-                              config_.n_sink, kept_window_rows(config_, in.n_rows));
-    return result;
-  }
-  std::unique_ptr<EvictionPolicy> clone() const override {
-    return std::make_unique<KnormPolicy>(*this);
-  }
-
- private:
-  CacheConfig config_;
 };
 
 }  // namespace

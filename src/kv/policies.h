@@ -8,8 +8,32 @@
 
 #include "snapkv/kv/config.h"
 #include "snapkv/kv/policy.h"
+#include "snapkv/kv/snapkv_score.h"
 
 namespace snapkv {
+
+// A policy that scores every candidate (Derived::score) and keeps the sinks, the window with
+// keep_window, and the top scores up to the call's budget: snapkv, knorm, keydiff,
+// expected_attention. Derived holds no state beyond the config, so clone() copies it.
+template <class Derived, PolicyKind Kind>
+class RowScoringPolicy : public EvictionPolicy {
+ public:
+  explicit RowScoringPolicy(const CacheConfig& config) : config_(config) {}
+  PolicyKind kind() const override { return Kind; }
+  SelectionResult select(const SelectionInput& in) override {
+    SelectionResult result;
+    result.scores = score(in);
+    result.keep = select_rows(result.scores.data(), in.n_rows, selection_budget(in, config_),
+                              config_.n_sink, kept_window_rows(config_, in.n_rows));
+    return result;
+  }
+  std::unique_ptr<EvictionPolicy> clone() const override {
+    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
+  }
+
+ protected:
+  CacheConfig config_;
+};
 
 std::unique_ptr<EvictionPolicy> make_full_policy();
 std::unique_ptr<EvictionPolicy> make_snapkv_policy(const CacheConfig& config);
