@@ -26,6 +26,11 @@ inline constexpr std::string_view kChatmlTemplate =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+inline constexpr std::string_view kLlama3Template =
+    "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}";
 
 // The tiny model's bytes with tokenizer.chat_template = chat_template (none when empty).
 inline std::vector<uint8_t> tiny_model_with_template(std::string_view chat_template) {
