@@ -12,21 +12,38 @@ namespace {
 
 constexpr const char* kComponent = "chat";
 
-// The text the template writes right after an assistant message's content (the turn's end:
-// "<|im_end|>\n", "<|eot_id|>", "</s>"), found by rendering a probe conversation.
+// The text the template writes right after an assistant message's content, before the next
+// user turn ("<|im_end|>\n", "<|eot_id|>", "</s>"): what follows the reply both when it ends the
+// conversation and when a user turn follows (the common part; Llama 3.0 templates always append
+// the generation prompt, Qwen 3 adds reasoning blocks, so neither render alone tells).
 std::string assistant_close(const ChatTemplate& t, const ChatOptions& options) {
-  const std::string probe = "snapkv-probe-reply";
-  const std::vector<ChatMessage> conversation = {{"user", "snapkv-probe-user"},
-                                                 {"assistant", probe}};
+  const std::string reply = "snapkv-probe-reply", next = "snapkv-probe-next";
   ChatOptions o = options;
   o.add_generation_prompt = false;
-  const std::string text = t.render(conversation, o);
-  const size_t at = text.rfind(probe);
-  if (at == std::string::npos) {
-    throw_runtime(kComponent, "the template does not write the assistant's reply",
-                  "a render without the reply text", "the reply followed by the turn's end");
+  const std::vector<ChatMessage> last = {{"user", "snapkv-probe-user"}, {"assistant", reply}};
+  std::vector<ChatMessage> more = last;
+  more.push_back({"user", next});
+  const std::string a = t.render(last, o), b = t.render(more, o);
+  const size_t at_a = a.rfind(reply), at_b = b.rfind(reply), end_b = b.rfind(next);
+  if (at_a == std::string::npos || at_b == std::string::npos || end_b == std::string::npos ||
+      end_b < at_b) {
+    throw_runtime(kComponent, "the template does not write the turns it is given",
+                  "a render without the reply or the next user turn", "both, in order");
   }
-  return text.substr(at + probe.size());
+  const std::string_view after_a = std::string_view(a).substr(at_a + reply.size());
+  const std::string_view after_b =
+      std::string_view(b).substr(at_b + reply.size(), end_b - at_b - reply.size());
+  size_t n = 0;
+  while (n < after_a.size() && n < after_b.size() && after_a[n] == after_b[n]) ++n;
+  return std::string(after_a.substr(0, n));
+}
+
+// The user text as the templates write it (Llama 3 trims every message).
+std::string_view trimmed(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
 }
 
 }  // namespace
@@ -61,6 +78,7 @@ ChatSession::ChatSession(const LlamaModel& model, const Tokenizer& tokenizer,
                   std::to_string(model.config().n_vocab) + " (the model's vocab size)");
   }
   chat_options_.add_generation_prompt = true;
+  close_ = assistant_close(template_, chat_options_);
   if (!system.empty()) messages_.push_back({"system", std::move(system)});
 }
 
@@ -81,16 +99,20 @@ std::vector<int32_t> ChatSession::delta_for(const std::vector<ChatMessage>& with
     return {tokens.begin() + static_cast<std::ptrdiff_t>(history_.size()), tokens.end()};
   }
   canonical = false;
-  ChatOptions no_prompt = chat_options_;
-  no_prompt.add_generation_prompt = false;
-  const std::string before = template_.render(messages_, no_prompt);
-  if (full.compare(0, before.size(), before) != 0) {
-    throw_runtime(kComponent, "the template rewrites earlier turns when a turn is added",
-                  "a render of the conversation that does not begin with the previous one",
-                  "a template that only appends (Qwen 3 reasoning in replies is stripped later)");
+  // The new user turn starts right after the last close before its content.
+  std::string close = close_;
+  const std::string_view user = trimmed(with_user.back().content);
+  const size_t user_at = user.empty() ? full.size() : full.rfind(user);
+  const size_t close_at = user_at == std::string::npos || user_at < close.size() || close.empty()
+                              ? std::string::npos
+                              : full.rfind(close, user_at - close.size());
+  if (close_at == std::string::npos) {
+    throw_runtime(kComponent, "cannot find where the new user turn starts in the render",
+                  "no '" + close + "' before the user's text",
+                  "a template that closes assistant turns before the next user turn");
   }
+  const size_t delta_at = close_at + close.size();
   std::vector<int32_t> out;
-  std::string close = assistant_close(template_, chat_options_);
   if (pending_) {
     if (tokenizer_->is_eog(*pending_)) {
       // The model ended its turn: its end token stands for the template's when it is that text.
@@ -104,7 +126,7 @@ std::vector<int32_t> ChatSession::delta_for(const std::vector<ChatMessage>& with
     }
   }
   for (const int32_t t : tokenize(close)) out.push_back(t);
-  for (const int32_t t : tokenize(std::string_view(full).substr(before.size()))) out.push_back(t);
+  for (const int32_t t : tokenize(std::string_view(full).substr(delta_at))) out.push_back(t);
   return out;
 }
 

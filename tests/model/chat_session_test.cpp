@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "chat_model_util.h"
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/model/llama.h"
+#include "snapkv/model/random_model.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
 
@@ -114,17 +116,16 @@ void check_budget_case(std::string_view tmpl, size_t& canonical_turns, size_t& b
                            chat.history().begin() + static_cast<std::ptrdiff_t>(before.size())));
     if (!before.empty() && !turn.canonical) {
       ++boundary_turns;
-      // The new user turn's render closes the delta.
-      std::vector<ChatMessage> prev = chat.messages();
-      prev.resize(prev.size() - 2);
-      ChatOptions no_prompt;
-      no_prompt.add_generation_prompt = false;
-      const std::string head = f.chat_template.render(prev, no_prompt);
+      // The delta ends with the render of the new user turn, from its header on.
       const std::string full = f.chat_template.render(without_last_reply(chat.messages()));
-      const std::vector<int32_t> tail = f.tokenizer.encode(full.substr(head.size()), false, true);
-      ASSERT_GE(turn.fed.size(), tail.size());
-      EXPECT_TRUE(std::equal(tail.begin(), tail.end(),
-                             turn.fed.end() - static_cast<std::ptrdiff_t>(tail.size())));
+      const std::string header =
+          f.chat_template.family() == ChatFamily::llama3   ? "<|start_header_id|>user"
+          : f.chat_template.family() == ChatFamily::chatml ? "<|im_start|>user"
+                                                           : "[INST]";
+      const std::string tail = full.substr(full.rfind(header));
+      const std::string fed_text = f.tokenizer.decode(turn.fed, true);
+      ASSERT_GE(fed_text.size(), tail.size());
+      EXPECT_EQ(fed_text.substr(fed_text.size() - tail.size()), tail);
     }
     if (!before.empty() && turn.canonical) ++canonical_turns;
     if (turn.canonical) {
@@ -151,6 +152,67 @@ TEST(ChatSession, BudgetHoldsAcrossTurnsWithReplies) {
   EXPECT_GT(canonical_turns, 0u);
   EXPECT_GT(boundary_turns, 0u);
 }
+
+#ifdef SNAPKV_VOCAB_DIR
+// A random-weight model of the vocabulary's size with a real vocabulary and its real chat template
+// (tokenizer.* keys of tests/model/data/vocab/*.gguf: byte-level BPE, special tokens such as
+// "<|eot_id|>" and "<|im_end|>" parsed from the render).
+std::vector<uint8_t> random_model_with_vocab(const std::string& vocab_path) {
+  const gguf::File vocab = gguf::File::open(vocab_path);
+  RandomModelSpec spec;
+  spec.n_layers = 1;
+  spec.n_embd = 32;
+  spec.n_heads = 2;
+  spec.n_kv_heads = 1;
+  spec.n_ff = 32;
+  spec.n_vocab = vocab.get_string_array("tokenizer.ggml.tokens").size();
+  spec.n_ctx = 4096;
+  const gguf::File model = make_random_model(spec);
+  gguf::Writer w;
+  for (const gguf::KeyValue& kv : model.metadata()) w.set(kv.key, kv.value);
+  for (const gguf::KeyValue& kv : vocab.metadata()) {
+    if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+  }
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    w.add_tensor(t.name, t.type, t.ne, std::span<const uint8_t>(t.data, t.n_bytes), true);
+  }
+  return w.to_bytes();
+}
+
+class ChatSessionRealVocab : public ::testing::TestWithParam<const char*> {};
+
+// The real Llama 3 and Qwen 3 templates: without replies the history is the tokenized render of
+// the whole conversation; with replies every turn still lands in the cache.
+TEST_P(ChatSessionRealVocab, HistoryIsTheTokenizedFullRender) {
+  const LlamaModel model(gguf::File::from_bytes(
+      random_model_with_vocab(std::string(SNAPKV_VOCAB_DIR) + "/" + GetParam())));
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
+  const ChatTemplate tmpl = ChatTemplate::from_gguf(model.file());
+  ChatSession chat(model, tokenizer, tmpl, small_budget_config(), {}, {}, "Be brief.");
+  for (const std::string& user : kTurns) {
+    const ChatTurn turn = chat.send(user, 0);
+    EXPECT_TRUE(turn.canonical);
+    const std::vector<int32_t> expected =
+        tokenizer.encode(tmpl.render(without_last_reply(chat.messages())), false, true);
+    EXPECT_EQ(chat.history(), expected);
+  }
+  // The turn markers are single special tokens, not text.
+  const int32_t marker = tmpl.family() == ChatFamily::llama3 ? tokenizer.find("<|eot_id|>")
+                                                             : tokenizer.find("<|im_end|>");
+  ASSERT_GE(marker, 0);
+  EXPECT_NE(std::find(chat.history().begin(), chat.history().end(), marker), chat.history().end());
+
+  ChatSession replies(model, tokenizer, tmpl, small_budget_config(), {}, {});
+  for (const std::string& user : kTurns) {
+    const ChatTurn turn = replies.send(user, 4);
+    EXPECT_EQ(replies.session()->n_past(), replies.history().size());
+    for (const LayerCache& cache : replies.session()->caches()) EXPECT_LE(cache.size(), 48u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, ChatSessionRealVocab,
+                         ::testing::Values("llama3-vocab.gguf", "qwen3-vocab.gguf"));
+#endif
 
 TEST(ChatSession, ContextOverflowIsAnErrorAndLeavesTheSession) {
   const ChatFixture f(testing::kChatmlTemplate);

@@ -15,8 +15,10 @@
 //    3 trims the reply) the reply stays in the cache as generated, the assistant turn is closed
 //    with the text the template writes after an assistant message (the sampled end token stands for
 //    it when it is that text's first token), and the render of the new user turn follows, as
-//    llama.cpp's chat does. A template whose render of [history + user] does not begin with the
-//    render of the history throws RuntimeError.
+//    llama.cpp's chat does: the appended text is the close (the text common to what the template
+//    writes after a reply at the end of a conversation and before a following user turn) and the
+//    render from after the last close before the new user's text. A render where no close comes
+//    before the user's text throws RuntimeError.
 //  - Compression: the first turn's prompt is compressed at its end (end_of_prompt) or per chunk
 //    (every_chunk) to config.budget; later turns and replies go through extend()/decode(), which
 //    evict only under config.decode_budget (the caller sets it: `snapkv chat` uses the budget), so
@@ -92,6 +94,7 @@ class ChatSession {
   SessionOptions options_;
   Sampler sampler_;
   ChatOptions chat_options_;
+  std::string close_;  // the template's text after an assistant reply (src: assistant_close)
   std::vector<ChatMessage> messages_;
   std::optional<LlamaSession> session_;
   std::vector<int32_t> history_;    // [n_past] tokens in the cache
