@@ -132,7 +132,7 @@ int run_chat(ChatCmdOptions& o) {
     if (!std::getline(std::cin, line)) break;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit") break;
-    if (line.empty()) continue;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines
     const ChatTurn turn = chat.send(line, o.max_tokens, [&](const std::string& piece) {
       if (!o.json) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);

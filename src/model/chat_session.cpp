@@ -102,7 +102,7 @@ std::vector<int32_t> ChatSession::delta_for(const std::vector<ChatMessage>& with
   // The new user turn starts right after the last close before its content.
   std::string close = close_;
   const std::string_view user = trimmed(with_user.back().content);
-  const size_t user_at = user.empty() ? full.size() : full.rfind(user);
+  const size_t user_at = full.rfind(user);  // send() refuses a blank turn
   const size_t close_at = user_at == std::string::npos || user_at < close.size() || close.empty()
                               ? std::string::npos
                               : full.rfind(close, user_at - close.size());
@@ -132,7 +132,9 @@ std::vector<int32_t> ChatSession::delta_for(const std::vector<ChatMessage>& with
 
 ChatTurn ChatSession::send(std::string_view user, size_t max_tokens,
                            const std::function<void(const std::string&)>& on_piece) {
-  if (user.empty()) throw_invalid(kComponent, "empty user turn", "\"\"", "some text");
+  if (trimmed(user).empty()) {
+    throw_invalid(kComponent, "empty user turn", "\"" + std::string(user) + "\"", "some text");
+  }
   const size_t n_ctx = model_->config().n_ctx;
   std::vector<ChatMessage> with_user = messages_;
   with_user.push_back({"user", std::string(user)});

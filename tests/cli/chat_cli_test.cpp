@@ -82,13 +82,13 @@ TEST(ChatCli, MultiTurnJsonWithinBudgetAndEofEndsCleanly) {
                            "--decode-interval 4 --max-tokens 5 --json --quiet --threads 1";
   const std::string input =
       "The pass key is 71432. Remember it, and tell me when I ask for it later.\n"
-      "\n"
+      "  \n"
       "What is the capital of France? Answer with one word, please.\n"
       "What was the pass key that I gave you at the start?\n";
   const CliResult r = run_cli_input(args, input, dir);  // ends at EOF
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::vector<json> turns = json_lines(r.out);
-  ASSERT_EQ(turns.size(), 3u) << r.out;  // the empty line is skipped
+  ASSERT_EQ(turns.size(), 3u) << r.out;  // the blank line is skipped
   size_t n_past = 0;
   for (size_t i = 0; i < turns.size(); ++i) {
     const json& t = turns[i];

@@ -224,6 +224,7 @@ TEST(ChatSession, ContextOverflowIsAnErrorAndLeavesTheSession) {
   EXPECT_EQ(chat.history(), before);
   EXPECT_EQ(chat.session()->n_past(), before.size());
   EXPECT_THROW(chat.send("", 0), std::invalid_argument);
+  EXPECT_THROW(chat.send(" \n ", 0), std::invalid_argument);
 }
 
 TEST(ChatSession, ModelWithoutTemplateIsANamedError) {
