@@ -109,7 +109,8 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   registry()[&app] = &o;
   o.methods = spec.default_methods.empty() ? "snapkv" : spec.default_methods;
   o.keep = spec.default_keep;
-  const std::string group = "Cache options (the same in run, eval, bench, demo, select, compress)";
+  const std::string group =
+      "Cache options (the same in run, chat, eval, bench, demo, select, compress)";
   if (spec.methods == MethodArity::one) {
     app.add_option("--method", o.methods, std::string("Cache method: ") + kMethodHelp)
         ->capture_default_str()

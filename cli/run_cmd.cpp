@@ -4,7 +4,9 @@
 //
 // Prints the generated text (streamed to stdout), then one stats line: prompt tokens, kept rows
 // per layer (min/mean/max), KV bytes vs an fp16 cache of every token, prefill and decode tokens/s.
-// --json prints one JSON object instead. Logs go to stderr.
+// --json prints one JSON object instead. Logs go to stderr. --chat renders the prompt as one user
+// message (after an optional --system message) with the model's chat template and stops at any
+// end-of-generation token; a model without a recognised template is an error naming the families.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include "command.h"
 #include "snapkv/eval/methods.h"
 #include "snapkv/kv/config.h"
+#include "snapkv/model/chat_template.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/model/tokenizer.h"
@@ -41,6 +44,8 @@ struct RunOptions {
   uint64_t seed = 0;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  bool chat = false;   // render the prompt as one user message with the model's chat template
+  std::string system;  // --system (with --chat)
 };
 
 // "12.34 MiB", or KiB below one MiB.
@@ -60,6 +65,9 @@ int run_generate(RunOptions& o) {
   if (o.prompt.empty() == o.prompt_file.empty()) {
     throw_invalid("run", "prompt source", o.prompt.empty() ? "none" : "both",
                   "exactly one of --prompt or --prompt-file");
+  }
+  if (!o.system.empty() && !o.chat) {
+    throw_invalid("run", "--system without --chat", "--system", "--chat --system TEXT");
   }
   snapkv::cli::apply_threads("run", o.cache.threads);
   snapkv::cli::CacheOptions cache_options = o.cache;
@@ -97,7 +105,26 @@ int run_generate(RunOptions& o) {
       o.prompt_file.empty()
           ? o.prompt
           : snapkv::cli::read_text_file("run", o.prompt_file, mc.n_ctx * longest_piece);
-  const std::vector<int32_t> prompt = tokenizer.encode(text);
+  std::vector<int32_t> prompt;
+  if (o.chat) {
+    // One user message (after --system) rendered with the model's template and the generation
+    // prompt; the render carries the special-token texts (and BOS where the template writes it):
+    // parsed, nothing added, as llama.cpp tokenizes templated text.
+    const ChatTemplate chat_template = [&] {
+      try {
+        return ChatTemplate::from_gguf(model.file());
+      } catch (const RuntimeError& e) {
+        throw RuntimeError(std::string(e.what()) + " (drop --chat to use the prompt as raw text)");
+      }
+    }();
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", text});
+    prompt = tokenizer.encode(chat_template.render(messages), /*add_special=*/false,
+                              /*parse_special=*/true);
+  } else {
+    prompt = tokenizer.encode(text);
+  }
   if (prompt.empty()) throw_invalid("run", "empty prompt", "0 tokens", ">= 1 token");
   if (prompt.size() > mc.n_ctx) {
     throw_invalid(
@@ -120,7 +147,7 @@ int run_generate(RunOptions& o) {
   std::string out_text;
   while (generated.size() < o.max_tokens) {
     const int32_t token = sampler.sample(logits);
-    if (token == tokenizer.eos()) break;
+    if (tokenizer.is_eog(token)) break;  // eos, or a turn's end ("<|eot_id|>", "<|im_end|>")
     generated.push_back(token);
     const std::string piece = tokenizer.token_to_piece(token);
     out_text += piece;
@@ -218,6 +245,10 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--seed", o->seed, "Sampler and random-policy seed")->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json, "the text, tokens and cache statistics");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      sub.add_flag("--chat", o->chat,
+                   "Render --prompt as one user message with the model's chat template "
+                   "(tokenizer.chat_template: Llama 3, ChatML / Qwen, Mistral [INST])");
+      sub.add_option("--system", o->system, "System message (with --chat)");
       return [o] { return run_generate(*o); };
     }};
 

@@ -1,0 +1,203 @@
+// `snapkv chat`: a multi-turn conversation in one compressed KV cache.
+//
+//   printf 'Hello\nAnd then?\n' | snapkv chat --model M.gguf --system "Be brief." --budget 256
+//
+// Reads one user turn per line from stdin (an interactive terminal or a pipe); "/exit" or the end
+// of input ends the chat (exit 0). Each turn is rendered with the model's chat template
+// (tokenizer.chat_template: Llama 3, ChatML / Qwen, Mistral [INST]) and only the new part is
+// appended to the one session (model/chat_session.h). The reply is streamed to stdout followed by
+// a newline; a stats line per turn goes to stderr. With --json, one JSON object per turn on stdout
+// (one line each) instead.
+//
+// Compression: the first turn is the prompt (compressed to --budget by --method, at its end or per
+// chunk as --chunk-mode says). Later turns and replies are appended under the decode-time budget:
+// --decode-budget when given, else --budget itself, so the cache never holds more than the budget
+// per KV head after a turn; the configured method re-selects the rows (every --decode-interval
+// appended tokens) with the newest queries as its window. Method full keeps everything.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cache_options.h"
+#include "command.h"
+#include "snapkv/eval/methods.h"
+#include "snapkv/kv/config.h"
+#include "snapkv/model/chat_session.h"
+#include "snapkv/model/chat_template.h"
+#include "snapkv/model/kvzip.h"
+#include "snapkv/model/llama.h"
+#include "snapkv/model/sampler.h"
+#include "snapkv/model/tokenizer.h"
+#include "snapkv/util/error.h"
+
+namespace {
+
+struct ChatCmdOptions {
+  std::string model;
+  std::string system;
+  snapkv::cli::CacheOptions cache;
+  size_t max_tokens = 256;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  bool json = false;
+  bool quiet = false;
+};
+
+// Kept rows per KV head over the layers: min, mean, max.
+struct KeptRows {
+  size_t min = 0, max = 0;
+  double mean = 0.0;
+};
+
+KeptRows kept_rows(const snapkv::LlamaSession& session) {
+  KeptRows k;
+  k.min = SIZE_MAX;
+  size_t n = 0;
+  for (const snapkv::LayerCache& cache : session.caches()) {
+    for (size_t h = 0; h < cache.dims().n_kv_heads; ++h) {
+      const size_t rows = cache.size(h);
+      k.min = std::min(k.min, rows);
+      k.max = std::max(k.max, rows);
+      k.mean += static_cast<double>(rows);
+      ++n;
+    }
+  }
+  if (n == 0) k.min = 0;
+  k.mean /= static_cast<double>(std::max<size_t>(n, 1));
+  return k;
+}
+
+int run_chat(ChatCmdOptions& o) {
+  using namespace snapkv;
+  snapkv::cli::apply_threads("chat", o.cache.threads);
+  if (!o.cache.keep.empty()) {
+    throw_invalid("chat", "--keep needs a known prompt length", "--keep " + o.cache.keep,
+                  "--budget N (the conversation grows turn by turn)");
+  }
+  snapkv::cli::CacheOptions cache_options = o.cache;
+  cache_options.seed = o.seed;
+  const eval::Method method = cache_options.single_method();
+  CacheConfig config = cache_options.config_for(method, cache_options.budget);
+  // Later turns are appended under a decode-time budget: the one given, else the budget itself.
+  if (config.decode_budget == 0 && config.policy != PolicyKind::full) {
+    config.decode_budget = config.budget;
+    try {
+      config.validate();
+    } catch (const std::invalid_argument&) {
+      throw_invalid("chat", "--budget too small to re-select during the chat",
+                    "--budget " + std::to_string(config.budget),
+                    ">= sinks + decode-interval (+ window with --keep-window) = " +
+                        std::to_string(config.n_sink + config.decode_interval +
+                                       (config.keep_window ? config.window : 0)));
+    }
+  }
+  SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
+  sampler_config.validate();
+
+  const LlamaModel model = LlamaModel::load(o.model);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
+  ChatTemplate chat_template = [&] {
+    try {
+      return ChatTemplate::from_gguf(model.file());
+    } catch (const RuntimeError& e) {
+      throw RuntimeError(std::string(e.what()) +
+                         " (snapkv chat needs one; `snapkv run --prompt` takes raw text)");
+    }
+  }();
+  if (!o.quiet) {
+    std::fprintf(stderr, "[chat] %s: %s template, method %s, budget %zu, decode budget %zu\n",
+                 o.model.c_str(), std::string(to_string(chat_template.family())).c_str(),
+                 method.name.c_str(), config.budget, config.decode_budget);
+  }
+  ChatSession chat(
+      model, tokenizer, std::move(chat_template), config,
+      SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}},
+      sampler_config, o.system);
+
+  const bool interactive = ::isatty(STDIN_FILENO) == 1;
+  std::string line;
+  size_t turn_index = 0;
+  for (;;) {
+    if (interactive) {
+      std::fputs("> ", stderr);
+      std::fflush(stderr);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/exit") break;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines
+    const ChatTurn turn = chat.send(line, o.max_tokens, [&](const std::string& piece) {
+      if (!o.json) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    });
+    ++turn_index;
+    const LlamaSession& session = *chat.session();
+    const CacheStats stats = session.cache_stats();
+    const KeptRows kept = kept_rows(session);
+    if (o.json) {
+      nlohmann::json j;
+      j["turn"] = turn_index;
+      j["reply"] = turn.reply;
+      j["tokens"] = turn.generated;
+      j["stop"] = to_string(turn.stop);
+      j["fed_tokens"] = turn.fed.size();
+      j["canonical"] = turn.canonical;
+      j["n_past"] = session.n_past();
+      j["kept_rows"] = {{"min", kept.min}, {"mean", kept.mean}, {"max", kept.max}};
+      j["kv_bytes"] = stats.bytes_stored;
+      j["kv_bytes_full_fp16"] = stats.bytes_full_fp16;
+      j["budget"] = config.budget;
+      j["decode_budget"] = config.decode_budget;
+      // Generated bytes need not be valid UTF-8: invalid sequences are replaced.
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    } else {
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      if (!o.quiet) {
+        std::fprintf(stderr,
+                     "[chat] turn %zu: +%zu tokens, generated %zu (%s) | %zu tokens seen | kept "
+                     "rows/head min %zu mean %.1f max %zu | KV %zu bytes vs %zu full fp16\n",
+                     turn_index, turn.fed.size(), turn.generated.size(),
+                     std::string(to_string(turn.stop)).c_str(), session.n_past(), kept.min,
+                     kept.mean, kept.max, stats.bytes_stored, stats.bytes_full_fp16);
+      }
+    }
+  }
+  return 0;
+}
+
+snapkv::cli::RegisterCommand reg{
+    "chat", "Multi-turn chat in one compressed KV cache (the model's chat template)",
+    [](CLI::App& sub) -> snapkv::cli::Action {
+      auto o = std::make_shared<ChatCmdOptions>();
+      sub.footer(
+          "Example:\n  printf 'Hello\\nAnd then?\\n' | snapkv chat --model M.gguf --budget 256\n"
+          "One user turn per line on stdin; /exit or end of input ends the chat. The model's\n"
+          "tokenizer.chat_template must be a Llama 3, ChatML / Qwen or Mistral [INST] template.\n"
+          "The first turn is compressed to --budget like run's prompt; later turns and replies\n"
+          "are kept under --decode-budget (default: --budget), re-selected by --method.");
+      sub.add_option("--model", o->model, "GGUF model file with a chat template")->required();
+      sub.add_option("--system", o->system, "System message");
+      snapkv::cli::add_cache_options(sub, o->cache, {});
+      sub.add_option("--max-tokens", o->max_tokens,
+                     "Tokens per reply (stops at an end-of-generation token)")
+          ->capture_default_str();
+      sub.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+      sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();
+      sub.add_option("--seed", o->seed, "Sampler and random-policy seed")->capture_default_str();
+      sub.add_flag("--json", o->json,
+                   "One JSON object per turn on stdout (reply, tokens, kept rows, KV bytes)");
+      sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      return [o] { return run_chat(*o); };
+    }};
+
+}  // namespace

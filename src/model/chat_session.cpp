@@ -1,0 +1,193 @@
+// ChatSession: a conversation in one LlamaSession (include/snapkv/model/chat_session.h).
+#include "snapkv/model/chat_session.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+constexpr const char* kComponent = "chat";
+
+// The text the template writes right after an assistant message's content, before the next
+// user turn ("<|im_end|>\n", "<|eot_id|>", "</s>"): what follows the reply both when it ends the
+// conversation and when a user turn follows (the common part; Llama 3.0 templates always append
+// the generation prompt, Qwen 3 adds reasoning blocks, so neither render alone tells).
+std::string assistant_close(const ChatTemplate& t, const ChatOptions& options) {
+  const std::string reply = "snapkv-probe-reply", next = "snapkv-probe-next";
+  ChatOptions o = options;
+  o.add_generation_prompt = false;
+  const std::vector<ChatMessage> last = {{"user", "snapkv-probe-user"}, {"assistant", reply}};
+  std::vector<ChatMessage> more = last;
+  more.push_back({"user", next});
+  const std::string a = t.render(last, o), b = t.render(more, o);
+  const size_t at_a = a.rfind(reply), at_b = b.rfind(reply), end_b = b.rfind(next);
+  if (at_a == std::string::npos || at_b == std::string::npos || end_b == std::string::npos ||
+      end_b < at_b) {
+    throw_runtime(kComponent, "the template does not write the turns it is given",
+                  "a render without the reply or the next user turn", "both, in order");
+  }
+  const std::string_view after_a = std::string_view(a).substr(at_a + reply.size());
+  const std::string_view after_b =
+      std::string_view(b).substr(at_b + reply.size(), end_b - at_b - reply.size());
+  size_t n = 0;
+  while (n < after_a.size() && n < after_b.size() && after_a[n] == after_b[n]) ++n;
+  return std::string(after_a.substr(0, n));
+}
+
+// The user text as the templates write it (Llama 3 trims every message).
+std::string_view trimmed(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string_view to_string(ChatStop stop) {
+  switch (stop) {
+    case ChatStop::eog:
+      return "eog";
+    case ChatStop::max_tokens:
+      return "max_tokens";
+    case ChatStop::context:
+      return "context";
+  }
+  return "invalid";
+}
+
+ChatSession::ChatSession(const LlamaModel& model, const Tokenizer& tokenizer,
+                         ChatTemplate chat_template, const CacheConfig& config,
+                         SessionOptions options, SamplerConfig sampler, std::string system,
+                         ChatOptions chat_options)
+    : model_(&model),
+      tokenizer_(&tokenizer),
+      template_(std::move(chat_template)),
+      config_(config),
+      options_(std::move(options)),
+      sampler_((sampler.validate(), sampler)),
+      chat_options_(std::move(chat_options)) {
+  config_.validate();
+  if (tokenizer.n_vocab() != model.config().n_vocab) {
+    throw_invalid(kComponent, "tokenizer and model vocabularies differ",
+                  std::to_string(tokenizer.n_vocab()) + " tokens",
+                  std::to_string(model.config().n_vocab) + " (the model's vocab size)");
+  }
+  chat_options_.add_generation_prompt = true;
+  close_ = assistant_close(template_, chat_options_);
+  if (!system.empty()) messages_.push_back({"system", std::move(system)});
+}
+
+std::vector<int32_t> ChatSession::tokenize(std::string_view text) const {
+  // The rendered text carries the special-token texts (and BOS where the template writes it):
+  // parse them, add nothing (llama.cpp's handling of templated text).
+  return tokenizer_->encode(text, /*add_special=*/false, /*parse_special=*/true);
+}
+
+std::vector<int32_t> ChatSession::delta_for(const std::vector<ChatMessage>& with_user,
+                                            bool& canonical) const {
+  const std::string full = template_.render(with_user, chat_options_);
+  const std::vector<int32_t> tokens = tokenize(full);
+  std::vector<int32_t> seen = history_;
+  if (pending_) seen.push_back(*pending_);
+  if (tokens.size() > seen.size() && std::equal(seen.begin(), seen.end(), tokens.begin())) {
+    canonical = true;
+    return {tokens.begin() + static_cast<std::ptrdiff_t>(history_.size()), tokens.end()};
+  }
+  canonical = false;
+  // The new user turn starts right after the last close before its content.
+  std::string close = close_;
+  const std::string_view user = trimmed(with_user.back().content);
+  const size_t user_at = full.rfind(user);  // send() refuses a blank turn
+  const size_t close_at = user_at == std::string::npos || user_at < close.size() || close.empty()
+                              ? std::string::npos
+                              : full.rfind(close, user_at - close.size());
+  if (close_at == std::string::npos) {
+    throw_runtime(kComponent, "cannot find where the new user turn starts in the render",
+                  "no '" + close + "' before the user's text",
+                  "a template that closes assistant turns before the next user turn");
+  }
+  const size_t delta_at = close_at + close.size();
+  std::vector<int32_t> out;
+  if (pending_) {
+    if (tokenizer_->is_eog(*pending_)) {
+      // The model ended its turn: its end token stands for the template's when it is that text.
+      const std::string piece = tokenizer_->token_to_piece(*pending_, /*special=*/true);
+      if (!piece.empty() && close.compare(0, piece.size(), piece) == 0) {
+        out.push_back(*pending_);
+        close.erase(0, piece.size());
+      }
+    } else {
+      out.push_back(*pending_);  // the reply's last token (stopped at max_tokens)
+    }
+  }
+  for (const int32_t t : tokenize(close)) out.push_back(t);
+  for (const int32_t t : tokenize(std::string_view(full).substr(delta_at))) out.push_back(t);
+  return out;
+}
+
+ChatTurn ChatSession::send(std::string_view user, size_t max_tokens,
+                           const std::function<void(const std::string&)>& on_piece) {
+  if (trimmed(user).empty()) {
+    throw_invalid(kComponent, "empty user turn", "\"" + std::string(user) + "\"", "some text");
+  }
+  const size_t n_ctx = model_->config().n_ctx;
+  std::vector<ChatMessage> with_user = messages_;
+  with_user.push_back({"user", std::string(user)});
+
+  ChatTurn turn;
+  if (!session_) {
+    turn.fed = tokenize(template_.render(with_user, chat_options_));
+    if (turn.fed.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
+    if (turn.fed.size() > n_ctx) {
+      throw_invalid(kComponent, "first turn longer than the model's context",
+                    std::to_string(turn.fed.size()) + " tokens", "<= " + std::to_string(n_ctx));
+    }
+    session_.emplace(*model_, config_, options_);
+    logits_ = session_->prefill(turn.fed);
+  } else {
+    turn.fed = delta_for(with_user, turn.canonical);
+    if (history_.size() + turn.fed.size() > n_ctx) {
+      throw_invalid(
+          kComponent, "the conversation passed the model's context",
+          std::to_string(history_.size()) + " + " + std::to_string(turn.fed.size()) + " tokens",
+          "<= " + std::to_string(n_ctx) + " (start a new chat)");
+    }
+    logits_ = session_->extend(turn.fed);
+  }
+  history_.insert(history_.end(), turn.fed.begin(), turn.fed.end());
+  pending_.reset();
+
+  for (;;) {
+    if (turn.generated.size() >= max_tokens) {
+      turn.stop = ChatStop::max_tokens;
+      break;
+    }
+    const int32_t token = sampler_.sample(logits_);
+    if (tokenizer_->is_eog(token)) {
+      pending_ = token;
+      turn.stop = ChatStop::eog;
+      break;
+    }
+    turn.generated.push_back(token);
+    const std::string piece = tokenizer_->token_to_piece(token);
+    turn.reply += piece;
+    if (on_piece) on_piece(piece);
+    if (turn.generated.size() == max_tokens || history_.size() >= n_ctx) {
+      pending_ = token;  // fed with the next turn
+      turn.stop = turn.generated.size() == max_tokens ? ChatStop::max_tokens : ChatStop::context;
+      break;
+    }
+    logits_ = session_->decode(token);
+    history_.push_back(token);
+  }
+  messages_ = std::move(with_user);
+  messages_.push_back({"assistant", turn.reply});
+  return turn;
+}
+
+}  // namespace snapkv

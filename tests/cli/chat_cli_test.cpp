@@ -1,0 +1,152 @@
+// `snapkv chat` and `snapkv run --chat` through the built binary, on the shipped tiny model with a
+// chat template added (tests/model/chat_model_util.h) and without one (the named error).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../model/chat_model_util.h"
+#include "cli_test_util.h"
+
+namespace {
+
+using nlohmann::json;
+using snapkv::clitest::CliResult;
+using snapkv::clitest::TempDir;
+
+// run_cli with stdin from `input` (the test's text written to a file).
+CliResult run_cli_input(const std::string& args, const std::string& input, const TempDir& dir) {
+  const std::string in = dir.file("stdin.txt"), out = dir.file("stdout.txt"),
+                    err = dir.file("stderr.txt");
+  {
+    std::ofstream f(in, std::ios::binary);
+    f << input;
+  }
+  const std::string cmd = std::string("'") + SNAPKV_CLI_PATH + "' " + args + " <'" + in + "' >'" +
+                          out + "' 2>'" + err + "'";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = snapkv::clitest::read_text(out);
+  r.err = snapkv::clitest::read_text(err);
+  return r;
+}
+
+std::string write_chat_model(const TempDir& dir) {
+  const std::string path = dir.file("chat.gguf");
+  const std::vector<uint8_t> bytes =
+      snapkv::testing::tiny_model_with_template(snapkv::testing::kMistralTemplate);
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(json::parse(line));
+  }
+  return lines;
+}
+
+const std::string kShipped = std::string(SNAPKV_SOURCE_DIR) + "/models/snapkv-tiny4.gguf";
+
+TEST(ChatCli, ModelWithoutTemplateIsANamedError) {
+  TempDir dir("chat_cli");
+  CliResult r = run_cli_input("chat --model '" + kShipped + "' --quiet", "hello\n", dir);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("no tokenizer.chat_template"), std::string::npos) << r.err;
+  r = run_cli_input("run --model '" + kShipped + "' --chat --prompt hello --quiet", "", dir);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("no tokenizer.chat_template"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("drop --chat"), std::string::npos) << r.err;
+  // Without --chat the same model runs.
+  r = run_cli_input("run --model '" + kShipped + "' --prompt hello --max-tokens 2 --quiet", "",
+                    dir);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run_cli_input("run --model '" + kShipped + "' --system hi --prompt hello --quiet", "", dir);
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--system without --chat"), std::string::npos) << r.err;
+}
+
+TEST(ChatCli, MultiTurnJsonWithinBudgetAndEofEndsCleanly) {
+  TempDir dir("chat_cli");
+  const std::string model = write_chat_model(dir);
+  const std::string args = "chat --model '" + model +
+                           "' --system 'Be brief.' --budget 48 --window 8 --kernel 5 "
+                           "--decode-interval 4 --max-tokens 5 --json --quiet --threads 1";
+  const std::string input =
+      "The pass key is 71432. Remember it, and tell me when I ask for it later.\n"
+      "  \n"
+      "What is the capital of France? Answer with one word, please.\n"
+      "What was the pass key that I gave you at the start?\n";
+  const CliResult r = run_cli_input(args, input, dir);  // ends at EOF
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 3u) << r.out;  // the blank line is skipped
+  size_t n_past = 0;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const json& t = turns[i];
+    EXPECT_EQ(t["turn"], i + 1);
+    EXPECT_LE(t["kept_rows"]["max"].get<size_t>(), 48u) << t.dump();
+    EXPECT_EQ(t["budget"], 48);
+    EXPECT_EQ(t["decode_budget"], 48);  // the budget, as --decode-budget was not given
+    EXPECT_LE(t["tokens"].size(), 5u);
+    EXPECT_GT(t["n_past"].get<size_t>(), n_past);
+    n_past = t["n_past"].get<size_t>();
+    EXPECT_GT(t["kv_bytes"].get<size_t>(), 0u);
+    EXPECT_LT(t["kv_bytes"].get<size_t>(), t["kv_bytes_full_fp16"].get<size_t>());
+  }
+  EXPECT_GT(n_past, 48u);  // the conversation passed the budget
+
+  // /exit ends early with exit 0; the same first turn gives the same reply (greedy).
+  const CliResult r2 =
+      run_cli_input(args, input.substr(0, input.find('\n') + 1) + "/exit\nnever\n", dir);
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  const std::vector<json> turns2 = json_lines(r2.out);
+  ASSERT_EQ(turns2.size(), 1u) << r2.out;
+  EXPECT_EQ(turns2[0]["reply"], turns[0]["reply"]);
+}
+
+TEST(ChatCli, TextModeAndRunChat) {
+  TempDir dir("chat_cli");
+  const std::string model = write_chat_model(dir);
+  const CliResult r = run_cli_input("chat --model '" + model + "' --max-tokens 3 --threads 1",
+                                    "hello there\n", dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("[chat] turn 1:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mistral template"), std::string::npos) << r.err;
+  // run --chat: the rendered prompt is "<s>[INST] hello there [/INST]" (BOS parsed, not added
+  // twice): more prompt tokens than the raw text, and exactly one BOS.
+  const std::string run = "run --model '" + model +
+                          "' --prompt 'hello there' --max-tokens 2 "
+                          "--quiet --threads 1 --json";
+  const CliResult raw = run_cli_input(run, "", dir);
+  const CliResult chat = run_cli_input(run + " --chat", "", dir);
+  ASSERT_EQ(raw.rc, 0) << raw.err;
+  ASSERT_EQ(chat.rc, 0) << chat.err;
+  const json jr = json::parse(raw.out), jc = json::parse(chat.out);
+  EXPECT_GT(jc["prompt_tokens"].get<size_t>(), jr["prompt_tokens"].get<size_t>());
+  const CliResult ids =
+      run_cli_input("tokenize --model '" + model +
+                        "' --parse-special --no-bos --text '<s>[INST] hello there [/INST]'",
+                    "", dir);
+  ASSERT_EQ(ids.rc, 0) << ids.err;
+  const json expected = json::parse(ids.out);
+  EXPECT_EQ(jc["prompt_tokens"].get<size_t>(), expected.size()) << ids.out;
+}
+
+TEST(ChatCli, KeepIsRefused) {
+  TempDir dir("chat_cli");
+  const std::string model = write_chat_model(dir);
+  const CliResult r = run_cli_input("chat --model '" + model + "' --keep 0.5 --quiet", "hi\n", dir);
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--keep"), std::string::npos) << r.err;
+}
+
+}  // namespace
