@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "snapkv/eval/method_loop.h"
+#include "snapkv/eval/run_metrics.h"
 #include "snapkv/eval/scoring.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
@@ -19,29 +22,21 @@ std::string num(size_t v) {
   return std::to_string(v);
 }
 
-// Running sums of one (task, method, keep) cell.
+// Running sums of one (task, method, keep) cell: the cache figures (RunMetrics) and the task's.
 struct CellSums {
-  double score = 0.0, budget = 0.0, kept = 0.0, bytes = 0.0, bytes_full = 0.0, generated = 0.0;
-  double bytes_prompt = 0.0, bytes_full_prompt = 0.0;
-  double prefill_s = 0.0, decode_s = 0.0;
-  size_t prompt_tokens = 0, decode_steps = 0, n = 0;
+  RunMetrics metrics;
+  double score = 0.0, generated = 0.0, decode_s = 0.0;
+  size_t decode_steps = 0;
   std::vector<SampleRecord> samples;
 
   void add(const SampleRun& run, size_t budget_rows, size_t index,
            const std::vector<std::string>& answers) {
+    metrics.add(budget_rows, run.after_prompt, run.after_decode, run.prefill_seconds,
+                run.prompt_tokens);
     score += run.score;
-    budget += static_cast<double>(budget_rows);
-    kept += static_cast<double>(run.after_prompt.tokens_kept);
-    bytes += static_cast<double>(run.after_decode.bytes_stored);
-    bytes_full += static_cast<double>(run.after_decode.bytes_full_fp16);
-    bytes_prompt += static_cast<double>(run.after_prompt.bytes_stored);
-    bytes_full_prompt += static_cast<double>(run.after_prompt.bytes_full_fp16);
     generated += static_cast<double>(run.generated.size());
-    prefill_s += run.prefill_seconds;
     decode_s += run.decode_seconds;
-    prompt_tokens += run.prompt_tokens;
     decode_steps += run.decode_steps;
-    ++n;
     SampleRecord r;
     r.index = index;
     r.score = run.score;
@@ -55,28 +50,29 @@ struct CellSums {
   }
 
   CellResult finish(std::string task, std::string method, double keep, bool independent) const {
+    const RunMetrics& m = metrics;
     CellResult c;
     c.task = std::move(task);
     c.method = std::move(method);
     c.keep = keep;
     c.keep_independent = independent;
-    c.n = n;
-    const double dn = n == 0 ? 1.0 : static_cast<double>(n);
+    c.n = m.runs;
+    const double dn = m.divisor();
     c.accuracy = 100.0 * score / dn;
-    c.mean_prompt_tokens = static_cast<double>(prompt_tokens) / dn;
-    c.mean_budget = budget / dn;
-    c.mean_kept_rows = kept / dn;
-    c.mean_kv_bytes = bytes / dn;
-    c.mean_kv_bytes_full_fp16 = bytes_full / dn;
-    c.kv_fraction = bytes_full > 0 ? bytes / bytes_full : 0.0;
-    c.mean_kv_bytes_prompt = bytes_prompt / dn;
-    c.mean_kv_bytes_full_fp16_prompt = bytes_full_prompt / dn;
-    c.kv_fraction_prompt = bytes_full_prompt > 0 ? bytes_prompt / bytes_full_prompt : 0.0;
-    c.prefill_seconds = prefill_s;
+    c.mean_prompt_tokens = static_cast<double>(m.prefill_tokens) / dn;
+    c.mean_budget = m.mean_budget();
+    c.mean_kept_rows = m.mean_kept_rows();
+    c.mean_kv_bytes = m.mean_kv_bytes();
+    c.mean_kv_bytes_full_fp16 = m.mean_kv_bytes_full_fp16();
+    c.kv_fraction = m.kv_fraction();
+    c.mean_kv_bytes_prompt = m.mean_kv_bytes_prompt();
+    c.mean_kv_bytes_full_fp16_prompt = m.mean_kv_bytes_full_fp16_prompt();
+    c.kv_fraction_prompt = m.kv_fraction_prompt();
+    c.prefill_seconds = m.prefill_seconds;
     c.decode_seconds = decode_s;
-    c.prompt_tokens_total = prompt_tokens;
+    c.prompt_tokens_total = m.prefill_tokens;
     c.decode_steps_total = decode_steps;
-    c.prefill_tok_s = prefill_s > 0 ? static_cast<double>(prompt_tokens) / prefill_s : 0.0;
+    c.prefill_tok_s = m.prefill_tok_s();
     c.decode_tok_s = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0.0;
     c.mean_generated = generated / dn;
     c.samples = samples;
@@ -197,35 +193,21 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
   return run;
 }
 
-std::string shared_prefill_key(const CacheConfig& c) {
-  if (c.chunk_mode != ChunkMode::end_of_prompt) return {};
-  return std::string(to_string(c.codec)) + "/" + num(c.kivi_group) + "/" + num(c.kivi_residual) +
-         "/" + num(c.kivi_fp16_sinks) + "/w" + num(c.window);
-}
-
-CacheConfig shared_prefill_config(const CacheConfig& target, size_t prompt_tokens) {
-  CacheConfig base = target;
-  base.policy = PolicyKind::snapkv;
-  base.query_source = QuerySource::auto_select;  // keeps the window's queries for every target
-  base.chunk_mode = ChunkMode::end_of_prompt;
-  base.budget = std::max(base.budget, prompt_tokens);
-  return base;
-}
-
-std::map<std::string, size_t> shared_prefill_runs(const std::vector<Method>& methods,
-                                                  size_t n_keeps, bool share) {
-  std::map<std::string, size_t> runs;
+std::map<ForkKey, size_t> shared_prefill_runs(const std::vector<Method>& methods, size_t n_keeps,
+                                              bool share) {
+  std::map<ForkKey, size_t> runs;
   if (!share) return runs;
   for (const Method& method : methods) {
-    const std::string key = shared_prefill_key(method.config);
-    if (!key.empty()) runs[key] += method.uses_keep ? n_keeps : 1;
+    if (const std::optional<ForkKey> key = fork_key(method.config)) {
+      runs[*key] += method.uses_keep ? n_keeps : 1;
+    }
   }
   return runs;
 }
 
 SharedPrefill::SharedPrefill(const LlamaModel& model, std::span<const int32_t> tokens,
                              const CacheConfig& config, const SessionOptions& options)
-    : session(model, shared_prefill_config(config, tokens.size()), options) {
+    : session(model, fork_base_config(config, tokens.size()), options) {
   Timer timer;
   logits = session.prefill_shared(tokens);
   seconds = timer.seconds();
@@ -275,9 +257,8 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
   results.options = options;
   Timer wall;
 
-  size_t runs_per_sample = 0;
-  for (const Method& m : options.methods) runs_per_sample += m.uses_keep ? options.keeps.size() : 1;
-  const size_t total = options.tasks.size() * options.n * runs_per_sample;
+  const size_t total =
+      options.tasks.size() * options.n * runs_per_item(options.methods, options.keeps.size());
   size_t done = 0;
 
   const TokenCounter counter = [&tokenizer](std::string_view text) {
@@ -310,41 +291,27 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
           room);
       const size_t compressed =
           options.protocol == Protocol::question_agnostic ? prompt.context.size() : prompt.size();
-      // One shared prefill per codec among the end_of_prompt runs of this sample (when more than
-      // one run can use it), built at its first use.
-      const std::map<std::string, size_t> runs_per_codec =
-          shared_prefill_runs(options.methods, options.keeps.size(), options.share_prefill);
-      std::map<std::string, std::unique_ptr<SharedPrefill>> shared;
-      for (size_t m = 0; m < options.methods.size(); ++m) {
-        const Method& method = options.methods[m];
-        const size_t n_keeps = method.uses_keep ? options.keeps.size() : 1;
-        for (size_t k = 0; k < n_keeps; ++k) {
-          CacheConfig config = method.config;
-          // Policy full ignores the budget; the recorded budget is then every compressed token.
-          config.budget = method.uses_keep ? budget_for(options.keeps[k], compressed, config)
-                                           : std::max(compressed, config.budget);
-          const std::string key = shared_prefill_key(config);
-          const auto it = runs_per_codec.find(key);
-          SampleRun run;
-          if (it != runs_per_codec.end() && it->second > 1) {
-            std::unique_ptr<SharedPrefill>& base = shared[key];
-            if (!base) base = std::make_unique<SharedPrefill>(model, prompt, config, settings);
-            run = run_sample(*base, tokenizer, prompt, sample.answers, config, settings);
-          } else {
-            run = run_sample(model, tokenizer, prompt, sample.answers, config, settings);
-          }
-          sums[m][k].add(run, config.budget, i, sample.answers);
-          ++done;
-          if (progress) progress(done, total);
-        }
-      }
+      // One shared prefill per fork key among the end_of_prompt runs of this sample (when more
+      // than one run can use it), built at its first use.
+      const auto make_shared = [&](const CacheConfig& config) {
+        return std::make_unique<SharedPrefill>(model, prompt, config, settings);
+      };
+      for_each_method_run(
+          options.methods, options.keeps, compressed, options.share_prefill, make_shared,
+          [&](size_t m, size_t k, const CacheConfig& config, const SharedPrefill* base) {
+            const SampleRun run =
+                base != nullptr
+                    ? run_sample(*base, tokenizer, prompt, sample.answers, config, settings)
+                    : run_sample(model, tokenizer, prompt, sample.answers, config, settings);
+            sums[m][k].add(run, config.budget, i, sample.answers);
+            ++done;
+            if (progress) progress(done, total);
+          });
     }
     const std::string task_name_str(task_name(task));
     const size_t first_cell = results.cells.size();
-    const CellSums* full = nullptr;
-    for (size_t m = 0; m < options.methods.size(); ++m) {
-      if (options.methods[m].name == "full") full = &sums[m][0];
-    }
+    const std::optional<size_t> full_index = full_method_index(options.methods);
+    const CellSums* full = full_index ? &sums[*full_index][0] : nullptr;
     for (size_t m = 0; m < options.methods.size(); ++m) {
       const Method& method = options.methods[m];
       for (size_t k = 0; k < options.keeps.size(); ++k) {

@@ -4,12 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "snapkv/eval/harness.h"
+#include "snapkv/eval/method_loop.h"
+#include "snapkv/eval/run_metrics.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/timer.h"
@@ -109,14 +110,14 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
   results.stream_tokens = stream.size();
   Timer wall;
 
-  size_t total = 0;
-  for (const Method& m : o.methods) total += (m.uses_keep ? o.keeps.size() : 1) * o.n_windows;
+  const size_t total = runs_per_item(o.methods, o.keeps.size()) * o.n_windows;
   size_t done = 0;
 
+  // Running sums of one (method, keep) cell: the cache figures and the NLL.
   struct Sums {
-    double nll = 0.0, budget = 0.0, kept = 0.0, bytes = 0.0, bytes_full = 0.0, prefill_s = 0.0;
-    double bytes_prefix = 0.0, bytes_full_prefix = 0.0;
-    size_t tokens = 0, windows = 0, prefill_tokens = 0;
+    RunMetrics metrics;
+    double nll = 0.0;
+    size_t tokens = 0;
     std::vector<double> window_nll;
   };
   std::vector<std::vector<Sums>> sums(o.methods.size(), std::vector<Sums>(o.keeps.size()));
@@ -131,93 +132,72 @@ PerplexityResults run_perplexity(const LlamaModel& model, const Tokenizer& token
     prefix.insert(prefix.end(), first, first + static_cast<std::ptrdiff_t>(o.prefix - 1));
     const std::span<const int32_t> continuation(
         &*(first + static_cast<std::ptrdiff_t>(o.prefix - 1)), o.continuation);
-    // One shared prefix prefill per codec when more than one run of the window can fork it.
-    const std::map<std::string, size_t> runs_per_key =
-        shared_prefill_runs(o.methods, o.keeps.size(), o.share_prefill);
-    std::map<std::string, std::unique_ptr<SharedPrefill>> shared;
-    for (size_t m = 0; m < o.methods.size(); ++m) {
-      const Method& method = o.methods[m];
-      const size_t n_keeps = method.uses_keep ? o.keeps.size() : 1;
-      for (size_t k = 0; k < n_keeps; ++k) {
-        CacheConfig config = method.config;
-        config.budget = method.uses_keep ? budget_for(o.keeps[k], o.prefix, config)
-                                         : std::max(o.prefix, config.budget);
-        const std::string key = shared_prefill_key(config);
-        const auto it = runs_per_key.find(key);
-        std::optional<LlamaSession> own;
-        std::vector<float> first_logits;
-        double prefill_s = 0.0;
-        if (it != runs_per_key.end() && it->second > 1) {
-          std::unique_ptr<SharedPrefill>& base = shared[key];
-          if (!base) base = std::make_unique<SharedPrefill>(model, prefix, config, session_options);
-          double fork_s = 0.0;
-          own.emplace(base->fork(config, &fork_s));
-          first_logits = base->logits;
-          prefill_s = base->seconds + fork_s;  // what a dedicated prefill spends
-        } else {
-          own.emplace(model, config, session_options);
-          Timer timer;
-          first_logits = own->prefill(prefix);
-          prefill_s = timer.seconds();
-        }
-        LlamaSession& session = *own;
-        const CacheStats stats = session.cache_stats();
-        std::vector<float> rest;
-        if (o.continuation > 1) {
-          session.extend(continuation.first(o.continuation - 1), &rest);
-        }
-        const CacheStats end = session.cache_stats();
-        const double nll = continuation_nll(first_logits, rest, continuation, n_vocab);
-        Sums& s = sums[m][k];
-        s.nll += nll * static_cast<double>(o.continuation);
-        s.tokens += o.continuation;
-        s.windows += 1;
-        s.window_nll.push_back(nll);
-        s.budget += static_cast<double>(config.budget);
-        s.kept += static_cast<double>(stats.tokens_kept);
-        s.bytes += static_cast<double>(end.bytes_stored);
-        s.bytes_full += static_cast<double>(end.bytes_full_fp16);
-        s.bytes_prefix += static_cast<double>(stats.bytes_stored);
-        s.bytes_full_prefix += static_cast<double>(stats.bytes_full_fp16);
-        s.prefill_s += prefill_s;
-        s.prefill_tokens += prefix.size();
-        ++done;
-        if (progress) progress(done, total);
-      }
-    }
+    // One shared prefix prefill per fork key when more than one run of the window can fork it.
+    const auto make_shared = [&](const CacheConfig& config) {
+      return std::make_unique<SharedPrefill>(model, prefix, config, session_options);
+    };
+    for_each_method_run(
+        o.methods, o.keeps, o.prefix, o.share_prefill, make_shared,
+        [&](size_t m, size_t k, const CacheConfig& config, const SharedPrefill* base) {
+          std::optional<LlamaSession> own;
+          std::vector<float> first_logits;
+          double prefill_s = 0.0;
+          if (base != nullptr) {
+            double fork_s = 0.0;
+            own.emplace(base->fork(config, &fork_s));
+            first_logits = base->logits;
+            prefill_s = base->seconds + fork_s;  // what a dedicated prefill spends
+          } else {
+            own.emplace(model, config, session_options);
+            Timer timer;
+            first_logits = own->prefill(prefix);
+            prefill_s = timer.seconds();
+          }
+          LlamaSession& session = *own;
+          const CacheStats stats = session.cache_stats();
+          std::vector<float> rest;
+          if (o.continuation > 1) {
+            session.extend(continuation.first(o.continuation - 1), &rest);
+          }
+          const CacheStats end = session.cache_stats();
+          const double nll = continuation_nll(first_logits, rest, continuation, n_vocab);
+          Sums& s = sums[m][k];
+          s.metrics.add(config.budget, stats, end, prefill_s, prefix.size());
+          s.nll += nll * static_cast<double>(o.continuation);
+          s.tokens += o.continuation;
+          s.window_nll.push_back(nll);
+          ++done;
+          if (progress) progress(done, total);
+        });
   }
 
-  double full_nll = 0.0;
-  bool has_full = false;
-  for (size_t m = 0; m < o.methods.size(); ++m) {
-    if (o.methods[m].name == "full") {
-      full_nll = sums[m][0].nll / static_cast<double>(sums[m][0].tokens);
-      has_full = true;
-    }
-  }
+  const std::optional<size_t> full_index = full_method_index(o.methods);
+  const bool has_full = full_index.has_value();
+  const double full_nll =
+      has_full ? sums[*full_index][0].nll / static_cast<double>(sums[*full_index][0].tokens) : 0.0;
   for (size_t m = 0; m < o.methods.size(); ++m) {
     const Method& method = o.methods[m];
     for (size_t k = 0; k < o.keeps.size(); ++k) {
       const Sums& s = sums[m][method.uses_keep ? k : 0];
+      const RunMetrics& r = s.metrics;
       PerplexityCell c;
       c.method = method.name;
       c.keep = o.keeps[k];
       c.keep_independent = !method.uses_keep;
-      c.n_windows = s.windows;
+      c.n_windows = r.runs;
       c.n_scored = s.tokens;
-      const double dw = static_cast<double>(s.windows);
       c.mean_nll = s.nll / static_cast<double>(s.tokens);
       c.perplexity = std::exp(c.mean_nll);
       c.has_full = has_full;
       c.delta_nll = has_full ? c.mean_nll - full_nll : 0.0;
       c.window_nll = s.window_nll;
-      c.mean_budget = s.budget / dw;
-      c.mean_kept_rows = s.kept / dw;
-      c.mean_kv_bytes = s.bytes / dw;
-      c.mean_kv_bytes_full_fp16 = s.bytes_full / dw;
-      c.kv_fraction = s.bytes_full > 0 ? s.bytes / s.bytes_full : 0.0;
-      c.kv_fraction_prefix = s.bytes_full_prefix > 0 ? s.bytes_prefix / s.bytes_full_prefix : 0.0;
-      c.prefill_tok_s = s.prefill_s > 0 ? static_cast<double>(s.prefill_tokens) / s.prefill_s : 0.0;
+      c.mean_budget = r.mean_budget();
+      c.mean_kept_rows = r.mean_kept_rows();
+      c.mean_kv_bytes = r.mean_kv_bytes();
+      c.mean_kv_bytes_full_fp16 = r.mean_kv_bytes_full_fp16();
+      c.kv_fraction = r.kv_fraction();
+      c.kv_fraction_prefix = r.kv_fraction_prompt();
+      c.prefill_tok_s = r.prefill_tok_s();
       results.cells.push_back(std::move(c));
     }
   }

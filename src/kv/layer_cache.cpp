@@ -8,6 +8,7 @@
 #include <string>
 
 #include "snapkv/kv/allocation.h"
+#include "snapkv/kv/fork.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
@@ -169,28 +170,12 @@ LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const
                   "an end_of_prompt cache with an evicting policy after prefill updates, before "
                   "end_prompt()");
   }
-  if (config.chunk_mode != ChunkMode::end_of_prompt) {
-    throw_invalid(kComponent, "fork target chunk_mode", std::string(to_string(config.chunk_mode)),
-                  "end_of_prompt (every_chunk compresses during the prefill)");
-  }
-  if (config.codec != config_.codec || config.kivi_group != config_.kivi_group ||
-      config.kivi_residual != config_.kivi_residual ||
-      config.kivi_fp16_sinks != config_.kivi_fp16_sinks) {
-    throw_invalid(kComponent, "fork target codec differs from the prefilled cache's",
-                  std::string(to_string(config.codec)),
-                  std::string(to_string(config_.codec)) + " with the same KIVI parameters");
-  }
-  if (config.window != config_.window) {
-    throw_invalid(kComponent, "fork target window differs from the prefilled cache's",
-                  num(config.window), num(config_.window));
+  // The config rules live in kv/fork.h; this cache's state says whether it kept window queries.
+  if (const auto refusal = fork_refusal(config_, config, pending_window_ > 0)) {
+    throw_invalid(kComponent, refusal->what, refusal->got, refusal->expected);
   }
   const bool evicts = config.policy != PolicyKind::full;
-  const bool wants_queries =
-      evicts && policy_uses_queries(config.policy) && config.query_source != QuerySource::keys;
-  if (wants_queries && pending_window_ == 0) {
-    throw_invalid(kComponent, "fork target scores with queries but none were kept",
-                  "no window queries", "a prefill that passed q_window");
-  }
+  const bool wants_queries = wants_window_queries(config);
   if (n_layers_ != 0 && layer_index >= n_layers_) {
     throw_invalid(kComponent, "fork layer_index out of range", num(layer_index),
                   "< n_layers = " + num(n_layers_));
@@ -234,8 +219,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   const size_t head_dim = dims_.head_dim;
   const bool decode = kind == UpdateKind::decode || (kind == UpdateKind::automatic && n_new == 1);
   const bool evicts = config_.policy != PolicyKind::full;
-  const bool wants_queries =
-      evicts && policy_uses_queries(config_.policy) && config_.query_source != QuerySource::keys;
+  const bool wants_queries = wants_window_queries(config_);
   if (!decode && wants_queries && config_.query_source == QuerySource::queries &&
       q_window == nullptr) {
     throw_invalid(kComponent, "q_window missing on a prefill update", "none",

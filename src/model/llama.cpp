@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "snapkv/kv/fork.h"
 #include "snapkv/ops/activation.h"
 #include "snapkv/ops/rmsnorm.h"
 #include "snapkv/ops/rope.h"
@@ -82,7 +83,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
     throw_invalid(kComponent, "prefill chunk size", "0", ">= 1");
   }
   caches_ = build_caches(model.config().dims(), cache_config_);
-  pass_queries_ = cache_config_.query_source != QuerySource::keys;
+  pass_queries_ = wants_window_queries(cache_config_);  // kv/fork.h: the cache keeps them
 }
 
 size_t LlamaSession::n_past() const {
@@ -95,8 +96,7 @@ std::vector<float> LlamaSession::prefill(std::span<const int32_t> tokens,
 }
 
 std::vector<float> LlamaSession::prefill_shared(std::span<const int32_t> tokens) {
-  if (cache_config_.chunk_mode != ChunkMode::end_of_prompt ||
-      cache_config_.policy == PolicyKind::full) {
+  if (!can_be_fork_base(cache_config_)) {
     throw_invalid(kComponent, "shared prefill needs an open prompt",
                   "policy " + std::string(to_string(cache_config_.policy)) + ", chunk_mode " +
                       std::string(to_string(cache_config_.chunk_mode)),

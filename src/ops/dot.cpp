@@ -2,6 +2,8 @@
 // plain loops otherwise. The scalar versions are the references used by tests.
 #include "snapkv/ops/dot.h"
 
+#include "ops/hsum.h"
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define SNAPKV_DOT_AVX2 1
@@ -11,20 +13,10 @@
 #endif
 
 namespace snapkv {
-namespace {
 
 #if defined(SNAPKV_DOT_AVX2)
-float hsum(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v);
-  const __m128 hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-  return _mm_cvtss_f32(s);
-}
+using ops_internal::hsum;
 #endif
-
-}  // namespace
 
 float dot_scalar(const float* a, const float* b, size_t n) {
   float sum = 0.0f;

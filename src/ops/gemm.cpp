@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/hsum.h"
+#include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
 
@@ -32,16 +34,7 @@ const uint8_t* row_ptr(const WeightMatrix& w, size_t r) {
 }
 
 #if SNAPKV_GEMM_AVX2
-float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v);
-  const __m128 hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  __m128 shuf = _mm_movehdup_ps(lo);
-  __m128 sums = _mm_add_ps(lo, shuf);
-  shuf = _mm_movehl_ps(shuf, sums);
-  sums = _mm_add_ss(sums, shuf);
-  return _mm_cvtss_f32(sums);
-}
+using ops_internal::hsum;
 // 8 int8 at p -> 8 floats
 __m256 load_i8x8(const int8_t* p) {
   int64_t bits;
@@ -50,45 +43,14 @@ __m256 load_i8x8(const int8_t* p) {
 }
 #endif
 
-// dot(row, x) for one row of n elements, fp32 accumulation.
+// dot(row, x) for one row of n elements, fp32 accumulation: ops/dot.h's kernels (2 x 8-lane
+// FMA accumulators, then the shared hsum), which the quantized kernels below match.
 float dot_f32(const float* row, const float* x, size_t n) {
-  size_t c = 0;
-  float sum = 0.0f;
-#if SNAPKV_GEMM_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; c + 16 <= n; c += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x + c), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c + 8), _mm256_loadu_ps(x + c + 8), acc1);
-  }
-  for (; c + 8 <= n; c += 8) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x + c), acc0);
-  }
-  sum = hsum(_mm256_add_ps(acc0, acc1));
-#endif
-  for (; c < n; ++c) sum += row[c] * x[c];
-  return sum;
+  return dot(row, x, n);
 }
 
 float dot_f16(const fp16_t* row, const float* x, size_t n) {
-  size_t c = 0;
-  float sum = 0.0f;
-#if SNAPKV_GEMM_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  for (; c + 16 <= n; c += 16) {
-    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c)));
-    const __m256 w1 =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c + 8)));
-    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), acc0);
-    acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), acc1);
-  }
-  for (; c + 8 <= n; c += 8) {
-    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c)));
-    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), acc0);
-  }
-  sum = hsum(_mm256_add_ps(acc0, acc1));
-#endif
-  for (; c < n; ++c) sum += fp16_to_fp32(row[c]) * x[c];
-  return sum;
+  return snapkv::dot_f16(x, row, n);  // ops/dot.h takes the fp32 operand first
 }
 
 float dot_q8_0(const BlockQ8_0* blocks, const float* x, size_t n) {
