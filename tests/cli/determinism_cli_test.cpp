@@ -50,6 +50,10 @@ TEST(DeterminismCli, EvalIsIdenticalAcrossThreadCountsAndPrefillSharing) {
 // 20 back-to-back runs of one sample in one process: after the first few (allocator warm-up),
 // the resident set must not keep growing (each run allocates its caches and frees them).
 TEST(DeterminismCli, RepeatedRunsKeepTheResidentSetFlat) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan keeps freed memory in quarantine: RSS says nothing about leaks there "
+                  "(LeakSanitizer checks them instead)";
+#endif
   const auto& m = test::tiny_model();
   eval::Sample sample;
   sample.context = "The grass is green. The pass key is 48213. Remember it. The sky is blue.\n";
