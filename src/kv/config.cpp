@@ -110,7 +110,7 @@ void CacheConfig::validate() const {
   if (head_allocation == HeadAllocation::ada && policy != PolicyKind::full &&
       !policy_scores_rows(policy)) {
     throw_invalid("config", "head_allocation ada needs a policy that scores rows",
-                  std::string(to_string(policy)), "snapkv|knorm|keydiff|expected_attention");
+                  std::string(to_string(policy)), "snapkv|knorm|keydiff|expected_attention|kvzip");
   }
 
   if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
@@ -210,7 +210,7 @@ bool policy_uses_queries(PolicyKind k) {
 
 bool policy_scores_rows(PolicyKind k) {
   return k == PolicyKind::snapkv || k == PolicyKind::knorm || k == PolicyKind::keydiff ||
-         k == PolicyKind::expected_attention;
+         k == PolicyKind::expected_attention || k == PolicyKind::kvzip;
 }
 
 PolicyKind parse_policy(std::string_view s) {

@@ -1,8 +1,15 @@
 // expected_attention: keep the sinks, optionally the window, and the rows with the largest
 // expected attention of the modelled next queries times their value norm (kv/row_scores.h).
 // The query sample is the last min(n_window, window) true window queries of each head of the KV
-// head's group, or, without queries, the last min(window, n_rows) keys (one proxy head).
+// head's group, or, without queries, the last min(window, n_rows) keys (one proxy head). With the
+// model's RoPE (SelectionInput::rope) each sample row is first mapped to its pre-RoPE form turned
+// by the mean rotation of the next kFuturePositions positions (expected_future_queries), as the
+// paper models the next queries; the positions are the candidates' (query row r of the window
+// sits at candidate n_rows - n_window + r) and the next position follows the last candidate.
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kv/policies.h"
 #include "snapkv/kv/row_scores.h"
@@ -11,6 +18,9 @@
 
 namespace snapkv {
 namespace {
+
+// The paper's (and kvpress's) default horizon of the next queries.
+constexpr size_t kFuturePositions = 512;
 
 class ExpectedAttentionPolicy final
     : public RowScoringPolicy<ExpectedAttentionPolicy, PolicyKind::expected_attention> {
@@ -21,22 +31,35 @@ class ExpectedAttentionPolicy final
     if (in.values == nullptr) {
       throw_invalid("expected_attention", "values missing", "null", "[n_rows][head_dim] values");
     }
-    std::vector<float> scores(in.n_rows);
     const size_t d = in.head_dim;
-    if (in.queries != nullptr && in.n_window > 0 && in.n_group > 0) {
-      const size_t w = std::min(in.n_window, config_.window);
-      std::vector<float> sample(in.n_group * w * d);  // [n_group][w][d]
-      for (size_t g = 0; g < in.n_group; ++g) {
-        std::copy_n(in.queries + (g * in.n_window + in.n_window - w) * d, w * d,
-                    sample.data() + g * w * d);
-      }
-      expected_attention_scores(scores.data(), in.keys, in.values, in.n_rows, d, sample.data(),
-                                in.n_group, w, config_.n_sink);
-    } else {
-      const size_t w = std::min(config_.window, in.n_rows);
-      expected_attention_scores(scores.data(), in.keys, in.values, in.n_rows, d,
-                                in.keys + (in.n_rows - w) * d, 1, w, config_.n_sink);
+    const bool true_queries = in.queries != nullptr && in.n_window > 0 && in.n_group > 0;
+    if (true_queries && in.n_window > in.n_rows) {
+      throw_invalid("expected_attention", "window queries exceed the candidates",
+                    std::to_string(in.n_window), "<= n_rows = " + std::to_string(in.n_rows));
     }
+    // The sample: [n_group][w][d], rows at candidate indices n_rows - w .. n_rows - 1.
+    const size_t n_group = true_queries ? in.n_group : 1;
+    const size_t w = std::min(true_queries ? in.n_window : in.n_rows, config_.window);
+    std::vector<float> sample(n_group * w * d);
+    for (size_t g = 0; g < n_group; ++g) {
+      const float* rows = true_queries ? in.queries + (g * in.n_window + in.n_window - w) * d
+                                       : in.keys + (in.n_rows - w) * d;
+      std::copy_n(rows, w * d, sample.data() + g * w * d);
+    }
+    if (in.rope != nullptr) {
+      const int64_t* sample_positions = in.positions + (in.n_rows - w);
+      const int64_t next_position = in.positions[in.n_rows - 1] + 1;
+      std::vector<float> mapped(w * d);
+      for (size_t g = 0; g < n_group; ++g) {
+        float* rows = sample.data() + g * w * d;
+        expected_future_queries(mapped.data(), rows, sample_positions, w, d, next_position,
+                                kFuturePositions, *in.rope);
+        std::copy(mapped.begin(), mapped.end(), rows);
+      }
+    }
+    std::vector<float> scores(in.n_rows);
+    expected_attention_scores(scores.data(), in.keys, in.values, in.n_rows, d, sample.data(),
+                              n_group, w, config_.n_sink);
     return scores;
   }
 };

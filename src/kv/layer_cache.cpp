@@ -159,7 +159,16 @@ LayerCache LayerCache::clone() const {
   copy.recent_queries_ = recent_queries_;
   copy.recent_positions_ = recent_positions_;
   copy.decode_reselections_ = decode_reselections_;
+  copy.rope_ = rope_;
   return copy;
+}
+
+void LayerCache::set_rope(const RopeParams& rope) {
+  if (rope.n_rot == 0 || rope.n_rot % 2 != 0 || rope.n_rot > dims_.head_dim) {
+    throw_invalid(kComponent, "rope n_rot", num(rope.n_rot),
+                  "even, > 0 and <= head_dim = " + num(dims_.head_dim));
+  }
+  rope_ = rope;
 }
 
 LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const {
@@ -186,6 +195,7 @@ LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const
     copy.value_stores_[h] = value_stores_[h]->clone();
   }
   copy.positions_ = positions_;
+  copy.rope_ = rope_;
   copy.tokens_seen_ = tokens_seen_;
   copy.prompt_open_ = evicts;  // a full-policy cache never opens a prompt
   if (wants_queries) {
@@ -420,6 +430,7 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     in.keys = keys.data();
     in.positions = positions_[h].data();
     in.budget = budget;
+    in.rope = rope_ ? &*rope_ : nullptr;
     if (policy.needs_values()) {
       values.resize(n_rows * head_dim);
       value_stores_[h]->read(values.data(), 0, n_rows);

@@ -34,7 +34,7 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
 
 std::vector<float> EvictionPolicy::score(const SelectionInput& /*in*/) {
   throw_invalid("policy", "this policy has no per-row scores", std::string(to_string(kind())),
-                "snapkv|knorm|keydiff|expected_attention");
+                "snapkv|knorm|keydiff|expected_attention|kvzip");
 }
 
 }  // namespace snapkv

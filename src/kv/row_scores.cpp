@@ -174,4 +174,59 @@ void expected_attention_scores_ref(double* out, const float* keys, const float* 
   std::fill(out, out + n_skip, best);
 }
 
+void expected_future_queries(float* out, const float* sample, const int64_t* positions, size_t n,
+                             size_t head_dim, int64_t next_position, size_t n_future,
+                             const RopeParams& rope) {
+  check_sizes(n, head_dim, 1, n_future);
+  if (rope.n_rot == 0 || rope.n_rot % 2 != 0 || rope.n_rot > head_dim) {
+    throw_invalid(kComponent, "rope n_rot",
+                  std::to_string(rope.n_rot) + " (head_dim " + std::to_string(head_dim) + ")",
+                  "even, > 0 and <= head_dim");
+  }
+  if (!(std::isfinite(rope.freq_base) && rope.freq_base > 0.0 && std::isfinite(rope.freq_scale) &&
+        rope.freq_scale > 0.0)) {
+    throw_invalid(kComponent, "rope freq_base / freq_scale",
+                  std::to_string(rope.freq_base) + " / " + std::to_string(rope.freq_scale),
+                  "finite and > 0");
+  }
+  const size_t half = rope.n_rot / 2;
+  // Per pair i: the angle per position and the mean rotation m_i = (1/n) sum_j e^{i f_i j} as a
+  // complex number (cos part, sin part).
+  std::vector<double> freq(half), mean_cos(half, 0.0), mean_sin(half, 0.0);
+  for (size_t i = 0; i < half; ++i) {
+    const double factor = rope.freq_factors != nullptr ? rope.freq_factors[i] : 1.0;
+    freq[i] =
+        std::pow(rope.freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(rope.n_rot)) *
+        rope.freq_scale / factor;
+    for (size_t j = 0; j < n_future; ++j) {
+      const double angle = freq[i] * static_cast<double>(j);
+      mean_cos[i] += std::cos(angle);
+      mean_sin[i] += std::sin(angle);
+    }
+    mean_cos[i] /= static_cast<double>(n_future);
+    mean_sin[i] /= static_cast<double>(n_future);
+  }
+  for (size_t r = 0; r < n; ++r) {
+    if (positions[r] < 0 || positions[r] >= next_position) {
+      throw_invalid(kComponent, "sample position", std::to_string(positions[r]),
+                    "0 <= position < next_position = " + std::to_string(next_position));
+    }
+    const double offset = static_cast<double>(next_position - positions[r]);
+    const float* x = sample + r * head_dim;
+    float* y = out + r * head_dim;
+    std::copy_n(x, head_dim, y);
+    for (size_t i = 0; i < half; ++i) {
+      // z = m_i * e^{i f_i offset}: the rotation from the row's position to the mean of the next.
+      const double c = std::cos(freq[i] * offset), s = std::sin(freq[i] * offset);
+      const double zc = mean_cos[i] * c - mean_sin[i] * s;
+      const double zs = mean_cos[i] * s + mean_sin[i] * c;
+      const size_t a = rope.kind == RopeKind::norm ? 2 * i : i;
+      const size_t b = rope.kind == RopeKind::norm ? 2 * i + 1 : i + half;
+      const double x0 = x[a], x1 = x[b];
+      y[a] = static_cast<float>(x0 * zc - x1 * zs);
+      y[b] = static_cast<float>(x0 * zs + x1 * zc);
+    }
+  }
+}
+
 }  // namespace snapkv

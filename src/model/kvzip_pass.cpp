@@ -42,6 +42,36 @@ void check_sizes(size_t n_rows, size_t n_group, size_t n_queries, size_t head_di
 
 }  // namespace
 
+std::vector<ReconstructionChunk> reconstruction_plan(size_t n_context, size_t n_past, size_t n_ctx,
+                                                     const ReconstructionOptions& options) {
+  if (options.chunk == 0) throw_invalid(kComponent, "reconstruction chunk", "0", ">= 1 token");
+  if (n_past > n_ctx) {
+    throw_invalid(kComponent, "cache longer than the model's context", num(n_past),
+                  "<= context_length = " + num(n_ctx));
+  }
+  const size_t fixed = options.prompt.size() + options.overlap;  // a bound for every chunk
+  if (fixed + 1 > n_ctx) {
+    throw_invalid(kComponent, "repeat prompt + overlap do not fit the model's context",
+                  num(options.prompt.size()) + " + " + num(options.overlap) + " tokens",
+                  "< context_length = " + num(n_ctx));
+  }
+  const size_t room = n_ctx - n_past > fixed ? n_ctx - n_past - fixed : 0;
+  const size_t chunk = std::min(options.chunk, std::max(room, kMinReconstructionChunk));
+  // Even a shrunk chunk must fit the model on its own.
+  const size_t length = std::min(chunk, n_ctx - fixed);
+  std::vector<ReconstructionChunk> plan;
+  for (size_t begin = 0; begin < n_context; begin += length) {
+    ReconstructionChunk c;
+    c.begin = begin;
+    c.end = std::min(n_context, begin + length);
+    c.overlap = std::min(options.overlap, begin);
+    const size_t tokens = options.prompt.size() + c.overlap + (c.end - c.begin);
+    c.first_position = std::min(n_past, n_ctx - tokens);
+    plan.push_back(c);
+  }
+  return plan;
+}
+
 std::vector<int32_t> kvzip_repeat_prompt(const Tokenizer& tokenizer) {
   return tokenizer.encode(kRepeatInstruction, false);
 }
@@ -115,7 +145,6 @@ ReconstructionScores LlamaSession::reconstruction_scores() {
                   "prefill() or prefill_shared() first");
   }
   const ReconstructionOptions& ro = options_.reconstruction;
-  if (ro.chunk == 0) throw_invalid(kComponent, "reconstruction chunk", "0", ">= 1 token");
   const LlamaConfig& c = model_->config();
   for (size_t i = 0; i < ro.prompt.size(); ++i) {
     if (ro.prompt[i] < 0 || static_cast<size_t>(ro.prompt[i]) >= c.n_vocab) {
@@ -148,13 +177,13 @@ ReconstructionScores LlamaSession::reconstruction_scores() {
     });
   };
   std::vector<int32_t> tokens;
-  for (size_t start = 0; start < context.size(); start += ro.chunk) {
-    const size_t end = std::min(context.size(), start + ro.chunk);
+  for (const ReconstructionChunk& chunk :
+       reconstruction_plan(context.size(), n_past(), c.n_ctx, ro)) {
     tokens.assign(ro.prompt.begin(), ro.prompt.end());
-    const size_t overlap = std::min(ro.overlap, start);
-    tokens.insert(tokens.end(), context.begin() + static_cast<std::ptrdiff_t>(start - overlap),
-                  context.begin() + static_cast<std::ptrdiff_t>(end));
-    forward(tokens, UpdateKind::decode, 0, nullptr, false);
+    tokens.insert(tokens.end(),
+                  context.begin() + static_cast<std::ptrdiff_t>(chunk.begin - chunk.overlap),
+                  context.begin() + static_cast<std::ptrdiff_t>(chunk.end));
+    forward(tokens, UpdateKind::decode, 0, nullptr, false, chunk.first_position);
   }
   result.seconds = timer.seconds();
   return result;

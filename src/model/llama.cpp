@@ -83,6 +83,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
     throw_invalid(kComponent, "prefill chunk size", "0", ">= 1");
   }
   caches_ = build_caches(model.config().dims(), cache_config_);
+  for (LayerCache& cache : caches_) cache.set_rope(model.rope_params());
   pass_queries_ = wants_window_queries(cache_config_);  // kv/fork.h: the cache keeps them
 }
 
@@ -208,13 +209,14 @@ std::vector<float> LlamaSession::decode(int32_t token) {
 }
 
 void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, size_t n_window_rows,
-                           float* logits, bool all_rows) {
+                           float* logits, bool all_rows, std::optional<size_t> first_position) {
   const LlamaConfig& c = model_->config();
   const LlamaWeights& w = model_->weights();
   const size_t S = tokens.size();
   const size_t hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   const size_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
-  const size_t p0 = n_past();
+  SNAPKV_CHECK(!first_position || probe_);  // only a probe that stores nothing moves positions
+  const size_t p0 = first_position.value_or(n_past());
 
   std::vector<int64_t> positions(S);
   for (size_t t = 0; t < S; ++t) positions[t] = static_cast<int64_t>(p0 + t);

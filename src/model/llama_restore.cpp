@@ -40,6 +40,7 @@ LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<Laye
     }
   }
   session.caches_ = std::move(caches);
+  for (LayerCache& cache : session.caches_) cache.set_rope(model.rope_params());
   session.prefilled_ = true;
   return session;
 }

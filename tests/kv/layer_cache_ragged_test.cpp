@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "kv/kv_test_util.h"
@@ -177,6 +178,66 @@ TEST(PyramidLayers, BuildCachesKeepTheUniformTotalOverLayers) {
     EXPECT_EQ(total.rows_kept, dims.n_layers * kKv * config.budget);  // = the uniform total
     EXPECT_EQ(total.tokens_kept, config.budget);  // mean per KV head over layers
     EXPECT_EQ(total.kv_heads, dims.n_layers * kKv);
+  }
+}
+
+// kvzip's scores come from outside the cache (the model's reconstruction pass); with ada the
+// cache compares them across the heads. Head 0's external scores peak on 20 rows, head 1's are
+// flat and low: ada gives head 0 more rows, keeps the layer total, floors, sinks, the window,
+// position order and exact bytes; every peaked row survives (kernel 1: no pooling).
+std::vector<float> kvzip_scores(size_t n_rows) {
+  std::vector<float> scores(kKv * n_rows);  // [kKv][n_rows]
+  for (size_t i = 0; i < n_rows; ++i) {
+    scores[i] = 0.01f + 0.001f * static_cast<float>(i % 7);
+    scores[n_rows + i] = 0.02f + 0.001f * static_cast<float>(i % 5);
+  }
+  for (size_t i = 10; i < 10 + 4 * 20; i += 4) scores[i] = 0.5f + 0.01f * static_cast<float>(i);
+  return scores;
+}
+
+TEST(RaggedHeads, AdaKvzipSplitsTheLayerTotalByTheSuppliedScores) {
+  const Prompt p = make_prompt(31);
+  for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2}) {
+    CacheConfig config = ada_config(PolicyKind::kvzip, codec);
+    config.kernel = 1;
+    config.chunk_mode = ChunkMode::end_of_prompt;
+    LayerCache cache({kHeads, kKv, kD}, config);
+    cache.update(view(p.k, kKv, kS, kD), view(p.v, kKv, kS, kD), nullptr, UpdateKind::prefill);
+    cache.compress_with_scores(kvzip_scores(kS));
+    const std::string what = std::string("ada-kvzip ") + std::string(to_string(codec));
+    EXPECT_EQ(cache.size(0) + cache.size(1), kKv * config.budget) << what;
+    EXPECT_GT(cache.size(0), cache.size(1)) << what;
+    EXPECT_GE(cache.size(1), config.n_sink + kW) << what;  // the floor: sinks and window
+    expect_consistent(cache, what.c_str());
+    const auto pos0 = cache.positions(0);
+    for (int64_t i = 10; i < 10 + 4 * 20; i += 4) {
+      EXPECT_TRUE(std::ranges::find(pos0, i) != pos0.end()) << what << " row " << i;
+    }
+    for (size_t h = 0; h < kKv; ++h) {  // the window stays (keep_window)
+      const auto pos = cache.positions(h);
+      EXPECT_EQ(pos.back(), static_cast<int64_t>(kS - 1)) << what;
+      EXPECT_EQ(pos[pos.size() - kW], static_cast<int64_t>(kS - kW)) << what;
+    }
+  }
+}
+
+TEST(PyramidLayers, KvzipLayersKeepTheUniformTotal) {
+  const ModelDims dims{5, kHeads, kKv, kD};
+  const Prompt p = make_prompt(33);
+  for (const bool ada : {false, true}) {
+    CacheConfig config = ada_config(PolicyKind::kvzip, CodecKind::fp16);
+    config.head_allocation = ada ? HeadAllocation::ada : HeadAllocation::uniform;
+    config.layer_allocation = LayerAllocation::pyramid;
+    config.chunk_mode = ChunkMode::end_of_prompt;
+    std::vector<LayerCache> caches = build_caches(dims, config);
+    for (LayerCache& cache : caches) {
+      cache.update(view(p.k, kKv, kS, kD), view(p.v, kKv, kS, kD), nullptr, UpdateKind::prefill);
+      cache.compress_with_scores(kvzip_scores(kS));
+      EXPECT_EQ(cache.stats().rows_kept, kKv * cache.layer_budget());
+      expect_consistent(cache, ada ? "ada-pyramid-kvzip" : "pyramid-kvzip");
+    }
+    EXPECT_GT(caches.front().layer_budget(), caches.back().layer_budget());
+    EXPECT_EQ(total_stats(caches).rows_kept, dims.n_layers * kKv * config.budget);
   }
 }
 

@@ -8,10 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "kv/kv_test_util.h"
 #include "snapkv/ops/dot.h"
+#include "snapkv/ops/rope.h"
 
 namespace snapkv {
 namespace {
@@ -191,6 +195,64 @@ TEST(ExpectedAttentionScores, FollowMeanCovarianceAndValueNorm) {
                             0);
   EXPECT_NEAR(scaled[10], 3.0f * scores[10], 1e-6f);
   EXPECT_EQ(scaled[5], scores[5]);
+}
+
+// The RoPE step against its definition: a pre-RoPE row x rotated at position p (rope_ref) and
+// mapped must equal the mean of rope_ref(x, next + j) over the next n_future positions (summed in
+// double). Each side rounds each pair component to float at most twice (the sample, the output;
+// the reference's rotated rows, averaged), and a rotation mixes the two components of a pair, so
+// |out - ref| <= 4 u (|x_a| + |x_b|) per pair component; dimensions past n_rot pass unchanged.
+TEST(ExpectedFutureQueries, EqualTheMeanRotationOfThePreRopeRow) {
+  const float factors[4] = {1.0f, 2.0f, 4.0f, 8.0f};
+  for (const auto& [kind, n_rot, d, scale, use_factors] :
+       {std::tuple<RopeKind, size_t, size_t, double, bool>{RopeKind::norm, 8, 8, 1.0, false},
+        {RopeKind::neox, 8, 12, 0.5, true},
+        {RopeKind::norm, 8, 10, 0.25, true}}) {
+    const RopeParams rope{n_rot, 10000.0, scale, kind, use_factors ? factors : nullptr};
+    const size_t n = 5, n_future = 37;
+    const std::vector<int64_t> positions = {0, 3, 64, 500, 1022};
+    const int64_t next = 1023;
+    const auto pre = random_normal(n * d, 21 + d);
+    std::vector<float> sample = pre, out(n * d);
+    for (size_t r = 0; r < n; ++r) rope_ref(sample.data() + r * d, d, positions[r], rope);
+    expected_future_queries(out.data(), sample.data(), positions.data(), n, d, next, n_future,
+                            rope);
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<double> ref(d, 0.0);
+      for (size_t j = 0; j < n_future; ++j) {
+        std::vector<float> x(pre.begin() + r * d, pre.begin() + (r + 1) * d);
+        rope_ref(x.data(), d, next + static_cast<int64_t>(j), rope);
+        for (size_t c = 0; c < d; ++c) ref[c] += x[c] / static_cast<double>(n_future);
+      }
+      const float* x = pre.data() + r * d;
+      for (size_t i = 0; i < n_rot / 2; ++i) {
+        const size_t a = kind == RopeKind::norm ? 2 * i : i;
+        const size_t b = kind == RopeKind::norm ? 2 * i + 1 : i + n_rot / 2;
+        const double bound = 4.0 * kU * (std::fabs(x[a]) + std::fabs(x[b]));
+        EXPECT_LE(std::fabs(out[r * d + a] - ref[a]), bound) << "row " << r << " pair " << i;
+        EXPECT_LE(std::fabs(out[r * d + b] - ref[b]), bound) << "row " << r << " pair " << i;
+      }
+      for (size_t c = n_rot; c < d; ++c) EXPECT_EQ(out[r * d + c], x[c]);
+    }
+  }
+}
+
+TEST(ExpectedFutureQueries, RejectBadPositionsAndRope) {
+  const RopeParams rope{4, 10000.0, 1.0, RopeKind::norm, nullptr};
+  std::vector<float> row(4, 1.0f), out(4);
+  const int64_t late = 9, negative = -1;
+  EXPECT_THROW(expected_future_queries(out.data(), row.data(), &late, 1, 4, 9, 8, rope),
+               std::invalid_argument);
+  EXPECT_THROW(expected_future_queries(out.data(), row.data(), &negative, 1, 4, 9, 8, rope),
+               std::invalid_argument);
+  EXPECT_THROW(expected_future_queries(out.data(), row.data(), &late, 1, 4, 10, 0, rope),
+               std::invalid_argument);
+  const RopeParams odd{3, 10000.0, 1.0, RopeKind::norm, nullptr};
+  EXPECT_THROW(expected_future_queries(out.data(), row.data(), &late, 1, 4, 10, 8, odd),
+               std::invalid_argument);
+  const RopeParams wide{6, 10000.0, 1.0, RopeKind::norm, nullptr};
+  EXPECT_THROW(expected_future_queries(out.data(), row.data(), &late, 1, 4, 10, 8, wide),
+               std::invalid_argument);
 }
 
 TEST(RowScores, RejectEmptySizes) {

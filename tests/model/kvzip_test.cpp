@@ -146,6 +146,57 @@ ReconstructionOptions small_chunks() {
   return o;
 }
 
+// The chunk plan keeps every reconstruction position below the model's context_length, covers the
+// context in order with the overlap rule, and starts at n_past whenever there is room for it.
+void expect_plan_valid(size_t n_context, size_t n_past, size_t n_ctx,
+                       const ReconstructionOptions& options) {
+  const auto plan = reconstruction_plan(n_context, n_past, n_ctx, options);
+  size_t next = 0;
+  const size_t room = n_ctx - n_past;
+  for (const ReconstructionChunk& c : plan) {
+    ASSERT_EQ(c.begin, next);
+    ASSERT_GT(c.end, c.begin);
+    ASSERT_EQ(c.overlap, std::min(options.overlap, c.begin));
+    const size_t tokens = options.prompt.size() + c.overlap + (c.end - c.begin);
+    ASSERT_LE(c.first_position + tokens, n_ctx) << "n_past " << n_past << " chunk at " << c.begin;
+    ASSERT_LE(c.end - c.begin, options.chunk);
+    if (room >= options.prompt.size() + options.overlap + kMinReconstructionChunk) {
+      ASSERT_EQ(c.first_position, n_past);  // room: no clamp
+    }
+    next = c.end;
+  }
+  ASSERT_EQ(next, n_context);
+}
+
+TEST(KvzipPlan, PositionsStayInsideTheContext) {
+  ReconstructionOptions options;
+  options.prompt.assign(10, 1);
+  options.overlap = 8;
+  options.chunk = 1024;
+  for (const size_t n_past : {1u, 100u, 1000u, 1500u, 1990u, 2000u, 2030u, 2047u, 2048u}) {
+    expect_plan_valid(n_past - 1, n_past, 2048, options);
+  }
+  // Room for whole chunks: the plan is the plain one, at n_past.
+  const auto plain = reconstruction_plan(2999, 3000, 1u << 20, options);
+  ASSERT_EQ(plain.size(), 3u);
+  EXPECT_EQ(plain[1].begin, 1024u);
+  EXPECT_EQ(plain[1].first_position, 3000u);
+  // 2K context on a 2K model (the case that used to run past context_length): shrunk chunks.
+  const auto shrunk = reconstruction_plan(1999, 2000, 2048, options);
+  EXPECT_EQ(shrunk.front().end, 32u);                           // room 30 < 32: the minimal chunk
+  EXPECT_EQ(shrunk.front().first_position, 2000u);              // 10 + 32 tokens still fit
+  EXPECT_EQ(shrunk[1].first_position, 2048u - 10u - 8u - 32u);  // with the overlap: moved back
+  const auto fits = reconstruction_plan(1499, 1500, 2048, options);
+  EXPECT_EQ(fits.front().end, 2048u - 1500u - 18u);  // the room exactly
+  EXPECT_EQ(fits.front().first_position, 1500u);
+  options.chunk = 0;
+  EXPECT_THROW(reconstruction_plan(10, 10, 2048, options), std::invalid_argument);
+  options.chunk = 16;
+  EXPECT_THROW(reconstruction_plan(10, 2049, 2048, options), std::invalid_argument);
+  EXPECT_THROW(reconstruction_plan(10, 10, 18, options), std::invalid_argument);  // 10 + 8 + 1
+  EXPECT_NO_THROW(reconstruction_plan(10, 10, 19, options));
+}
+
 TEST(KvzipPass, LeavesTheCacheBitIdenticalAndSelectsFromItsScores) {
   const LlamaModel model = load_model(gguf::TensorType::f32);
   const std::vector<int32_t>& prompt = golden().prompt;

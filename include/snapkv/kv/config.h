@@ -134,7 +134,7 @@ std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& con
 // True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention).
 bool policy_uses_queries(PolicyKind k);
 // True for the policies that score every row on its own, which head_allocation ada requires
-// (snapkv, knorm, keydiff, expected_attention).
+// (snapkv, knorm, keydiff, expected_attention, kvzip).
 bool policy_scores_rows(PolicyKind k);
 
 }  // namespace snapkv

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -147,6 +148,14 @@ class LayerCache {
   //   out [n_heads][S][head_dim], q [n_heads][S][head_dim], k, v [n_kv_heads][S][head_dim]
   void attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const;
 
+  // The model's RoPE (the freq_factors array, if any, must outlive the cache), handed to the
+  // policies through SelectionInput::rope: expected_attention relates the rotated window queries
+  // to the next positions with it. Optional: without it such policies use the rotated rows as
+  // they are. clone() and fork() keep it; throws std::invalid_argument for an n_rot that is odd,
+  // zero or above head_dim.
+  void set_rope(const RopeParams& rope);
+  const std::optional<RopeParams>& rope() const { return rope_; }
+
   size_t offset() const { return tokens_seen_; }
   // Retained rows of one KV head (heads differ under head_allocation ada).
   size_t size(size_t kv_head) const;
@@ -204,7 +213,8 @@ class LayerCache {
   std::vector<float> pending_queries_;  // end_of_prompt: [n_heads][w][head_dim] of last prefill
   size_t pending_window_ = 0;
   size_t layer_index_ = 0;
-  size_t n_layers_ = 0;  // 0: unknown
+  size_t n_layers_ = 0;             // 0: unknown
+  std::optional<RopeParams> rope_;  // set_rope()
   size_t tokens_seen_ = 0;
   size_t compressions_ = 0;
   bool prompt_open_ = false;  // end_of_prompt: prefill rows not yet compressed

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "snapkv/kv/config.h"
+#include "snapkv/ops/rope.h"
 
 namespace snapkv {
 
@@ -32,6 +33,9 @@ struct SelectionInput {
   // reconstruction pass), one per candidate, higher = keep: [n_rows]; nullptr when none. Only
   // policies that take external scores (kvzip) read it.
   const float* external_scores = nullptr;
+  // The model's RoPE (LayerCache::set_rope), or nullptr when the cache was not told: lets a policy
+  // relate a rotated query to other positions (expected_attention's mean future rotation).
+  const RopeParams* rope = nullptr;
 };
 
 inline size_t selection_budget(const SelectionInput& in, const CacheConfig& config) {

@@ -14,17 +14,21 @@
 //   |v_i| (the value norm: a row moves the output in proportion to it). Sink rows (the first
 //   min(n_sink, n_rows)) are left out of the normalisation, as in the paper's implementation, and
 //   get the largest non-sink score (they are kept anyway).
-//   What the cache contract allows: the queries it receives are the window's queries already
-//   rotated by RoPE at their positions, and kv/ knows nothing about the model's RoPE (base,
-//   pairing, scaling). The paper takes pre-RoPE statistics and averages the rotation over the
-//   next n positions; here the statistics are those of the rotated window queries, i.e. the next
-//   queries are modelled as distributed like the last window's, without the positional drift
-//   over the next positions (small when n is small against the RoPE wavelengths, largest for the
-//   high-frequency channels). Without queries (proxy mode) the last `window` keys are the sample.
+//   The paper models the next queries before RoPE and rotates the model by the mean rotation over
+//   the next n positions; the cache holds rotated queries, so the policy first maps each sample
+//   row to that form with expected_future_queries() (below) when it knows the model's RoPE
+//   (SelectionInput::rope, set by the engine through LayerCache::set_rope). Mean and covariance
+//   are linear-covariant, so the statistics of the mapped rows are exactly R mu and R Sigma R^T
+//   of the pre-RoPE statistics (R the mean rotation). Without RoPE parameters (a lone cache) the
+//   rotated rows are used as they are. Without queries (proxy mode) the last `window` keys are
+//   the sample, mapped the same way.
 // Leaves out: selection (select_rows), pooling (these scorers do not pool).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+
+#include "snapkv/ops/rope.h"
 
 namespace snapkv {
 
@@ -41,5 +45,16 @@ void expected_attention_scores(float* out, const float* keys, const float* value
 void expected_attention_scores_ref(double* out, const float* keys, const float* values,
                                    size_t n_rows, size_t head_dim, const float* queries,
                                    size_t n_group, size_t n_window, size_t n_sink);
+
+// The RoPE step of expected_attention. sample [n][head_dim]: rows rotated by RoPE at their
+// positions [n] (each >= 0 and < next_position); out [n][head_dim]: each row un-rotated to its
+// pre-RoPE form x and rotated by the mean rotation of the next n_future positions,
+//   out_r = (1 / n_future) * sum_{j < n_future} R(next_position + j) x_r
+//         = (1 / n_future) * sum_{j < n_future} R(next_position + j - positions[r]) sample_r,
+// pair by pair in the layout of `rope` (dimensions >= rope.n_rot unchanged). Angles in double.
+// n, head_dim, n_future >= 1; head_dim >= rope.n_rot; std::invalid_argument otherwise.
+void expected_future_queries(float* out, const float* sample, const int64_t* positions, size_t n,
+                             size_t head_dim, int64_t next_position, size_t n_future,
+                             const RopeParams& rope);
 
 }  // namespace snapkv

@@ -4,14 +4,16 @@
 // forward pass over a repeat prompt followed by the context tokens again, in chunks of
 // `chunk` context tokens (chunk i > 0 repeats the previous chunk's last `overlap` tokens first), at
 // positions offset() .. offset() + chunk length - 1, attending to the cached rows and causally to
-// its own tokens. Nothing is stored: each chunk sees exactly the prefilled cache. A cached row's
-// score is the largest attention probability it receives from any reconstruction query of its KV
-// head's GQA group, in any chunk: softmax(q . k / sqrt(head_dim)) in fp32 over all cached rows plus
-// the chunk's own keys up to the query. LlamaSession::reconstruction_scores() runs the pass;
-// LayerCache::compress_with_scores() selects with the scores (policy kvzip). The pass costs about
-// one prefill of the context (plus the attention over the cache) and does not alter the cache.
-// Leaves out: the paper's head-/layer-global budget ranking (the budget here is per KV head, as for
-// every policy), the chat-template suffix (plain text prompts).
+// its own tokens, as long as those positions stay below the model's context_length; near the end
+// of the context the chunks shrink to fit (reconstruction_plan() below). Nothing is stored: each
+// chunk sees exactly the prefilled cache. A cached row's score is the largest attention probability
+// it receives from any reconstruction query of its KV head's GQA group, in any chunk: softmax(q . k
+// / sqrt(head_dim)) in fp32 over all cached rows plus the chunk's own keys up to the query.
+// LlamaSession::reconstruction_scores() runs the pass; LayerCache::compress_with_scores() selects
+// with the scores (policy kvzip). The pass costs about one prefill of the context (plus the
+// attention over the cache) and does not alter the cache. Leaves out: the paper's
+// head-/layer-global budget ranking (the budget here is per KV head, as for every policy), the
+// chat-template suffix (plain text prompts).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +36,29 @@ struct ReconstructionScores {
   std::vector<std::vector<float>> layers;  // [n_layers][n_kv_heads * n_rows], in [0, 1]
   double seconds = 0.0;                    // wall time of the pass
 };
+
+// One reconstruction forward: context tokens [begin, end) preceded by the repeat prompt and the
+// `overlap` context tokens before begin, at positions first_position .. first_position + length-1
+// with length = prompt + overlap + (end - begin).
+struct ReconstructionChunk {
+  size_t begin = 0, end = 0, overlap = 0;
+  size_t first_position = 0;
+};
+
+// The smallest chunk the plan shrinks to before it moves positions back instead.
+inline constexpr size_t kMinReconstructionChunk = 32;
+
+// The forwards that reconstruct n_context context tokens after a cache of n_past tokens, for a
+// model of n_ctx positions, covering [0, n_context) in order. Each chunk starts at n_past and
+// holds min(options.chunk, room) context tokens, room = n_ctx - n_past - prompt - overlap, so
+// every position stays < n_ctx. When the room is below kMinReconstructionChunk (a context that
+// nearly fills the model) the chunk holds min(options.chunk, kMinReconstructionChunk) tokens and
+// is moved back to end at position n_ctx - 1 (documented clamp: its last queries then sit a few
+// positions before the newest cached rows, a small relative-position error instead of positions
+// the model never saw). std::invalid_argument when options.chunk is 0, n_past > n_ctx or one
+// minimal forward (prompt + overlap + 1 token) exceeds n_ctx.
+std::vector<ReconstructionChunk> reconstruction_plan(size_t n_context, size_t n_past, size_t n_ctx,
+                                                     const ReconstructionOptions& options);
 
 // The repeat instruction tokenized with the model's tokenizer (no BOS).
 inline constexpr std::string_view kRepeatInstruction = "\n\nRepeat the previous context exactly.\n";

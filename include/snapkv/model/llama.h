@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -167,9 +168,10 @@ class LlamaSession {
   const LlamaModel& model() const { return *model_; }
 
  private:
-  // Forward of S tokens at positions n_past() .. n_past()+S-1; logits for the rows requested.
+  // Forward of S tokens at positions n_past() .. n_past()+S-1 (or first_position .. when given:
+  // only for the reconstruction probe, which stores nothing); logits for the rows requested.
   void forward(std::span<const int32_t> tokens, UpdateKind kind, size_t n_window_rows,
-               float* logits, bool all_rows);
+               float* logits, bool all_rows, std::optional<size_t> first_position = {});
   std::vector<float> run_prompt(std::span<const int32_t> tokens, std::vector<float>* all_logits,
                                 bool end_prompt);
   void check_not_shared(const char* what) const;
