@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "snapkv/kv/layer_cache.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/rope.h"
 
@@ -253,6 +254,57 @@ TEST(ExpectedFutureQueries, RejectBadPositionsAndRope) {
   const RopeParams wide{6, 10000.0, 1.0, RopeKind::norm, nullptr};
   EXPECT_THROW(expected_future_queries(out.data(), row.data(), &late, 1, 4, 10, 8, wide),
                std::invalid_argument);
+}
+
+// The cache hands the policy its RoPE and the window's positions: expected_attention's scores
+// through a LayerCache equal the scorer run on the window queries mapped by
+// expected_future_queries (window rows at positions S - w .. S - 1, next position S, 512 future
+// positions), bit for bit; without set_rope they are the scores of the rotated rows. clone()
+// keeps the RoPE.
+TEST(ExpectedAttentionPolicy, UsesTheCachesRopeAndTheWindowPositions) {
+  constexpr size_t kHeads = 4, kKv = 2, kD = 16, kS = 90, kW = 8;
+  auto k = random_normal(kKv * kS * kD, 41), v = random_normal(kKv * kS * kD, 42);
+  for (std::vector<float>* x : {&k, &v}) {  // exact in fp16 (the store): multiples of 2^-8, |x| < 4
+    for (float& e : *x) e = std::round(std::clamp(e, -3.9f, 3.9f) * 256.0f) / 256.0f;
+  }
+  auto q = random_normal(kHeads * kW * kD, 43, 0.5f);
+  for (size_t r = 0; r < kHeads * kW; ++r) q[r * kD + 3] += 1.0f;
+  CacheConfig config;
+  config.policy = PolicyKind::expected_attention;
+  config.query_source = QuerySource::queries;
+  config.budget = 30;
+  config.window = kW;
+  config.n_sink = 2;
+  const RopeParams rope{12, 10000.0, 1.0, RopeKind::neox, nullptr};
+  const Tensor3 qw = test::view(q, kHeads, kW, kD);
+  LayerCache with_rope({kHeads, kKv, kD}, config), without({kHeads, kKv, kD}, config);
+  with_rope.set_rope(rope);
+  EXPECT_TRUE(with_rope.clone().rope().has_value());
+  EXPECT_FALSE(without.rope().has_value());
+  for (LayerCache* cache : {&with_rope, &without}) {
+    cache->update(test::view(k, kKv, kS, kD), test::view(v, kKv, kS, kD), &qw, UpdateKind::prefill);
+    cache->end_prompt();
+  }
+  std::vector<int64_t> positions(kW);
+  for (size_t r = 0; r < kW; ++r) positions[r] = static_cast<int64_t>(kS - kW + r);
+  const size_t group = kHeads / kKv;
+  for (size_t h = 0; h < kKv; ++h) {
+    std::vector<float> mapped(group * kW * kD);
+    for (size_t g = 0; g < group; ++g) {
+      expected_future_queries(mapped.data() + g * kW * kD, q.data() + (h * group + g) * kW * kD,
+                              positions.data(), kW, kD, static_cast<int64_t>(kS), 512, rope);
+    }
+    std::vector<float> expected(kS), plain(kS);
+    expected_attention_scores(expected.data(), k.data() + h * kS * kD, v.data() + h * kS * kD, kS,
+                              kD, mapped.data(), group, kW, config.n_sink);
+    expected_attention_scores(plain.data(), k.data() + h * kS * kD, v.data() + h * kS * kD, kS, kD,
+                              q.data() + h * group * kW * kD, group, kW, config.n_sink);
+    EXPECT_TRUE(std::ranges::equal(with_rope.last_scores(h), expected)) << "head " << h;
+    EXPECT_TRUE(std::ranges::equal(without.last_scores(h), plain)) << "head " << h;
+    EXPECT_NE(expected, plain);  // the mapping matters
+  }
+  EXPECT_THROW(without.set_rope(RopeParams{18, 10000.0, 1.0, RopeKind::norm, nullptr}),
+               std::invalid_argument);  // n_rot > head_dim
 }
 
 TEST(RowScores, RejectEmptySizes) {
