@@ -217,6 +217,7 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
   const size_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
   SNAPKV_CHECK(!first_position || probe_);  // only a probe that stores nothing moves positions
   const size_t p0 = first_position.value_or(n_past());
+  SNAPKV_CHECK(p0 + S <= c.n_ctx);  // callers check the context; the kvzip pass plans within it
 
   std::vector<int64_t> positions(S);
   for (size_t t = 0; t < S; ++t) positions[t] = static_cast<int64_t>(p0 + t);

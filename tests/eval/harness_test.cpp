@@ -74,6 +74,10 @@ TEST(Methods, NamesMapToConfigs) {
   EXPECT_EQ(pyr.config.codec, CodecKind::kivi2);
   EXPECT_EQ(parse_method("pyramid-streaming", d).config.layer_allocation, LayerAllocation::pyramid);
   EXPECT_EQ(parse_method("snapkv", d).config.head_allocation, HeadAllocation::uniform);
+  const Method ada_kvzip = parse_method("ada-kvzip", d);  // kvzip's supplied scores rank rows
+  EXPECT_EQ(ada_kvzip.config.policy, PolicyKind::kvzip);
+  EXPECT_EQ(ada_kvzip.config.head_allocation, HeadAllocation::ada);
+  EXPECT_EQ(parse_method("pyramid-kvzip", d).config.layer_allocation, LayerAllocation::pyramid);
   EXPECT_THROW(parse_method("ada-streaming", d), std::invalid_argument);  // no per-row scores
   EXPECT_THROW(parse_method("ada-full", d), std::invalid_argument);
   EXPECT_THROW(parse_method("pyramid-kivi2", d), std::invalid_argument);

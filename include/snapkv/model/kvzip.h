@@ -11,9 +11,11 @@
 // / sqrt(head_dim)) in fp32 over all cached rows plus the chunk's own keys up to the query.
 // LlamaSession::reconstruction_scores() runs the pass; LayerCache::compress_with_scores() selects
 // with the scores (policy kvzip). The pass costs about one prefill of the context (plus the
-// attention over the cache) and does not alter the cache. Leaves out: the paper's
-// head-/layer-global budget ranking (the budget here is per KV head, as for every policy), the
-// chat-template suffix (plain text prompts).
+// attention over the cache) and does not alter the cache. The scores are attention
+// probabilities, comparable across heads: with head_allocation ada (ada-kvzip) a layer ranks them
+// over all its KV heads, the paper's head-global budget within a layer.
+// Leaves out: the paper's ranking across layers (pyramid-kvzip splits the total over layers by
+// depth instead), the chat-template suffix (plain text prompts).
 #pragma once
 
 #include <cstddef>
