@@ -79,7 +79,9 @@ std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
 
 // Maps a whole file read-only (mmap, no copy of it in memory; the loaded stores copy what they
 // keep), validates it (see the file comment) and unmaps it. Reads every version from
-// kKvcOldestVersion to kKvcVersion (kv/kvc_format.h). Throws KvcError.
+// kKvcOldestVersion to kKvcVersion (kv/kvc_format.h). Throws KvcError. Like every mapped read,
+// it assumes the file is not cut short in place while it is read (write_kvc never does: it
+// replaces files by rename).
 KvcContents read_kvc(const std::string& path, const KvcExpect& expect = {});
 // The same on bytes in memory. verify_checksum = false skips only the checksum (the fuzz target
 // uses it to reach the payload checks; everything else is still validated).
