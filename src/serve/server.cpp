@@ -271,7 +271,7 @@ struct Server::Impl {
       const size_t n_ctx = model.config().n_ctx;
       for (size_t step = 0; step < max_tokens; ++step) {
         const int32_t token = sampler.sample(logits);
-        if (token == tokenizer.eos()) return "stop";
+        if (tokenizer.is_eog(token)) return "stop";  // EOS or an end of turn (<|im_end|>)
         ++n_generated;
         if (!emit(tokenizer.token_to_piece(token))) return "cancelled";
         if (step + 1 == max_tokens || session.n_past() >= n_ctx) break;

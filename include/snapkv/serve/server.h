@@ -20,7 +20,8 @@
 // after a cached document a leading BOS of the render is dropped (the document has one). A model
 // without a template we recognise answers chat requests with a 400 "chat_template_unsupported"
 // naming why; ServerOptions::chat_template = false (`--no-chat`) sends the messages as plain
-// text instead, one message's content per line.
+// text instead, one message's content per line. Generation stops at max_tokens or at any
+// end-of-generation token (EOS, or an end of turn such as "<|eot_id|>"), as `snapkv run` does.
 // Refused with a JSON error: malformed JSON or a body that is not an object (400), unknown or
 // mistyped fields (400), bodies over max_body_bytes (413), unknown cache ids or routes (404), a
 // prompt that does not fit the context with max_tokens (400), more than max_concurrent requests
