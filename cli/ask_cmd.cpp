@@ -6,7 +6,8 @@
 //   snapkv ask --model M.gguf --cache doc.kvc --questions qs.txt --json
 //
 // Text output: "Q: ...", "A: ..." per question; --json: answers, time to first token per
-// question, load time and bytes read.
+// question, load time and bytes read. The file is mapped (kv/kvc_file.h read_kvc), not copied;
+// its bytes read are logged on stderr.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -71,6 +72,8 @@ int run_ask(AskOptions& o) {
   Timer load_timer;
   const PromptCache loaded = load_prompt_cache(model, o.cache, SessionOptions{o.chunk});
   const double load_s = load_timer.seconds();
+  std::fprintf(stderr, "[ask] %s: %zu bytes read (mapped), %zu document tokens, loaded in %.3f s\n",
+               o.cache.c_str(), loaded.file_bytes, loaded.tokens.size(), load_s);
   const size_t n_ctx = model.config().n_ctx;
 
   nlohmann::json answers = nlohmann::json::array();

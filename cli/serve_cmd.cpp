@@ -25,6 +25,7 @@ struct ServeOptions {
   std::string model;
   snapkv::serve::ServerOptions server;
   snapkv::cli::CacheOptions cache;  // the server's defaults; requests may override method/keep
+  bool no_chat = false;             // chat messages as plain text, not the model's template
 };
 
 snapkv::serve::Server* g_server = nullptr;
@@ -40,12 +41,16 @@ int run_serve(ServeOptions o) {
   o.server.default_method = o.cache.single_method().name;  // bad usage before the load
   o.server.default_keep = o.cache.keeps().at(0);
   o.server.prefill_chunk = o.cache.prefill_chunk;
+  o.server.chat_template = !o.no_chat;
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   serve::Server server(model, tokenizer, o.server);
   const int port = server.bind();
-  std::fprintf(stderr, "[serve] listening on http://%s:%d (model id '%s', %zu concurrent)\n",
-               o.server.host.c_str(), port, o.server.model_id.c_str(), o.server.max_concurrent);
+  std::fprintf(stderr,
+               "[serve] listening on http://%s:%d (model id '%s', %zu concurrent, chat template "
+               "%s)\n",
+               o.server.host.c_str(), port, o.server.model_id.c_str(), o.server.max_concurrent,
+               server.chat_template_status().c_str());
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -62,7 +67,9 @@ snapkv::cli::RegisterCommand reg{
           "Example:\n  snapkv serve --model models/snapkv-tiny4.gguf --port 8080\n"
           "Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST\n"
           "/v1/chat/completions (\"stream\": true for server-sent events), POST/GET /v1/caches,\n"
-          "GET/DELETE /v1/caches/{id}; \"cache_id\" on a completion asks a compressed document.");
+          "GET/DELETE /v1/caches/{id}; \"cache_id\" on a completion asks a compressed document.\n"
+          "Chat messages are rendered with the model's tokenizer.chat_template (Llama 3, ChatML /\n"
+          "Qwen, Mistral [INST]); without one, chat requests get a 400 unless --no-chat.");
       sub.add_option("--model", o->model, "GGUF model file")->required();
       sub.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
@@ -79,6 +86,10 @@ snapkv::cli::RegisterCommand reg{
                      "Where {\"save\": true} writes .kvc files");
       sub.add_option("--max-tokens", o->server.default_max_tokens, "Default max_tokens")
           ->capture_default_str();
+      sub.add_flag(
+          "--no-chat", o->no_chat,
+          "Send /v1/chat/completions messages as plain text, one per line, instead of rendering "
+          "them with the model's chat template");
       snapkv::cli::CacheOptionSpec spec;
       spec.budget = snapkv::cli::BudgetStyle::keep_one;
       spec.default_keep = "0.2";

@@ -1,5 +1,7 @@
 // Writes the committed .kvc fuzz corpus (tests/kv/kvc_corpus): small valid files for each codec
-// and a few named bad ones. Run once when the format changes:
+// (uniform, AdaKV ragged heads, PyramidKV layers, a decode-budget window) and a few named bad
+// ones. valid-v1-*.kvc are version-1 files kept from before version 2 (the reader still reads
+// them; this tool writes only the current version). Run once when the format changes:
 //   build/fuzz/kvc_corpus_gen tests/kv/kvc_corpus
 #include <cstdio>
 #include <cstring>
@@ -16,10 +18,18 @@ namespace {
 
 using namespace snapkv;
 
-std::vector<uint8_t> make_file(CodecKind codec, PolicyKind policy, size_t sinks, uint64_t seed) {
-  constexpr size_t kHeads = 2, kKv = 1, kD = 8, kS = 24;
+std::vector<uint8_t> make_file(CodecKind codec, PolicyKind policy, size_t sinks, uint64_t seed,
+                               HeadAllocation heads = HeadAllocation::uniform,
+                               LayerAllocation layers = LayerAllocation::uniform,
+                               size_t decode_budget = 0) {
+  constexpr size_t kHeads = 4, kD = 8, kS = 24;
+  const size_t kKv = heads == HeadAllocation::ada ? 2 : 1;
   CacheConfig c;
   c.policy = policy;
+  c.head_allocation = heads;
+  c.layer_allocation = layers;
+  c.decode_budget = decode_budget;
+  c.decode_interval = 2;
   c.codec = codec;
   c.budget = 12;
   c.window = 4;
@@ -32,12 +42,14 @@ std::vector<uint8_t> make_file(CodecKind codec, PolicyKind policy, size_t sinks,
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<LayerCache> caches;
   for (size_t l = 0; l < 2; ++l) {
-    LayerCache cache(CacheDims{kHeads, kKv, kD}, c, l);
-    std::vector<float> k(kKv * kS * kD), v(k.size());
+    LayerCache cache(CacheDims{kHeads, kKv, kD}, c, l, 2);
+    std::vector<float> k(kKv * kS * kD), v(k.size()), q(kHeads * c.window * kD);
     for (float& x : k) x = dist(rng);
     for (float& x : v) x = dist(rng);
-    cache.update(Tensor3{k.data(), kKv, kS, kD}, Tensor3{v.data(), kKv, kS, kD}, nullptr,
-                 UpdateKind::prefill);
+    for (float& x : q) x = dist(rng);
+    const Tensor3 qt{q.data(), kHeads, c.window, kD};
+    cache.update(Tensor3{k.data(), kKv, kS, kD}, Tensor3{v.data(), kKv, kS, kD},
+                 decode_budget > 0 ? &qt : nullptr, UpdateKind::prefill);
     cache.end_prompt();
     caches.push_back(std::move(cache));
   }
@@ -70,6 +82,14 @@ int main(int argc, char** argv) {
   write(dir / "valid-kivi2-sinks.kvc", kivi2);
   write(dir / "valid-kivi4-streaming.kvc", kivi4);
   write(dir / "valid-full-kivi4.kvc", make_file(CodecKind::kivi4, PolicyKind::full, 0, 4));
+  write(dir / "valid-ada-snapkv-fp16.kvc",
+        make_file(CodecKind::fp16, PolicyKind::snapkv, 0, 5, HeadAllocation::ada));
+  write(dir / "valid-pyramid-knorm-kivi2.kvc",
+        make_file(CodecKind::kivi2, PolicyKind::knorm, 0, 6, HeadAllocation::uniform,
+                  LayerAllocation::pyramid));
+  write(dir / "valid-decode-budget-snapkv.kvc",
+        make_file(CodecKind::fp16, PolicyKind::snapkv, 0, 7, HeadAllocation::uniform,
+                  LayerAllocation::uniform, 10));
   auto bad = kivi2;
   bad.resize(bad.size() / 2);
   write(dir / "bad-truncated.kvc", bad);

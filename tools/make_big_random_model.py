@@ -8,7 +8,9 @@ rope_freqs.weight, base 500000: 0.726e9 parameters, 1.45 GB as F16. Tensors are 
 written one at a time (streamed), so the script needs well under 1 GB of memory.
 
 Run:  PYTHONPATH=/work/llama.cpp/gguf-py /usr/bin/python3 tools/make_big_random_model.py OUT.gguf
-      [--layers N] [--embd N] [--ff N] [--vocab N]
+      [--layers N] [--embd N] [--ff N] [--vocab N] [--ctx N]
+(--ctx sets llama.context_length, default 8192; scripts/bench_ttft.py's 16K case needs >= 16K
+plus the question.)
 """
 import argparse
 import math
@@ -35,6 +37,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--ff", type=int, default=6144)
     ap.add_argument("--vocab", type=int, default=56000)
+    ap.add_argument("--ctx", type=int, default=8192, help="llama.context_length")
     args = ap.parse_args()
     E, F, V, H, KV = args.embd, args.ff, args.vocab, args.heads, args.kv_heads
     hd = E // H
@@ -65,7 +68,7 @@ def main():
     w = gguf.GGUFWriter(args.out, "llama")
     w.add_name("snapkv-random-%.2fB" % (sum(math.prod(s) for _, s, _ in plan) / 1e9))
     w.add_block_count(args.layers)
-    w.add_context_length(8192)
+    w.add_context_length(args.ctx)
     w.add_embedding_length(E)
     w.add_feed_forward_length(F)
     w.add_head_count(H)

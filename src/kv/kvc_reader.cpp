@@ -2,6 +2,7 @@
 // each failure a KvcError of its kind, and nothing from the payload is used before its length was
 // checked against what is left.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +85,31 @@ CacheConfig parse_config(const KvcConfigRecord& r) {
   return c;
 }
 
+// Version 2's allocation and decode-budget fields, into a config parsed from KvcConfigRecord
+// (validated again here, since these fields take part in CacheConfig::validate()).
+void parse_allocation(const KvcAllocationRecord& r, CacheConfig& c) {
+  try {
+    c.head_allocation = parse_head_allocation(get_name(r.head_allocation, "head_allocation"));
+    c.layer_allocation = parse_layer_allocation(get_name(r.layer_allocation, "layer_allocation"));
+  } catch (const std::invalid_argument& e) {
+    fail(KvcErrorKind::malformed, "allocation names a value this build does not know", e.what(),
+         "kv/config.h names");
+  }
+  for (const uint8_t b : r.reserved) {
+    if (b != 0)
+      fail(KvcErrorKind::malformed, "allocation record reserved bytes", "non-zero", "zeros");
+  }
+  c.ada_floor = r.ada_floor;
+  c.pyramid_beta = r.pyramid_beta;
+  c.decode_budget = r.decode_budget;
+  c.decode_interval = r.decode_interval;
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    fail(KvcErrorKind::malformed, "config is not valid", e.what(), "a valid CacheConfig");
+  }
+}
+
 // Header checks that need nothing but the bytes: size, magic, version, payload length, checksum.
 KvcHeader check_header(std::span<const uint8_t> bytes, bool verify_checksum) {
   if (bytes.size() < sizeof kKvcMagic) {
@@ -99,9 +125,13 @@ KvcHeader check_header(std::span<const uint8_t> bytes, bool verify_checksum) {
   }
   KvcHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
-  if (h.version != kKvcVersion) {
-    fail(KvcErrorKind::wrong_version, "unsupported .kvc format version", num(h.version),
-         num(kKvcVersion));
+  if (h.version < kKvcOldestVersion || h.version > kKvcVersion) {
+    fail(KvcErrorKind::wrong_version,
+         h.version > kKvcVersion ? "a .kvc format version newer than this build reads"
+                                 : "an unsupported old .kvc format version",
+         num(h.version),
+         "a version from " + num(kKvcOldestVersion) + " to " + num(kKvcVersion) +
+             (h.version > kKvcVersion ? " (write the file again with this build's snapkv)" : ""));
   }
   if (h.header_bytes != sizeof(KvcHeader)) {
     fail(KvcErrorKind::malformed, "header size", num(h.header_bytes), num(sizeof(KvcHeader)));
@@ -152,14 +182,32 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
     fail(KvcErrorKind::malformed, "layer " + num(layer) + " tokens seen", num(rec.tokens_seen),
          "the " + num(h.n_tokens) + " prompt tokens");
   }
+  LayerCache::DecodeWindow recent;
+  if (h.version >= 2) {
+    const auto dec = in.pod<KvcDecodeRecord>("decode record");
+    const size_t limit = config.decode_budget > 0 ? config.window : 0;
+    if (dec.n_recent > limit) {  // bounds the arrays below before they are read
+      fail(KvcErrorKind::malformed, "layer " + num(layer) + " decode window rows",
+           num(dec.n_recent), "<= " + num(limit) + " (window with decode_budget, else 0)");
+    }
+    const size_t n_recent = static_cast<size_t>(dec.n_recent);
+    recent.reselections = static_cast<size_t>(dec.decode_reselections);
+    recent.positions = in.array<int64_t>(n_recent, "decode window positions");
+    recent.queries = in.array<float>(
+        kvc::checked_mul(n_recent, kvc::checked_mul(dims.n_heads, dims.head_dim, "queries"),
+                         "decode window queries"),
+        "decode window queries");
+  }
+  const bool ragged = config.head_allocation == HeadAllocation::ada;
   std::vector<std::vector<int64_t>> positions(dims.n_kv_heads);
   std::vector<std::unique_ptr<RowStore>> keys(dims.n_kv_heads), values(dims.n_kv_heads);
   for (size_t kv = 0; kv < dims.n_kv_heads; ++kv) {
     const std::string where = "layer " + num(layer) + " KV head " + num(kv);
     const auto head = in.pod<KvcHeadRecord>("head record");
-    if (head.n_rows > h.n_tokens || (kv > 0 && head.n_rows != positions[0].size())) {
+    if (head.n_rows > h.n_tokens || (!ragged && kv > 0 && head.n_rows != positions[0].size())) {
       fail(KvcErrorKind::malformed, where + " rows", num(head.n_rows),
-           "<= " + num(h.n_tokens) + " tokens, the same in every head");
+           "<= " + num(h.n_tokens) + " tokens" +
+               (ragged ? std::string() : ", the same in every head (head_allocation uniform)"));
     }
     positions[kv] = in.array<int64_t>(static_cast<size_t>(head.n_rows), "positions");
     const std::vector<int64_t>& pos = positions[kv];
@@ -182,9 +230,9 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
            num(pos.size()) + " (one per position)");
     }
   }
-  return LayerCache::restore(dims, config, layer, static_cast<size_t>(rec.tokens_seen),
+  return LayerCache::restore(dims, config, layer, h.n_layers, static_cast<size_t>(rec.tokens_seen),
                              static_cast<size_t>(rec.compressions), std::move(positions),
-                             std::move(keys), std::move(values));
+                             std::move(keys), std::move(values), std::move(recent));
 }
 
 KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expect,
@@ -202,6 +250,8 @@ KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expe
   KvcContents out;
   std::memcpy(out.fingerprint.data(), h.model_fingerprint, out.fingerprint.size());
   out.config = parse_config(in.pod<KvcConfigRecord>("config record"));
+  if (h.version >= 2)
+    parse_allocation(in.pod<KvcAllocationRecord>("allocation record"), out.config);
   out.dims = CacheDims{h.n_heads, h.n_kv_heads, h.head_dim};
   out.tokens =
       in.array<int32_t>(static_cast<size_t>(std::min<uint64_t>(h.n_tokens, SIZE_MAX)), "tokens");
@@ -211,7 +261,8 @@ KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expe
     }
   }
   // Every layer needs at least its records: bound the count before reserving anything.
-  const size_t min_layer = sizeof(KvcLayerRecord) + h.n_kv_heads * (sizeof(KvcHeadRecord) + 16);
+  const size_t min_layer = sizeof(KvcLayerRecord) + (h.version >= 2 ? sizeof(KvcDecodeRecord) : 0) +
+                           h.n_kv_heads * (sizeof(KvcHeadRecord) + 16);
   if (h.n_layers > in.remaining() / min_layer) {
     fail(KvcErrorKind::malformed, "payload too short for its layers",
          num(in.remaining()) + " bytes", ">= " + num(min_layer) + " per layer");
@@ -224,6 +275,7 @@ KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expe
          num(in.remaining()) + " extra bytes", "0");
   }
   out.file_bytes = bytes.size();
+  out.version = h.version;
   return out;
 }
 
@@ -254,17 +306,26 @@ KvcContents read_kvc(const std::string& path, const KvcExpect& expect) {
     ::close(fd);
     fail(KvcErrorKind::io, "not a regular file", path, "a .kvc file");
   }
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // shrank while reading: the size check below names it
-    done += static_cast<size_t>(n);
+  // The file is mapped, not copied: the stores copy out what they keep, and each page is read
+  // once (the checksum pass), so a load reads the file's bytes once and holds no second copy.
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return decode_kvc({}, expect);  // names the truncation
   }
-  ::close(fd);
-  bytes.resize(done);
-  return decode_kvc(bytes, expect);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);  // the mapping stays valid
+  if (map == MAP_FAILED) {
+    fail(KvcErrorKind::io, "cannot map", path + ": " + std::strerror(map_errno), "a readable file");
+  }
+  ::madvise(map, size, MADV_SEQUENTIAL);
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{map, size};
+  return decode_kvc(std::span<const uint8_t>(static_cast<const uint8_t*>(map), size), expect);
 }
 
 }  // namespace snapkv

@@ -51,9 +51,21 @@ KvcConfigRecord config_record(const CacheConfig& c) {
   return r;
 }
 
+KvcAllocationRecord allocation_record(const CacheConfig& c) {
+  KvcAllocationRecord r{};
+  put_name(r.head_allocation, to_string(c.head_allocation));
+  put_name(r.layer_allocation, to_string(c.layer_allocation));
+  r.ada_floor = c.ada_floor;
+  r.pyramid_beta = c.pyramid_beta;
+  r.decode_budget = c.decode_budget;
+  r.decode_interval = c.decode_interval;
+  return r;
+}
+
 bool same_config(const CacheConfig& a, const CacheConfig& b) {
   const KvcConfigRecord ra = config_record(a), rb = config_record(b);
-  return std::memcmp(&ra, &rb, sizeof ra) == 0;
+  const KvcAllocationRecord xa = allocation_record(a), xb = allocation_record(b);
+  return std::memcmp(&ra, &rb, sizeof ra) == 0 && std::memcmp(&xa, &xb, sizeof xa) == 0;
 }
 
 void check_caches(std::span<const int32_t> tokens, std::span<const LayerCache> caches) {
@@ -67,6 +79,14 @@ void check_caches(std::span<const int32_t> tokens, std::span<const LayerCache> c
         d.head_dim != first.dims().head_dim || !same_config(c.config(), first.config())) {
       throw_invalid(kComponent, "layer " + num(l) + " differs from layer 0",
                     "other dimensions or config", "one CacheConfig and shape for every layer");
+    }
+    // Layer l is restored as layer l of caches.size() (kv/kvc_format.h): the random policy's
+    // seed and the PyramidKV share must be those.
+    const bool pyramid = c.config().layer_allocation == LayerAllocation::pyramid;
+    if (c.layer_index() != l || (pyramid && c.n_layers() != caches.size())) {
+      throw_invalid(kComponent, "layer " + num(l) + " was built as another layer",
+                    "layer_index " + num(c.layer_index()) + ", n_layers " + num(c.n_layers()),
+                    "layer_index " + num(l) + (pyramid ? ", n_layers " + num(caches.size()) : ""));
     }
     if (c.prompt_open()) {
       throw_invalid(kComponent, "layer " + num(l) + " has an open prompt",
@@ -111,9 +131,14 @@ std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
   const CacheDims& dims = caches[0].dims();
   std::vector<uint8_t> out(sizeof(KvcHeader));
   kvc::append_pod(out, config_record(caches[0].config()));
+  kvc::append_pod(out, allocation_record(caches[0].config()));
   kvc::append_array(out, tokens.data(), tokens.size());
   for (const LayerCache& cache : caches) {
     kvc::append_pod(out, KvcLayerRecord{cache.offset(), cache.compressions()});
+    const LayerCache::DecodeWindow recent = cache.decode_window();
+    kvc::append_pod(out, KvcDecodeRecord{recent.reselections, recent.positions.size()});
+    kvc::append_array(out, recent.positions.data(), recent.positions.size());
+    kvc::append_array(out, recent.queries.data(), recent.queries.size());
     for (size_t h = 0; h < dims.n_kv_heads; ++h) {
       const std::span<const int64_t> pos = cache.positions(h);
       const size_t head_at = out.size();

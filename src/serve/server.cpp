@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "serve/requests.h"
+#include "snapkv/model/chat_template.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/model/sampler.h"
@@ -94,13 +95,52 @@ struct Server::Impl {
   std::map<std::string, std::shared_ptr<const CachedDoc>> table;
   const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
   std::atomic<uint64_t> next_id{1};
+  // /v1/chat/completions renders with the model's template; without one (or one we do not
+  // recognise) chat requests get chat_error, unless options.chat_template is off.
+  std::optional<ChatTemplate> chat_template;
+  std::string chat_error;
 
   std::string new_id(const char* prefix) {
     return prefix + std::to_string(id_salt % 1000000) + "-" + std::to_string(next_id.fetch_add(1));
   }
 
   Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
-      : model(m), tokenizer(t), options(std::move(o)) {}
+      : model(m), tokenizer(t), options(std::move(o)) {
+    if (!options.chat_template) return;
+    try {
+      chat_template = ChatTemplate::from_gguf(model.file());
+    } catch (const RuntimeError& e) {
+      chat_error = e.what();
+    }
+  }
+
+  // The tokens of a chat request: the messages rendered with the model's template (special-token
+  // texts parsed, BOS only where the template writes it), or, with options.chat_template off, one
+  // message's content per line as plain text. After a cached document (which starts with BOS) a
+  // leading BOS of the render is dropped.
+  std::vector<int32_t> chat_tokens(const std::vector<serve::ChatMessage>& messages,
+                                   bool after_document) const {
+    if (!options.chat_template) {
+      std::string text;
+      for (const serve::ChatMessage& m : messages) text += m.content + "\n";
+      return tokenizer.encode(text, !after_document);
+    }
+    if (!chat_template) {
+      throw HttpError(400, "chat_template_unsupported",
+                      "this model's chat template cannot be rendered: " + chat_error +
+                          "; start the server with --no-chat to send chat messages as plain "
+                          "text (one message per line), or use /v1/completions");
+    }
+    std::vector<snapkv::ChatMessage> conversation;
+    for (const serve::ChatMessage& m : messages) conversation.push_back({m.role, m.content});
+    std::vector<int32_t> tokens =
+        tokenizer.encode(chat_template->render(conversation), /*add_special=*/false,
+                         /*parse_special=*/true);
+    if (after_document && !tokens.empty() && tokens.front() == tokenizer.bos()) {
+      tokens.erase(tokens.begin());
+    }
+    return tokens;
+  }
 
   // Prefill chunking, and kvzip's repeat prompt in this model's tokenizer (method kvzip).
   SessionOptions session_options() const {
@@ -146,6 +186,11 @@ struct Server::Impl {
   std::vector<int32_t> encode_checked(const std::string& text, bool add_bos, size_t cached,
                                       size_t to_generate) const {
     std::vector<int32_t> tokens = tokenizer.encode(text, add_bos);
+    check_fits(tokens, cached, to_generate);
+    return tokens;
+  }
+
+  void check_fits(const std::vector<int32_t>& tokens, size_t cached, size_t to_generate) const {
     if (tokens.empty()) throw HttpError(400, "invalid_request_error", "prompt has no tokens");
     const size_t n_ctx = model.config().n_ctx;
     if (cached + tokens.size() + to_generate > n_ctx) {
@@ -155,7 +200,6 @@ struct Server::Impl {
                           std::to_string(to_generate) + " to generate exceeds the context of " +
                           std::to_string(n_ctx) + " tokens");
     }
-    return tokens;
   }
 
   std::shared_ptr<const CachedDoc> find(const std::string& id) {
@@ -167,19 +211,29 @@ struct Server::Impl {
 
   // The session to generate from and its first logits: a clone of a cached document with the
   // prompt appended, or a fresh prefill of the prompt.
-  std::pair<LlamaSession, std::vector<float>> start(const CompletionRequest& r,
-                                                    const std::string& text, size_t max_tokens,
-                                                    size_t& prompt_tokens) {
+  std::pair<LlamaSession, std::vector<float>> start(const CompletionRequest& r, bool chat,
+                                                    size_t max_tokens, size_t& prompt_tokens) {
     if (!r.cache_id.empty()) {
       const std::shared_ptr<const CachedDoc> doc = find(r.cache_id);
-      const std::vector<int32_t> tokens =
-          encode_checked(text, false, doc->prompt_tokens, max_tokens);
+      std::vector<int32_t> tokens;
+      if (chat) {
+        tokens = chat_tokens(r.messages, true);
+        check_fits(tokens, doc->prompt_tokens, max_tokens);
+      } else {
+        tokens = encode_checked(r.prompt, false, doc->prompt_tokens, max_tokens);
+      }
       prompt_tokens = doc->prompt_tokens + tokens.size();
       LlamaSession session = doc->session.clone();
       std::vector<float> logits = session.extend(tokens);
       return {std::move(session), std::move(logits)};
     }
-    const std::vector<int32_t> tokens = encode_checked(text, true, 0, max_tokens);
+    std::vector<int32_t> tokens;
+    if (chat) {
+      tokens = chat_tokens(r.messages, false);
+      check_fits(tokens, 0, max_tokens);
+    } else {
+      tokens = encode_checked(r.prompt, true, 0, max_tokens);
+    }
     prompt_tokens = tokens.size();
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
@@ -199,16 +253,11 @@ struct Server::Impl {
     } catch (const std::invalid_argument& e) {
       throw HttpError(400, "invalid_request_error", e.what());
     }
-    std::string text = r.prompt;
-    if (chat) {
-      text.clear();
-      for (const ChatMessage& m : r.messages) text += m.content + "\n";
-    }
     const size_t max_tokens = r.max_tokens.value_or(options.default_max_tokens);
     const std::shared_ptr<Slot> slot = take_slot();
     size_t prompt_tokens = 0;
     auto started = std::make_shared<std::pair<LlamaSession, std::vector<float>>>(
-        start(r, text, max_tokens, prompt_tokens));
+        start(r, chat, max_tokens, prompt_tokens));
     const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
     const std::time_t created = std::time(nullptr);
     const std::string object = chat ? "chat.completion" : "text_completion";
@@ -222,7 +271,7 @@ struct Server::Impl {
       const size_t n_ctx = model.config().n_ctx;
       for (size_t step = 0; step < max_tokens; ++step) {
         const int32_t token = sampler.sample(logits);
-        if (token == tokenizer.eos()) return "stop";
+        if (tokenizer.is_eog(token)) return "stop";  // EOS or an end of turn (<|im_end|>)
         ++n_generated;
         if (!emit(tokenizer.token_to_piece(token))) return "cancelled";
         if (step + 1 == max_tokens || session.n_past() >= n_ctx) break;
@@ -419,6 +468,12 @@ Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOption
 }
 
 Server::~Server() = default;
+
+std::string Server::chat_template_status() const {
+  if (!impl_->options.chat_template) return "off (messages as plain text, one per line)";
+  if (impl_->chat_template) return std::string(to_string(impl_->chat_template->family()));
+  return "none: /v1/chat/completions answers 400 (" + impl_->chat_error + ")";
+}
 
 int Server::bind() {
   const ServerOptions& o = impl_->options;

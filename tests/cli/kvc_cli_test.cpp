@@ -12,6 +12,7 @@
 #include "cli/cli_test_util.h"
 #include "eval/tiny_model.h"
 #include "snapkv/eval/methods.h"
+#include "snapkv/model/kvzip.h"
 #include "snapkv/model/prompt_cache.h"
 
 namespace snapkv::clitest {
@@ -78,6 +79,42 @@ TEST(KvcCli, CompressThenAskMatchesTheInProcessAnswer) {
   EXPECT_NE(bad.err.find("checksum"), std::string::npos) << bad.err;
   const CliResult usage = run_cli("ask --model '" + model + "' --cache '" + kvc + "'", dir);
   EXPECT_EQ(usage.rc, 2) << usage.err;
+}
+
+// AdaKV's ragged heads and PyramidKV's layer budgets (kvzip scored by the reconstruction pass)
+// through compress + ask: the same answers as the in-process question-agnostic path.
+TEST(KvcCli, RaggedAndPyramidCachesAnswerAsInProcess) {
+  const auto& m = test::tiny_model();
+  TempDir dir("kvc_cli_ragged");
+  const std::string doc = dir.file("doc.txt");
+  std::ofstream(doc) << kDocument;
+  const std::string model = test::tiny_model_path();
+  const std::string question = "What is the pass key?";
+  const std::vector<int32_t> tokens = m.tokenizer.encode(kDocument);
+  for (const std::string method : {"ada-snapkv", "pyramid-kvzip+kivi2"}) {
+    const std::string kvc = dir.file(method + ".kvc");
+    const CliResult c =
+        run_cli("compress --model '" + model + "' --prompt-file '" + doc + "' --method " + method +
+                    " --keep 0.5 --window 8 --out '" + kvc + "' --json",
+                dir);
+    ASSERT_EQ(c.rc, 0) << method << ": " << c.err;
+    const CliResult a = run_cli("ask --model '" + model + "' --cache '" + kvc + "' --question '" +
+                                    question + "' --max-tokens 6 --json",
+                                dir);
+    ASSERT_EQ(a.rc, 0) << method << ": " << a.err;
+    const json aj = json::parse(a.out);
+
+    eval::MethodDefaults defaults;
+    defaults.window = 8;
+    CacheConfig config = eval::parse_method(method, defaults).config;
+    config.budget = eval::budget_for(0.5, tokens.size(), config);
+    LlamaSession s(m.model, config,
+                   SessionOptions{512, ReconstructionOptions{kvzip_repeat_prompt(m.tokenizer)}});
+    s.prefill(tokens);
+    std::vector<float> logits = s.extend(m.tokenizer.encode(question, false));
+    const GreedyAnswer want = answer_greedy(s, std::move(logits), m.tokenizer, 6, true);
+    EXPECT_EQ(aj["answers"][0]["tokens"].get<std::vector<int32_t>>(), want.tokens) << method;
+  }
 }
 
 }  // namespace

@@ -246,10 +246,14 @@ void expect_kind(const std::vector<uint8_t>& bytes, KvcErrorKind kind, const std
   }
 }
 
-// Offsets inside the payload of valid_file(): the config, the tokens, then layer 0, KV head 0.
+// Offsets inside the payload of valid_file(): the config, the tokens, then layer 0 (no decode
+// window: decode_budget 0), KV head 0.
 constexpr size_t kConfigAt = sizeof(KvcHeader);
-constexpr size_t kLayer0At = kConfigAt + sizeof(KvcConfigRecord) + kS * sizeof(int32_t);
-constexpr size_t kHead0At = kLayer0At + sizeof(KvcLayerRecord);
+constexpr size_t kAllocationAt = kConfigAt + sizeof(KvcConfigRecord);
+constexpr size_t kTokensAt = kAllocationAt + sizeof(KvcAllocationRecord);
+constexpr size_t kLayer0At = kTokensAt + kS * sizeof(int32_t);
+constexpr size_t kDecode0At = kLayer0At + sizeof(KvcLayerRecord);
+constexpr size_t kHead0At = kDecode0At + sizeof(KvcDecodeRecord);
 constexpr size_t kPositions0At = kHead0At + sizeof(KvcHeadRecord);
 
 TEST(KvcFile, TruncatedFilesAreNamed) {
@@ -270,6 +274,13 @@ TEST(KvcFile, WrongMagicVersionAndModelAreNamed) {
   b = v.bytes;
   poke<uint32_t>(b, offsetof(KvcHeader, version), kKvcVersion + 1);
   expect_kind(b, KvcErrorKind::wrong_version, "version");
+  try {
+    decode_kvc(b);
+  } catch (const KvcError& e) {
+    EXPECT_NE(std::string(e.what()).find("newer than this build"), std::string::npos) << e.what();
+  }
+  poke<uint32_t>(b, offsetof(KvcHeader, version), kKvcOldestVersion - 1);
+  expect_kind(b, KvcErrorKind::wrong_version, "version 0");
 
   const ModelFingerprint other = fingerprint(10);
   KvcExpect expect;
@@ -306,8 +317,21 @@ TEST(KvcFile, MalformedPayloadsWithAValidChecksumAreNamed) {
       {"invalid config (window 0)",
        [](auto& b) { poke<uint64_t>(b, kConfigAt + offsetof(KvcConfigRecord, window), 0); }},
       {"flag not 0/1", [](auto& b) { b[kConfigAt + offsetof(KvcConfigRecord, causal)] = 7; }},
-      {"negative token",
-       [](auto& b) { poke<int32_t>(b, kConfigAt + sizeof(KvcConfigRecord), -1); }},
+      {"negative token", [](auto& b) { poke<int32_t>(b, kTokensAt, -1); }},
+      {"unknown head allocation",
+       [](auto& b) { std::memcpy(b.data() + kAllocationAt, "sideways", 8); }},
+      {"ada_floor out of range",
+       [](auto& b) {
+         poke<double>(b, kAllocationAt + offsetof(KvcAllocationRecord, ada_floor), 2.0);
+       }},
+      {"allocation reserved bytes",
+       [](auto& b) { b[kAllocationAt + offsetof(KvcAllocationRecord, reserved)] = 1; }},
+      {"decode window without a decode budget",
+       [](auto& b) { poke<uint64_t>(b, kDecode0At + offsetof(KvcDecodeRecord, n_recent), 1); }},
+      {"decode re-selections without a decode budget",
+       [](auto& b) {
+         poke<uint64_t>(b, kDecode0At + offsetof(KvcDecodeRecord, decode_reselections), 1);
+       }},
       {"layer tokens seen", [](auto& b) { poke<uint64_t>(b, kLayer0At, uint64_t{kS + 1}); }},
       {"rows above the tokens", [](auto& b) { poke<uint64_t>(b, kHead0At, uint64_t{kS + 1}); }},
       {"huge rows", [](auto& b) { poke<uint64_t>(b, kHead0At, ~uint64_t{0}); }},

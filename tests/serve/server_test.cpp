@@ -1,7 +1,9 @@
 // `snapkv serve` through real HTTP on a loopback port chosen by the test: completions (plain,
-// streamed, chat) equal the in-process greedy answers, a compressed document is created, used,
-// listed and deleted, malformed requests get 4xx JSON errors, and a request beyond the
-// concurrency limit gets a 503 while the first one still completes.
+// streamed, chat rendered with the model's chat template, chat on a cached document) equal the
+// in-process greedy answers, a model without a template refuses chat unless --no-chat, a
+// compressed document is created, used, listed and deleted, malformed requests get 4xx JSON
+// errors, and a request beyond the concurrency limit gets a 503 while the first one still
+// completes.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -15,7 +17,10 @@
 #include <vector>
 
 #include "eval/tiny_model.h"
+#include "model/chat_model_util.h"
 #include "snapkv/eval/methods.h"
+#include "snapkv/gguf/gguf.h"
+#include "snapkv/model/chat_template.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/serve/server.h"
 
@@ -32,7 +37,9 @@ const char* kDocument =
 // A server on 127.0.0.1:<free port>, listening on its own thread for the test's lifetime.
 class Running {
  public:
-  explicit Running(ServerOptions o) : server_(tiny_model().model, tiny_model().tokenizer, fix(o)) {
+  explicit Running(ServerOptions o, const LlamaModel& model = tiny_model().model,
+                   const Tokenizer& tokenizer = tiny_model().tokenizer)
+      : server_(model, tokenizer, fix(o)) {
     port_ = server_.bind();
     thread_ = std::thread([this] { server_.listen(); });
   }
@@ -137,13 +144,124 @@ TEST(Serve, HealthModelsAndCompletions) {
   EXPECT_EQ(text, want_stream);
   EXPECT_EQ(events, want.tokens.size() + 1);  // one per token, then the finish event
 
-  // Chat: the messages rendered one per line, the answer as the assistant's message.
-  const json chat =
+  // Chat on a model without a chat template: a 400 that says why and names --no-chat.
+  const json no_template =
       post(c, "/v1/chat/completions",
-           {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 6}});
+           {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 6}}, 400);
+  EXPECT_EQ(no_template["error"]["type"], "chat_template_unsupported");
+  EXPECT_NE(no_template["error"]["message"].get<std::string>().find("--no-chat"),
+            std::string::npos);
+}
+
+// The shipped model with a chat template (model/chat_model_util.h), loaded once.
+struct TemplatedModel {
+  LlamaModel model;
+  Tokenizer tokenizer;
+  ChatTemplate chat_template;
+  explicit TemplatedModel(std::string_view tmpl)
+      : model(gguf::File::from_bytes(snapkv::testing::tiny_model_with_template(tmpl))),
+        tokenizer(Tokenizer::from_gguf(model.file())),
+        chat_template(ChatTemplate::from_gguf(model.file())) {}
+};
+
+// The default method at the default keep over `tokens`, greedy (the server's uncached path).
+GreedyAnswer in_process_tokens(const ServerOptions& o, const LlamaModel& model,
+                               const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
+                               size_t max_tokens) {
+  eval::MethodDefaults defaults = o.defaults;
+  defaults.window = 8;
+  CacheConfig config = eval::parse_method(o.default_method, defaults).config;
+  config.budget = eval::budget_for(o.default_keep, tokens.size(), config);
+  LlamaSession session(model, config);
+  std::vector<float> logits = session.prefill(tokens);
+  return answer_greedy(session, std::move(logits), tokenizer, max_tokens, false);
+}
+
+TEST(Serve, ChatRendersMessagesWithTheModelsTemplate) {
+  static const TemplatedModel m(snapkv::testing::kChatmlTemplate);
+  ServerOptions o;
+  Running server(o, m.model, m.tokenizer);
+  httplib::Client c = server.client();
+  const std::vector<ChatMessage> messages = {{"system", "You answer briefly."},
+                                             {"user", "The pass key is 48213. What is it?"}};
+  json body_messages = json::array();
+  for (const ChatMessage& msg : messages) {
+    body_messages.push_back({{"role", msg.role}, {"content", msg.content}});
+  }
+  const std::vector<int32_t> tokens =
+      m.tokenizer.encode(m.chat_template.render(messages), false, true);
+  const GreedyAnswer want = in_process_tokens(o, m.model, m.tokenizer, tokens, 6);
+  const json chat =
+      post(c, "/v1/chat/completions", {{"messages", body_messages}, {"max_tokens", 6}});
   EXPECT_EQ(chat["object"], "chat.completion");
-  EXPECT_EQ(chat["choices"][0]["message"]["content"].get<std::string>(),
-            as_sent(in_process(o, prompt + "\n", 6).text));
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"].get<std::string>(), as_sent(want.text));
+  EXPECT_EQ(chat["usage"]["prompt_tokens"].get<size_t>(), tokens.size());
+
+  // Streamed: the deltas add up to the same answer.
+  const auto streamed =
+      c.Post("/v1/chat/completions",
+             json{{"messages", body_messages}, {"max_tokens", 6}, {"stream", true}}.dump(),
+             "application/json");
+  ASSERT_TRUE(streamed);
+  std::string text;
+  for (size_t at = 0; at < streamed->body.size();) {
+    const size_t end = streamed->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos) << streamed->body;
+    const std::string line = streamed->body.substr(at, end - at);
+    if (line != "data: [DONE]") {
+      const json delta = json::parse(line.substr(6))["choices"][0]["delta"];
+      if (delta.contains("content")) text += delta["content"].get<std::string>();
+    }
+    at = end + 2;
+  }
+  std::string want_stream;
+  for (const int32_t t : want.tokens) want_stream += as_sent(m.tokenizer.token_to_piece(t));
+  EXPECT_EQ(text, want_stream);
+
+  // --no-chat: the same messages as plain text, one per line, with BOS.
+  ServerOptions plain = o;
+  plain.chat_template = false;
+  Running plain_server(plain, m.model, m.tokenizer);
+  httplib::Client pc = plain_server.client();
+  const std::vector<int32_t> plain_tokens =
+      m.tokenizer.encode(messages[0].content + "\n" + messages[1].content + "\n", true);
+  const json got =
+      post(pc, "/v1/chat/completions", {{"messages", body_messages}, {"max_tokens", 6}});
+  EXPECT_EQ(got["choices"][0]["message"]["content"].get<std::string>(),
+            as_sent(in_process_tokens(o, m.model, m.tokenizer, plain_tokens, 6).text));
+}
+
+// A chat question about a cached document: the render (Llama 3 writes the BOS text, which is
+// dropped after the document's own BOS) appended to a copy of the compressed document.
+TEST(Serve, ChatOnACachedDocumentAppendsTheRender) {
+  static const TemplatedModel m(snapkv::testing::kLlama3Template);
+  ServerOptions o;
+  Running server(o, m.model, m.tokenizer);
+  httplib::Client c = server.client();
+  const json created = post(c, "/v1/caches", {{"document", kDocument}, {"keep", 0.5}});
+  const std::string id = created["id"].get<std::string>();
+
+  const std::vector<ChatMessage> messages = {{"user", "What is the pass key?"}};
+  std::vector<int32_t> question = m.tokenizer.encode(m.chat_template.render(messages), false, true);
+  ASSERT_FALSE(question.empty());
+  ASSERT_EQ(question.front(), m.tokenizer.bos()) << "the Llama 3 render starts with BOS";
+  question.erase(question.begin());
+  eval::MethodDefaults defaults = o.defaults;
+  defaults.window = 8;
+  CacheConfig config = eval::parse_method(o.default_method, defaults).config;
+  const std::vector<int32_t> doc = m.tokenizer.encode(kDocument, true);
+  config.budget = eval::budget_for(0.5, doc.size(), config);
+  LlamaSession s(m.model, config);
+  s.prefill(doc);
+  std::vector<float> logits = s.extend(question);
+  const std::string want = answer_greedy(s, std::move(logits), m.tokenizer, 5, false).text;
+  const json got = post(c, "/v1/chat/completions",
+                        {{"messages", {{{"role", "user"}, {"content", messages[0].content}}}},
+                         {"max_tokens", 5},
+                         {"cache_id", id}});
+  EXPECT_EQ(got["choices"][0]["message"]["content"].get<std::string>(), as_sent(want));
+  EXPECT_EQ(got["usage"]["prompt_tokens"].get<size_t>(), doc.size() + question.size());
 }
 
 TEST(Serve, CachesAreCreatedUsedAndDeleted) {

@@ -63,7 +63,8 @@ struct KvcContents {
   CacheDims dims;
   std::vector<int32_t> tokens;     // [n_tokens] the prompt
   std::vector<LayerCache> caches;  // [n_layers] every prompt ended, offset() == n_tokens
-  size_t file_bytes = 0;           // bytes read
+  size_t file_bytes = 0;           // bytes read (the whole file: the checksum covers it)
+  uint32_t version = 0;            // the file's format version (kv/kvc_format.h)
 };
 
 // Writes `caches` (one per layer, same dims and config, prompts ended, offset() == tokens.size()
@@ -76,7 +77,11 @@ std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
                                 std::span<const int32_t> tokens,
                                 std::span<const LayerCache> caches);
 
-// Reads and validates a whole file (see the file comment). Throws KvcError.
+// Maps a whole file read-only (mmap, no copy of it in memory; the loaded stores copy what they
+// keep), validates it (see the file comment) and unmaps it. Reads every version from
+// kKvcOldestVersion to kKvcVersion (kv/kvc_format.h). Throws KvcError. Like every mapped read,
+// it assumes the file is not cut short in place while it is read (write_kvc never does: it
+// replaces files by rename).
 KvcContents read_kvc(const std::string& path, const KvcExpect& expect = {});
 // The same on bytes in memory. verify_checksum = false skips only the checksum (the fuzz target
 // uses it to reach the payload checks; everything else is still validated).

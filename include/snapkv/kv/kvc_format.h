@@ -1,4 +1,4 @@
-// The .kvc compressed prompt-cache file, version 1: the byte layout, pinned by static_assert.
+// The .kvc compressed prompt-cache file, version 2: the byte layout, pinned by static_assert.
 // Reading and writing live in kv/kvc_file.h; this header only fixes what the bytes are.
 //
 // All integers are little-endian, fp16 values IEEE binary16; records follow each other with no
@@ -7,11 +7,17 @@
 //   KvcHeader                              128 bytes (below)
 //   payload (KvcHeader::payload_bytes):
 //     KvcConfigRecord                      the CacheConfig every layer was built with
+//     KvcAllocationRecord                  (v2) its allocation and decode-budget fields
 //     int32   tokens[n_tokens]             the prompt's token ids
 //     for each layer l < n_layers:
 //       KvcLayerRecord                     tokens seen, compressing updates
+//       KvcDecodeRecord                    (v2) decode-time re-selections, recent-query rows
+//       int64   recent_positions[n_recent] (v2) positions of the decode-time query window
+//       fp32    recent_queries[n_recent][n_heads][head_dim]  (v2) its queries
 //       for each KV head h < n_kv_heads:
 //         KvcHeadRecord                    rows kept, bytes of the two store records
+//                                          (n_rows may differ between heads only with
+//                                          head_allocation ada: AdaKV's ragged heads)
 //         int64   positions[n_rows]        original positions, strictly increasing, < tokens_seen
 //         key store record                 key_bytes bytes   (see "Store records")
 //         value store record               value_bytes bytes
@@ -35,7 +41,18 @@
 //   (a value store has n_blocks == n_octets == 0). The layouts are those of
 //   include/snapkv/kv/kivi.h.
 //
-// Version history: 1 (first).
+// Layer l is restored as layer l of n_layers (its random seed and its PyramidKV share follow).
+//
+// Version history:
+//   1  first. No allocation or decode-budget fields: every head holds the same row count.
+//   2  adds KvcAllocationRecord (head/layer allocation, ada_floor, pyramid_beta, decode_budget,
+//      decode_interval) and per layer KvcDecodeRecord with the decode-time query window, so
+//      AdaKV / PyramidKV caches and decode-budget caches restore exactly.
+// Writers write kKvcVersion only. Readers accept every version from kKvcOldestVersion to
+// kKvcVersion: a version-1 file reads as a version-2 one with uniform allocation and no decode
+// budget (those fields did not exist, so this is what it meant); any other version, older or newer,
+// is KvcErrorKind wrong_version naming the versions this reader knows. The enum names inside the
+// records are those of kv/config.h's to_string, so new codecs or policies never renumber anything.
 #pragma once
 
 #include <bit>
@@ -47,7 +64,8 @@ namespace snapkv {
 static_assert(std::endian::native == std::endian::little, ".kvc files are little-endian");
 
 inline constexpr char kKvcMagic[8] = {'S', 'N', 'A', 'P', 'K', 'V', 'C', '\n'};
-inline constexpr uint32_t kKvcVersion = 1;
+inline constexpr uint32_t kKvcVersion = 2;        // what write_kvc writes
+inline constexpr uint32_t kKvcOldestVersion = 1;  // the oldest version read_kvc still reads
 
 struct KvcHeader {
   char magic[8];                  // kKvcMagic
@@ -94,11 +112,32 @@ static_assert(sizeof(KvcConfigRecord) == 192, "KvcConfigRecord is 192 bytes");
 static_assert(offsetof(KvcConfigRecord, budget) == 96, "names first, then the numbers");
 static_assert(offsetof(KvcConfigRecord, keep_window) == 168, "KvcConfigRecord field order");
 
+// Version 2: the CacheConfig fields added after version 1 (after KvcConfigRecord).
+struct KvcAllocationRecord {
+  char head_allocation[16];   // "uniform" | "ada"
+  char layer_allocation[16];  // "uniform" | "pyramid"
+  double ada_floor;           // IEEE binary64
+  double pyramid_beta;        // IEEE binary64
+  uint64_t decode_budget;     // 0 = off
+  uint64_t decode_interval;
+  uint8_t reserved[16];  // zero
+};
+static_assert(sizeof(KvcAllocationRecord) == 80, "KvcAllocationRecord is 80 bytes");
+static_assert(offsetof(KvcAllocationRecord, ada_floor) == 32, "names first, then the numbers");
+
 struct KvcLayerRecord {
   uint64_t tokens_seen;   // == KvcHeader::n_tokens
   uint64_t compressions;  // LayerCache::compressions()
 };
 static_assert(sizeof(KvcLayerRecord) == 16, "KvcLayerRecord is 16 bytes");
+
+// Version 2, after each KvcLayerRecord: the decode-time budget's state (config.decode_budget > 0;
+// both 0 otherwise). n_recent <= config.window.
+struct KvcDecodeRecord {
+  uint64_t decode_reselections;  // LayerCache::decode_reselections() (<= compressions)
+  uint64_t n_recent;             // rows of the recent-query window that follow
+};
+static_assert(sizeof(KvcDecodeRecord) == 16, "KvcDecodeRecord is 16 bytes");
 
 struct KvcHeadRecord {
   uint64_t n_rows;       // retained rows of this KV head

@@ -71,6 +71,13 @@ struct CacheStats {
   double keep_rate() const;
 };
 
+// The decode-time budget's state that outlives a prompt (LayerCache::restore, decode_window()).
+struct LayerDecodeWindow {
+  std::vector<int64_t> positions;  // [n_recent] increasing, < tokens_seen
+  std::vector<float> queries;      // [n_recent][n_heads][head_dim]
+  size_t reselections = 0;         // decode_reselections() (<= compressions)
+};
+
 class LayerCache {
  public:
   // layer_index seeds the random policy and, with n_layers, places the layer in a PyramidKV
@@ -98,16 +105,22 @@ class LayerCache {
   LayerCache fork(const CacheConfig& config, size_t layer_index) const;
 
   // Persisted caches (kv/kvc_file.h): a cache whose prompt was ended, rebuilt from its parts
-  // without re-running anything. positions [n_kv_heads][n_rows] (strictly increasing, each
-  // < tokens_seen, the same n_rows for every head), keys and values [n_kv_heads] stores made for
-  // `config` with n_rows rows each. The policy is made from config and layer_index as the
-  // constructor does; last_scores() is empty. Throws std::invalid_argument naming the part that
-  // does not fit. Defined in src/kv/layer_cache_restore.cpp.
+  // without re-running anything. positions [n_kv_heads][rows of that head] (strictly increasing,
+  // each < tokens_seen; the same count in every head unless config.head_allocation is ada), keys
+  // and values [n_kv_heads] stores made for `config`, one row per position. layer_index and
+  // n_layers as for the constructor (pyramid needs n_layers). `decode` is the decode-time budget's
+  // window (empty unless config.decode_budget > 0). The policy is made from config and
+  // layer_index as the constructor does; last_scores() is empty. Throws std::invalid_argument
+  // naming the part that does not fit. Defined in src/kv/layer_cache_restore.cpp.
+  using DecodeWindow = LayerDecodeWindow;
   static LayerCache restore(CacheDims dims, const CacheConfig& config, size_t layer_index,
-                            size_t tokens_seen, size_t compressions,
+                            size_t n_layers, size_t tokens_seen, size_t compressions,
                             std::vector<std::vector<int64_t>> positions,
                             std::vector<std::unique_ptr<RowStore>> keys,
-                            std::vector<std::unique_ptr<RowStore>> values);
+                            std::vector<std::unique_ptr<RowStore>> values,
+                            DecodeWindow decode = {});
+  // The decode-time budget's recent-query window as restore() takes it (empty without one).
+  DecodeWindow decode_window() const;
   // True between the prefill updates of an end_of_prompt cache and end_prompt() (its rows are not
   // compressed yet and the window's queries are pending): such a cache cannot be persisted.
   bool prompt_open() const { return prompt_open_; }

@@ -14,8 +14,14 @@
 // document's compressed cache: the document is never prefilled again and never modified. Without
 // cache_id the prompt is prefilled and compressed with the request's cache options (defaults from
 // ServerOptions; method names as `snapkv eval`). stream: true answers with server-sent events
-// ("data: {chunk}" lines, then "data: [DONE]"). Chat messages are rendered as plain text, one
-// message's content per line (no chat template yet).
+// ("data: {chunk}" lines, then "data: [DONE]"). Chat messages are rendered with the model's
+// tokenizer.chat_template (model/chat_template.h: Llama 3, ChatML / Qwen, Mistral [INST]) with the
+// assistant's generation prompt, special-token texts parsed, as `snapkv chat` and `run --chat` do;
+// after a cached document a leading BOS of the render is dropped (the document has one). A model
+// without a template we recognise answers chat requests with a 400 "chat_template_unsupported"
+// naming why; ServerOptions::chat_template = false (`--no-chat`) sends the messages as plain
+// text instead, one message's content per line. Generation stops at max_tokens or at any
+// end-of-generation token (EOS, or an end of turn such as "<|eot_id|>"), as `snapkv run` does.
 // Refused with a JSON error: malformed JSON or a body that is not an object (400), unknown or
 // mistyped fields (400), bodies over max_body_bytes (413), unknown cache ids or routes (404), a
 // prompt that does not fit the context with max_tokens (400), more than max_concurrent requests
@@ -51,6 +57,7 @@ struct ServerOptions {
   eval::MethodDefaults defaults;  // window, sinks, pooling of every method
   std::string cache_dir;          // where {"save": true} writes <id>.kvc ("" = refused)
   size_t prefill_chunk = 512;
+  bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)
   // Test hook: called on the worker thread once a request holds its concurrency slot, before any
   // work (a test holds a slot with it to observe the 503). Empty in normal use.
   std::function<void()> on_slot_taken;
@@ -63,6 +70,10 @@ class Server {
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
+
+  // What /v1/chat/completions renders with: the template family ("chatml", ...), "off (...)", or
+  // "none: ..." with the reason the model's template is not usable.
+  std::string chat_template_status() const;
 
   // Binds host:port and returns the port; throws snapkv::RuntimeError when it cannot.
   int bind();
