@@ -1,6 +1,7 @@
 // `snapkv bench --model`: llama-bench-style timing of a GGUF file (cli/bench_model.h).
 #include "bench_model.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -58,16 +59,30 @@ Summary summarize(std::vector<double> v) {
   return s;
 }
 
-// The peak resident set size of one phase: reset before it, read after it.
+// User + system CPU seconds of the whole process so far (every thread).
+double process_cpu_seconds() {
+  struct rusage u {};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0.0;
+  auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+  };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+// The peak resident set size (reset before the phase, read after it) and the CPU time of one
+// phase.
 struct PhaseMemory {
-  bool reset = false;  // false: the figure is the process peak so far
-  size_t start = 0;    // RSS when the phase began
-  size_t peak = 0;     // peak RSS during the phase
+  bool reset = false;             // false: the figure is the process peak so far
+  size_t start = 0;               // RSS when the phase began
+  size_t peak = 0;                // peak RSS during the phase
+  double cpu_start = 0, cpu = 0;  // process CPU seconds at the start, spent in the phase
   void begin() {
     reset = reset_peak_rss();
     start = current_rss_bytes();
+    cpu_start = process_cpu_seconds();
   }
   void end() {
+    cpu = process_cpu_seconds() - cpu_start;
     // The mark and the current RSS come from different kernel counters (the mark is updated
     // lazily): the phase's peak is at least what was resident at its start and end.
     const size_t hwm = peak_rss_since_reset_bytes();
@@ -97,7 +112,8 @@ struct Row {
   size_t n_prompt = 0, n_gen = 0;
   int threads_asked = 0, threads = 0;  // as given (0 = all cores), as used
   Summary tps;
-  double scaling = 0;  // median / the same test's median at the first thread count
+  double scaling = 0;     // median / the same test's median at the first thread count
+  double cores_busy = 0;  // median of CPU seconds / wall seconds over the repetitions
   size_t peak_rss = 0, rss_growth = 0, rss_start = 0;
   bool peak_is_phase = false;  // reset_peak_rss() worked for every repetition
   size_t kv_bytes = 0, kept = 0;
@@ -105,11 +121,12 @@ struct Row {
 
 // Accumulates the repetitions of one test.
 struct Collector {
-  std::vector<double> tps;
+  std::vector<double> tps, busy;
   size_t peak = 0, growth = 0, start = 0;
   bool phase = true;
   void add(double tokens, double seconds, const PhaseMemory& m) {
     tps.push_back(seconds > 0 ? tokens / seconds : 0.0);
+    busy.push_back(seconds > 0 ? m.cpu / seconds : 0.0);
     peak = std::max(peak, m.peak);
     growth = std::max(growth, m.growth());
     start = std::max(start, m.start);
@@ -268,6 +285,7 @@ int run_model_bench(const ModelBenchOptions& o) {
           row.rss_growth = col.growth;
           row.rss_start = col.start;
           row.peak_is_phase = col.phase;
+          row.cores_busy = summarize(col.busy).median;
           row.kv_bytes = st.bytes_stored;
           row.kept = st.tokens_kept;
           rows.push_back(row);
@@ -313,6 +331,7 @@ int run_model_bench(const ModelBenchOptions& o) {
         row.rss_growth = tg.growth;
         row.rss_start = tg.start;
         row.peak_is_phase = tg.phase;
+        row.cores_busy = summarize(tg.busy).median;
         row.kv_bytes = kv_bytes;
         row.kept = kept;
         rows.push_back(row);
@@ -379,6 +398,7 @@ int run_model_bench(const ModelBenchOptions& o) {
                               {"rss_start_bytes", r.rss_start},
                               {"rss_growth_bytes", r.rss_growth},
                               {"peak_rss_is_phase", r.peak_is_phase},
+                              {"cores_busy", r.cores_busy},
                               {"kv_bytes", r.kv_bytes},
                               {"kept_rows_per_head", r.kept}});
     }
@@ -393,16 +413,16 @@ int run_model_bench(const ModelBenchOptions& o) {
       c.n_kv_heads, c.n_ff, c.n_vocab, c.n_ctx, mib(model.weight_bytes()));
   std::printf(
       "repetitions %zu (median, min, max tok/s), prefill chunk %zu; 'x t%d' = median / "
-      "the same test's at --threads %d; peak RSS of the phase and its growth over the "
-      "RSS at its start\n",
+      "the same test's at --threads %d; 'cores' = CPU time / wall time of the phase (spinning "
+      "counts as busy); peak RSS of the phase and its growth over the RSS at its start\n",
       o.repetitions, cache.prefill_chunk, o.threads.front(), o.threads.front());
-  std::printf("%-14s %-14s %7s %10s %10s %10s %7s %10s %10s %9s\n", "method", "test", "threads",
-              "t/s", "min", "max", ("x t" + std::to_string(o.threads.front())).c_str(), "peak MiB",
-              "+RSS MiB", "KV MiB");
+  std::printf("%-14s %-14s %7s %10s %10s %10s %7s %6s %10s %10s %9s\n", "method", "test", "threads",
+              "t/s", "min", "max", ("x t" + std::to_string(o.threads.front())).c_str(), "cores",
+              "peak MiB", "+RSS MiB", "KV MiB");
   for (const Row& r : rows) {
-    std::printf("%-14s %-14s %7d %10.2f %10.2f %10.2f %7.2f %10.1f %10.1f %9.2f\n",
+    std::printf("%-14s %-14s %7d %10.2f %10.2f %10.2f %7.2f %6.2f %10.1f %10.1f %9.2f\n",
                 r.method.c_str(), r.test.c_str(), r.threads, r.tps.median, r.tps.min, r.tps.max,
-                r.scaling, mib(r.peak_rss), mib(r.rss_growth), mib(r.kv_bytes));
+                r.scaling, r.cores_busy, mib(r.peak_rss), mib(r.rss_growth), mib(r.kv_bytes));
   }
   std::printf("process peak RSS %.1f MiB%s\n", mib(process_peak),
               std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.peak_is_phase; })

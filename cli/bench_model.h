@@ -9,7 +9,9 @@
 //                `-d P`): the decode speed a cache method leaves after compressing a P-token prompt
 // Each test runs `repetitions` times in fresh sessions; the table reports the median, min and max
 // tokens/s, the ratio to the same test at the first thread count of the list (thread scaling),
-// and the peak resident set size of the phase (prefill or generation: reset before each run where
+// the cores kept busy (process CPU time / wall time: threads that spin count as busy, so a
+// thread count whose cores rise without its speed shows wasted work), and the peak resident set
+// size of the phase (prefill or generation: reset before each run where
 // Linux allows it) with its growth over the RSS at the start of the run.
 //
 // Leaves out: the random-model mode (cli/bench_cmd.cpp) and flag parsing (bench registers the

@@ -66,6 +66,7 @@ TEST(BenchCli, ModelModeRowsRepetitionsAndThreadScaling) {
                        median / first->at("tokens_per_s").at("median").get<double>());
       EXPECT_GE(row->at("peak_rss_bytes").get<size_t>(), row->at("rss_start_bytes").get<size_t>());
       EXPECT_GT(row->at("peak_rss_bytes").get<size_t>(), 0u);
+      EXPECT_GE(row->at("cores_busy").get<double>(), 0.0);
     }
   }
   EXPECT_EQ(find_row(j, "full", "pp16", 1)->at("n_prompt"), 16);
@@ -81,7 +82,7 @@ TEST(BenchCli, ModelModeTableAndCacheMethods) {
                                   "--window 8 --quiet",
                               dir);
   ASSERT_EQ(r.rc, 0) << r.err;
-  for (const std::string part : {"pp64", "tg2@d64", "tg2", "snapkv", "x t1", "peak MiB"}) {
+  for (const std::string part : {"pp64", "tg2@d64", "tg2", "snapkv", "x t1", "cores", "peak MiB"}) {
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
   }
   const json j = bench_json(
