@@ -1,5 +1,12 @@
-// `snapkv bench`: prefill and decode speed of the reference engine on a random-weight model of a
-// realistic shape, full cache vs SnapKV, at several prompt lengths.
+// `snapkv bench`: prefill and decode speed of the reference engine, in two modes.
+//
+// With --model M.gguf: any GGUF the engine loads, timed as llama.cpp's llama-bench times it
+// (cli/bench_model.h: pp<P>, tg<N>, tg<N>@d<P>, thread scaling, peak RSS per phase):
+//
+//   snapkv bench --model M.gguf -p 512 -n 128 --threads 1,2 -r 3 --json out.json
+//
+// Without it: a random-weight model of a realistic shape, full cache vs SnapKV, at several
+// prompt lengths:
 //
 //   snapkv bench --types f16,q8_0 --lengths 1024,4096,16384 --budget 1024 --repeats 3
 //
@@ -16,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_model.h"
 #include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/methods.h"
@@ -40,6 +48,14 @@ struct BenchOptions {
   uint64_t seed = 1;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  // --model mode (cli/bench_model.h) and the flags both modes share under llama-bench's names.
+  std::string model;
+  std::string threads = "0";  // comma list in --model mode, one count otherwise
+  bool no_warmup = false;
+  CLI::Option* lengths_option = nullptr;
+  CLI::Option* decode_option = nullptr;
+  CLI::Option* methods_option = nullptr;
+  std::vector<CLI::Option*> random_only;  // shape and --types: meaningless with --model
 };
 
 using snapkv::eval::split_list;
@@ -58,8 +74,52 @@ struct Measurement {
   double prefill_ratio = 1, decode_ratio = 1;  // vs full, same type and length
 };
 
+int run_model_mode(BenchOptions& o) {
+  using namespace snapkv;
+  for (const CLI::Option* opt : o.random_only) {
+    if (opt->count() > 0) {
+      throw_invalid("bench", opt->get_name() + " with --model",
+                    opt->get_name() + " " + opt->as<std::string>(),
+                    "no shape or --types flags: the GGUF file fixes the model");
+    }
+  }
+  cli::ModelBenchOptions m;
+  m.model = o.model;
+  const bool lengths_given = o.lengths_option->count() > 0;
+  for (const std::string& s : split_list(lengths_given ? o.lengths : std::string("512"))) {
+    size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size() || s.front() == '-') {
+      throw_invalid("bench", "-p/--n-prompt entry not a token count", "'" + s + "'",
+                    "comma-separated counts, e.g. 512,1024 (0 = no prompt test)");
+    }
+    m.n_prompt.push_back(static_cast<size_t>(v));
+  }
+  m.n_gen = o.decode_option->count() > 0 ? o.decode_tokens : 128;
+  m.threads = cli::parse_thread_list(o.threads);
+  m.repetitions = o.repeats;
+  m.warmup = !o.no_warmup;
+  m.seed = o.seed;
+  m.quiet = o.quiet;
+  o.cache.seed = o.seed;
+  if (o.methods_option->count() == 0) o.cache.methods = "full";  // llama-bench's only cache
+  m.cache = &o.cache;
+  m.json = &o.json;
+  return cli::run_model_bench(m);
+}
+
 int run_bench(BenchOptions& o) {
   using namespace snapkv;
+  if (!o.model.empty()) return run_model_mode(o);
+  if (cli::parse_thread_list(o.threads).size() != 1) {
+    throw_invalid("bench", "--threads list without --model", o.threads,
+                  "one count (thread lists are for --model runs)");
+  }
   cli::apply_threads("bench", o.cache.threads);
   if (o.repeats == 0) throw_invalid("bench", "--repeats", "0", ">= 1");
   std::vector<size_t> lengths;
@@ -199,33 +259,78 @@ int run_bench(BenchOptions& o) {
 }
 
 snapkv::cli::RegisterCommand reg{
-    "bench", "Prefill/decode speed on a random-weight model: full cache vs SnapKV",
+    "bench",
+    "Prefill/decode speed: any GGUF as llama-bench times it (--model), or a random-weight "
+    "model, full cache vs SnapKV",
     [](CLI::App& sub) -> snapkv::cli::Action {
       auto o = std::make_shared<BenchOptions>();
       sub.footer(
-          "Example (small machine):\n  snapkv bench --layers 4 --embd 512 --heads 8 --kv-heads 2 "
-          "--ff 1408 --vocab 4096 \\\n      --lengths 1024,4096 --repeats 3\n"
+          "Example, a GGUF file as llama-bench times it (thread scaling 1 -> 2):\n"
+          "  snapkv bench --model M.gguf -p 512 -n 128 --threads 1,2 -r 3 --json out.json\n"
+          "  tests: pp512 = 512-token prefill, tg128 = 128 tokens generated from an empty "
+          "context,\n"
+          "  tg128@d512 = 128 decode steps after the 512-token prompt; --methods full,snapkv\n"
+          "  --budget 256 times cache methods; scripts/bench_vs_llamacpp.sh runs llama-bench\n"
+          "  beside it. Defaults with --model: -p 512, -n 128, --methods full.\n"
+          "  Peak memory of a chunked prefill ('peak MiB', '+RSS MiB' of the pp rows):\n"
+          "  snapkv bench --model M.gguf -p 16384 -n 32 --methods full,snapkv --budget 1024 \\\n"
+          "      --chunk-mode every_chunk --prefill-chunk 512\n"
+          "Example, random weights (small machine):\n  snapkv bench --layers 4 --embd 512 "
+          "--heads 8 --kv-heads 2 --ff 1408 --vocab 4096 \\\n      --lengths 1024,4096 --repeats "
+          "3\n"
           "Defaults are a 16-layer, 2048-wide model (32/8 heads, head_dim 64): several GB of\n"
           "memory and minutes per 16K prefill on a few cores. 'pre x' / 'dec x' are tokens/s\n"
           "ratios vs the full cache at the same type and prompt length.");
-      sub.add_option("--layers", o->layers, "Layers")->capture_default_str();
-      sub.add_option("--embd", o->embd, "Embedding width")->capture_default_str();
-      sub.add_option("--heads", o->heads, "Query heads")->capture_default_str();
-      sub.add_option("--kv-heads", o->kv_heads, "KV heads")->capture_default_str();
-      sub.add_option("--ff", o->ff, "Feed-forward width")->capture_default_str();
-      sub.add_option("--vocab", o->vocab, "Vocabulary size")->capture_default_str();
-      sub.add_option("--types", o->types, "Comma-separated weight types (f32,f16,q8_0)")
-          ->capture_default_str();
-      sub.add_option("--lengths", o->lengths, "Comma-separated prompt lengths")
-          ->capture_default_str();
+      sub.add_option("--model", o->model,
+                     "GGUF file to time as llama-bench does (else a random-weight model)");
+      o->random_only = {
+          sub.add_option("--layers", o->layers, "Layers (random model)")->capture_default_str(),
+          sub.add_option("--embd", o->embd, "Embedding width (random model)")
+              ->capture_default_str(),
+          sub.add_option("--heads", o->heads, "Query heads (random model)")->capture_default_str(),
+          sub.add_option("--kv-heads", o->kv_heads, "KV heads (random model)")
+              ->capture_default_str(),
+          sub.add_option("--ff", o->ff, "Feed-forward width (random model)")->capture_default_str(),
+          sub.add_option("--vocab", o->vocab, "Vocabulary size (random model)")
+              ->capture_default_str(),
+          sub.add_option("--types", o->types,
+                         "Comma-separated weight types (f32,f16,q8_0; random model)")
+              ->capture_default_str()};
+      o->lengths_option =
+          sub.add_option("--lengths,-p,--n-prompt", o->lengths,
+                         "Comma-separated prompt lengths (--model: default 512; 0 = no prompt "
+                         "test)")
+              ->capture_default_str();
       snapkv::cli::CacheOptionSpec spec;
       spec.methods = snapkv::cli::MethodArity::list;
       spec.default_methods = "full,snapkv";
+      spec.threads = false;  // bench's --threads takes a list (below)
       snapkv::cli::add_cache_options(sub, o->cache, spec);
-      sub.add_option("--decode-tokens", o->decode_tokens, "Decode steps timed per run")
+      o->methods_option = sub.get_option("--methods");
+      sub.add_option("--threads", o->threads,
+                     "Worker threads (0 = all cores; at most " +
+                         std::to_string(snapkv::cli::max_threads()) +
+                         "); with --model a comma-separated list, e.g. 1,2, for thread scaling")
+          ->capture_default_str()
+          ->group("Cache options (the same in run, chat, eval, bench, demo, select, compress)")
+          ->check(CLI::Validator(
+              [o](std::string& v) -> std::string {
+                try {  // the first count is the one --print-cache-config applies
+                  o->cache.threads = snapkv::cli::parse_thread_list(v).front();
+                } catch (const std::exception& e) {
+                  return e.what();
+                }
+                return std::string();
+              },
+              "LIST", "thread counts"));
+      o->decode_option =
+          sub.add_option("--decode-tokens,-n,--n-gen", o->decode_tokens,
+                         "Decode steps timed per run (--model: default 128; 0 = no generation "
+                         "test)")
+              ->capture_default_str();
+      sub.add_option("--repeats,-r,--repetitions", o->repeats, "Runs per measurement (median)")
           ->capture_default_str();
-      sub.add_option("--repeats", o->repeats, "Runs per measurement (median)")
-          ->capture_default_str();
+      sub.add_flag("--no-warmup", o->no_warmup, "--model: no untimed warm-up run per thread count");
       sub.add_option("--seed", o->seed, "Weights and prompt seed")->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json, "every measurement and the settings");
       sub.add_flag("--quiet", o->quiet, "No progress lines on stderr");

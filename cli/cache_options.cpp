@@ -189,8 +189,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   }
   if (spec.threads) {
     app.add_option("--threads", o.threads,
-                   "Worker threads, also OpenBLAS's (0 = all cores; at most " +
-                       std::to_string(max_threads()) + ")")
+                   "Worker threads (0 = all cores; at most " + std::to_string(max_threads()) + ")")
         ->capture_default_str()
         ->group(group);
   }
@@ -211,10 +210,10 @@ void apply_threads(const char* component, int threads) {
         component, "--threads out of range", std::to_string(threads),
         "0 (all cores) .. " + std::to_string(max_threads()) + " (min(256, 4 x hardware threads))");
   }
-  const int n =
-      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // One thread pool: ours. matmul spreads its sgemm tiles over it and runs OpenBLAS with one
+  // thread inside each task (ops/gemm.h); OpenBLAS's own workers would spin beside ours.
   set_num_threads(threads);
-  set_blas_threads(n);
+  set_blas_threads(1);
 }
 
 void JsonOutput::open(const char* component) {

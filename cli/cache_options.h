@@ -15,7 +15,8 @@
 //                                   tokens (eval-style list commands take --keep LIST)
 //   --window --sinks --pool --kernel --keep-window/--no-keep-window --chunk-mode --chunkkv-size
 //   --prefill-chunk N               tokens per prefill forward
-//   --threads N                     worker threads AND OpenBLAS threads (0 = all cores)
+//   --threads N                     worker threads (0 = all cores); OpenBLAS runs one thread
+//                                   inside each of our tasks (ops/gemm.h)
 // Also here: --json [FILE] (stdout when no FILE), and the hidden --print-cache-config that prints
 // the parsed configuration as JSON and exits (tests compare it across commands).
 // Leaves out: command-specific flags (--model, --seed, --max-tokens, ...).
@@ -98,8 +99,9 @@ struct CacheOptions {
 // Registers the shared flags on `app`, writing into `o` (which must outlive parsing).
 void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& spec);
 
-// --threads: 0 = all hardware threads; 1..min(256, 4 x hardware threads) sets both our worker pool
-// and OpenBLAS. Anything else throws std::invalid_argument "[<component>] --threads ...".
+// --threads: 0 = all hardware threads; 1..min(256, 4 x hardware threads) sets our worker pool (and
+// pins OpenBLAS to one thread: the one pool runs matmul's tiles). Anything else throws
+// std::invalid_argument "[<component>] --threads ...".
 void apply_threads(const char* component, int threads);
 int max_threads();
 

@@ -27,7 +27,19 @@
 namespace snapkv {
 namespace {
 
-constexpr size_t kTileBytes = size_t{4} << 20;  // fp32 scratch per dequantized tile
+constexpr size_t kTileBytes = size_t{4} << 20;  // fp32 scratch per dequantized tile (at most)
+constexpr size_t kTileMaxRows = 256;            // weight rows per matmul task (at most)
+
+// OpenBLAS runs one thread inside each of our tasks: its own pthread workers would spin beside
+// ours on the same cores, and concurrent multi-threaded calls serialise on its level-3 lock.
+// Pinned once, at the first product (apply_threads in the CLI pins it too).
+void pin_blas_to_one_thread() {
+  static const bool pinned = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)pinned;
+}
 
 const uint8_t* row_ptr(const WeightMatrix& w, size_t r) {
   return static_cast<const uint8_t*>(w.data) + r * w.row_bytes();
@@ -436,6 +448,7 @@ void sgemm_nt(float* c, const float* a, const float* b, size_t m, size_t n, size
               size_t ldc) {
   if (m == 0 || n == 0) return;
   if (blas_allowed()) {
+    pin_blas_to_one_thread();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), alpha, a, static_cast<int>(k), b, static_cast<int>(k), 0.0f, c,
                 static_cast<int>(ldc));
@@ -453,30 +466,29 @@ void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) 
     for (size_t t = 0; t < n_tokens; ++t) gemv(out + t * w.rows, x + t * w.cols, w);
     return;
   }
+  // One thread pool: tiles of weight rows are spread over parallel_for, and each task dequantizes
+  // its tile into its own scratch [tile][cols] (F32 rows are used in place) and runs a
+  // single-threaded sgemm into the matching columns of out. The tiling depends on the shape only,
+  // never on the thread count, so every thread count computes each output with the same call.
+  pin_blas_to_one_thread();
   const int m = static_cast<int>(n_tokens), k = static_cast<int>(w.cols);
-  if (w.type == WeightType::f32) {  // used in place, one sgemm
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(w.rows), k, 1.0f, x, k,
-                static_cast<const float*>(w.data), k, 0.0f, out, static_cast<int>(w.rows));
-    return;
-  }
-  // Tile of rows: dequantize (threaded) into scratch [tile][cols], then one sgemm into the
-  // matching columns of out.
-  const size_t tile = std::clamp<size_t>(kTileBytes / (w.cols * sizeof(float)), 16, w.rows);
-  thread_local std::vector<float> scratch;
-  scratch.resize(tile * w.cols);
-  for (size_t r0 = 0; r0 < w.rows; r0 += tile) {
+  const size_t tile = std::clamp<size_t>(kTileBytes / (w.cols * sizeof(float)), 16, kTileMaxRows);
+  const size_t n_tiles = (w.rows + tile - 1) / tile;
+  parallel_for(n_tiles, [&](size_t t) {
+    const size_t r0 = t * tile;
     const size_t n_rows = std::min(tile, w.rows - r0);
-    const size_t per_task = rows_per_task(n_rows, w.cols);
-    const size_t n_tasks = (n_rows + per_task - 1) / per_task;
-    float* dst = scratch.data();
-    parallel_for(n_tasks, [&](size_t task) {
-      const size_t a = task * per_task;
-      const size_t b = std::min(n_rows, a + per_task);
-      dequantize_rows(dst + a * w.cols, w, r0 + a, r0 + b);
-    });
+    const float* rows = nullptr;
+    if (w.type == WeightType::f32) {
+      rows = reinterpret_cast<const float*>(row_ptr(w, r0));
+    } else {
+      thread_local std::vector<float> scratch;
+      scratch.resize(n_rows * w.cols);
+      dequantize_rows(scratch.data(), w, r0, r0 + n_rows);
+      rows = scratch.data();
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(n_rows), k, 1.0f, x, k,
-                dst, k, 0.0f, out + r0, static_cast<int>(w.rows));
-  }
+                rows, k, 0.0f, out + r0, static_cast<int>(w.rows));
+  });
 }
 
 void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {

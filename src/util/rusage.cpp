@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace snapkv {
 
@@ -27,6 +28,30 @@ size_t current_rss_bytes() {
   const long page = sysconf(_SC_PAGESIZE);
   if (n != 2 || page <= 0) return 0;
   return static_cast<size_t>(resident_pages) * static_cast<size_t>(page);
+}
+
+bool reset_peak_rss() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool written = std::fputs("5", f) >= 0;
+  const bool closed = std::fclose(f) == 0;  // the kernel acts (or refuses) on the write
+  return written && closed;
+}
+
+size_t peak_rss_since_reset_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long v = 0;
+    if (std::strncmp(line, "VmHWM:", 6) == 0 && std::sscanf(line + 6, "%lu", &v) == 1) {
+      kib = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
 }
 
 }  // namespace snapkv

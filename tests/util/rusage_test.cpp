@@ -25,5 +25,33 @@ TEST(Rusage, PeakAndCurrentGrowWithTouchedPages) {
   (void)sink;
 }
 
+// A phase's own peak: after 64 MiB were touched and freed (a block this large is its own mapping,
+// returned to the kernel on free), a reset brings the mark back near the current RSS; touching
+// 32 MiB afterwards raises it by about that much again.
+TEST(Rusage, PeakResetMeasuresOnePhase) {
+  const size_t n = size_t{64} << 20;
+  {
+    std::vector<char> block(n);
+    std::memset(block.data(), 1, n);
+    volatile char sink = block[n - 1];
+    (void)sink;
+  }
+  const size_t peak_before_reset = peak_rss_since_reset_bytes();
+  ASSERT_GT(peak_before_reset, 0u) << "/proc/self/status has no VmHWM";
+  if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs not writable here";
+  const size_t base = current_rss_bytes();
+  const size_t after_reset = peak_rss_since_reset_bytes();
+#if !defined(__SANITIZE_ADDRESS__)  // ASan keeps the freed block resident (quarantine)
+  EXPECT_LT(after_reset, peak_before_reset - n / 2);
+#endif
+  EXPECT_LT(after_reset, base + n / 4);
+  std::vector<char> phase(n / 2);
+  std::memset(phase.data(), 2, n / 2);
+  EXPECT_GE(peak_rss_since_reset_bytes(), base + n / 4);
+  EXPECT_LT(peak_rss_since_reset_bytes(), base + n);
+  volatile char sink = phase[n / 2 - 1];
+  (void)sink;
+}
+
 }  // namespace
 }  // namespace snapkv

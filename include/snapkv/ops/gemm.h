@@ -4,8 +4,10 @@
 // kernels, a block or a tile at a time, never copied whole to fp32.
 //
 //   matmul: out[t][r] = sum_c W[r][c] * x[t][c]   (x [n_tokens][cols], out [n_tokens][rows])
-//     n_tokens >= kGemmMinTokens: a tile of rows is dequantized into a small fp32 scratch, then
-//     cblas_sgemm (OpenBLAS); smaller n_tokens go through the threaded GEMV.
+//     n_tokens >= kGemmMinTokens: tiles of weight rows are spread over snapkv::parallel_for; each
+//     task dequantizes its tile into a small fp32 scratch, then runs a single-threaded
+//     cblas_sgemm (OpenBLAS) into its columns of out; smaller n_tokens go through the threaded
+//     GEMV. One thread pool: OpenBLAS is pinned to one thread (set_blas_threads below).
 //   gemv:   out[r] = sum_c W[r][c] * x[c], rows spread over snapkv::parallel_for, F16C/AVX2 inner
 //     loops with a scalar fallback; block types decode one block into registers-sized scratch
 //     (decode_block) and dot it with x in fp32.
@@ -72,8 +74,11 @@ void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
 // Reference: dequantize with the scalar decoder, accumulate in double.
 void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
 
-// Threads used by OpenBLAS inside matmul (the parallel_for count is set in util/parallel.h).
-// A no-op when !blas_allowed().
+// OpenBLAS's own thread count. matmul and sgemm_nt thread over parallel_for (util/parallel.h)
+// and expect 1: they pin it to 1 at their first call, and the CLI's --threads sets 1. A larger
+// count only adds OpenBLAS's pthread workers, which spin beside ours on the same cores (and
+// concurrent multi-threaded calls serialise on OpenBLAS's level-3 lock). A no-op when
+// !blas_allowed().
 void set_blas_threads(int n);
 int blas_threads();  // OpenBLAS's current thread count
 
