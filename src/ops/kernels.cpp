@@ -6,7 +6,6 @@
 #include "util/isa_tables.h"
 
 namespace snapkv::ops_internal {
-namespace {
 
 #define SNAPKV_OPS_TABLE(NS)                                                                       \
   OpsKernels {                                                                                     \
@@ -16,14 +15,8 @@ namespace {
         &NS::dequantize_rows                                                                       \
   }
 
-const OpsKernels kTables[kIsaLevelCount] = {SNAPKV_OPS_TABLE(isa_scalar),
-                                            SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX2),
-                                            SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX512)};
-
-}  // namespace
-
-const OpsKernels& ops_kernels() {
-  return isa_select(kTables);
-}
+const OpsKernels kOpsTables[kIsaLevelCount] = {SNAPKV_OPS_TABLE(isa_scalar),
+                                               SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX2),
+                                               SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX512)};
 
 }  // namespace snapkv::ops_internal

@@ -8,6 +8,7 @@
 
 #include "snapkv/ops/gemm.h"
 #include "snapkv/ops/quant_blocks.h"
+#include "snapkv/util/cpu.h"
 #include "snapkv/util/fp16.h"
 
 #define SNAPKV_OPS_KERNELS_DECLARE(NS)                                                       \
@@ -57,7 +58,11 @@ struct OpsKernels {
   void (*dequantize_rows)(float*, const WeightMatrix&, size_t, size_t);
 };
 
-// The entries of the active ISA level (snapkv/util/cpu.h).
-const OpsKernels& ops_kernels();
+// The entries of each level (kernels.cpp), and those of the active one (snapkv/util/cpu.h); inline,
+// so a public kernel is one load, one test and one indirect jump away from its level's code.
+extern const OpsKernels kOpsTables[kIsaLevelCount];
+inline const OpsKernels& ops_kernels() {
+  return isa_select(kOpsTables);
+}
 
 }  // namespace snapkv::ops_internal
