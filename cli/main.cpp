@@ -12,6 +12,7 @@
 #include "cache_options.h"
 #include "command.h"
 #include "snapkv/ops/gemm.h"
+#include "snapkv/util/cpu.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/mapped_file.h"
 
@@ -74,7 +75,17 @@ int main(int argc, char** argv) {
   CLI::App app{"snapkv: SnapKV KV-cache compression and a small GGUF Llama engine"};
   app.name("snapkv");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "snapkv 0.1.0");
+  // The SIMD level the kernels run at (snapkv/util/cpu.h): a bad SNAPKV_ISA is a usage error
+  // before any work starts, and --version names the level.
+  std::string simd;
+  try {
+    simd = snapkv::to_string(snapkv::isa_level());
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "snapkv: error: %s\n", e.what());
+    return 2;
+  }
+  app.set_version_flag("--version", "snapkv 0.1.0 (SIMD kernels: " + simd + ", best on this CPU: " +
+                                        snapkv::to_string(snapkv::best_isa_level()) + ")");
 
   auto& registry = command_registry();
   std::sort(registry.begin(), registry.end(),

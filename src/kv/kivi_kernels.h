@@ -1,8 +1,8 @@
 // KIVI attention kernels: dot products of queries with packed key blocks and weighted sums of
 // packed value rows, decoding codes inside the loops (never a dequantized copy of the cache).
-// Layouts are those of include/snapkv/kv/kivi.h. Each fast kernel (AVX2+FMA when the compiler
-// targets it) has a *_scalar twin that decodes element by element with kivi_decode; tests hold
-// the fast ones to the twins. Private to kv/.
+// Layouts are those of include/snapkv/kv/kivi.h. Each fast kernel (AVX2+FMA at the avx2 ISA level
+// and up, snapkv/util/cpu.h; kivi_simd.cpp) has a *_scalar twin that decodes element by element
+// with kivi_decode; tests hold the fast ones to the twins. Private to kv/.
 #pragma once
 
 #include <cstddef>
@@ -43,4 +43,28 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
 void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* params,
                             size_t n_rows, size_t head_dim, size_t group, int bits);
 
+// Rows per tile of the fast value kernel (the codes stay in L1 while the words are walked), and
+// the fp32 scratch it needs: coefficients [tile][n_groups][4], params [tile][n_groups][2] and the
+// zero sums [n_q][n_groups].
+inline constexpr size_t kKiviValueTile = 32;
+constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t group) {
+  return ((head_dim + group - 1) / group) * (6 * kKiviValueTile + n_q);
+}
+
 }  // namespace snapkv
+
+// The fast kernels as compiled for each ISA level (kivi_simd.cpp; util/isa.h), with a caller's
+// scratch: key_block_dot [n_q * head_dim + n_q] floats, value_rows_accumulate
+// [kivi_value_scratch_floats(n_q, head_dim, group)].
+#define SNAPKV_KIVI_KERNELS_DECLARE(NS)                                                          \
+  namespace snapkv::NS {                                                                         \
+  void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,             \
+                          const float* scales, const float* zeros, const uint8_t* words,         \
+                          size_t n_rows, size_t head_dim, int bits, float* scratch);             \
+  void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,       \
+                                  const uint8_t* codes, const KiviParams* params, size_t n_rows, \
+                                  size_t head_dim, size_t group, int bits, float* scratch);      \
+  }
+SNAPKV_KIVI_KERNELS_DECLARE(isa_scalar)
+SNAPKV_KIVI_KERNELS_DECLARE(isa_avx2)
+SNAPKV_KIVI_KERNELS_DECLARE(isa_avx512)

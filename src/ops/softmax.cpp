@@ -1,7 +1,6 @@
-// Stable softmax over a row and the polynomial exp behind it. exp_approx is the portable scalar
-// definition; the AVX2 path (exp8) performs the same IEEE operations in the same order (no FMA
-// contraction: CMakeLists.txt builds every target with -ffp-contract=off), so the bulk results
-// are bit-identical to the scalar ones and tests can compare them exactly.
+// Stable softmax and the polynomial exp behind it: exp_approx, the portable scalar definition, and
+// softmax_scalar (std::exp) are here; the bulk functions run the active ISA level's kernels
+// (softmax_simd.cpp, dispatched through ops/kernels.h), which match exp_approx bit for bit.
 #include "snapkv/ops/softmax.h"
 
 #include <algorithm>
@@ -9,52 +8,12 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "ops/exp_constants.h"
+#include "ops/kernels.h"
 
 namespace snapkv {
-namespace {
 
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;     // exact in 9 bits: n * kLn2Hi has no rounding
-constexpr float kLn2Lo = -2.12194440e-4f;  // ln 2 - kLn2Hi
-constexpr float kLow = -87.33654f;         // ln(2^-126)
-constexpr float kHigh = 88.72283f;         // ln(FLT_MAX)
-// Cephes expf coefficients for e^r on [-ln2/2, ln2/2].
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
-
-#if defined(__AVX2__)
-__m256 exp8(__m256 x) {
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kLow)), _mm256_set1_ps(kHigh));
-  const __m256 n = _mm256_floor_ps(
-      _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _mm256_set1_ps(0.5f)));
-  const __m256 r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi))),
-                                 _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP1));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP2));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP3));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP4));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP5));
-  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
-  // 2^n as 2^n1 * 2^n2 with n1 = n / 2 truncated toward zero (as C++ int division).
-  const __m256i ni = _mm256_cvttps_epi32(n);
-  const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
-  const __m256i n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
-  const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
-  const __m256 with_inf = _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), over);
-  return _mm256_andnot_ps(under, with_inf);
-}
-#endif
-
-}  // namespace
+using namespace ops_internal;  // the exp constants, ops_kernels
 
 float exp_approx(float x) {
   const float xc = std::min(std::max(x, kLow), kHigh);
@@ -78,65 +37,19 @@ float exp_approx(float x) {
 }
 
 void exp_n(float* y, const float* x, size_t n) {
-  size_t i = 0;
-#if defined(__AVX2__)
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
-#endif
-  for (; i < n; ++i) y[i] = exp_approx(x[i]);
+  ops_kernels().exp_n(y, x, n);
 }
 
 float max_value(const float* x, size_t n) {
-  size_t i = 0;
-  float m = x[0];
-#if defined(__AVX2__)
-  if (n >= 8) {
-    __m256 vm = _mm256_loadu_ps(x);
-    for (i = 8; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vm);
-    for (const float v : lanes) m = std::max(m, v);
-  }
-#endif
-  for (; i < n; ++i) m = std::max(m, x[i]);
-  return m;
+  return ops_kernels().max_value(x, n);
 }
 
 float exp_shift_sum(float* x, size_t n, float shift) {
-  alignas(32) float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  size_t i = 0;
-#if defined(__AVX2__)
-  const __m256 vshift = _mm256_set1_ps(shift);
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vshift));
-    _mm256_storeu_ps(x + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  _mm256_store_ps(partial, acc);
-#else
-  for (; i + 8 <= n; i += 8) {
-    for (size_t j = 0; j < 8; ++j) {
-      const float e = exp_approx(x[i + j] - shift);
-      x[i + j] = e;
-      partial[j] += e;
-    }
-  }
-#endif
-  float sum = 0.0f;
-  for (; i < n; ++i) {
-    const float e = exp_approx(x[i] - shift);
-    x[i] = e;
-    sum += e;
-  }
-  for (const float p : partial) sum += p;
-  return sum;
+  return ops_kernels().exp_shift_sum(x, n, shift);
 }
 
 void softmax(float* x, size_t n) {
-  if (n == 0) return;
-  const float sum = exp_shift_sum(x, n, max_value(x, n));
-  const float inv = 1.0f / sum;  // sum >= 1: the maximum contributes exp(0) = 1
-  for (size_t k = 0; k < n; ++k) x[k] *= inv;
+  ops_kernels().softmax(x, n);
 }
 
 void softmax_scalar(float* x, size_t n) {

@@ -1,11 +1,12 @@
-// binary16 conversion: portable bit manipulation (reference) plus F16C bulk paths.
+// binary16 conversion: portable bit manipulation (the reference); the bulk conversions run the
+// active ISA level's kernels (fp16_simd.cpp: F16C from the avx2 level up).
 #include "snapkv/util/fp16.h"
 
 #include <cstring>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
+#include "snapkv/util/cpu.h"
+#include "util/fp16_kernels.h"
+#include "util/isa_tables.h"
 
 namespace snapkv {
 namespace {
@@ -64,27 +65,28 @@ fp16_t fp32_to_fp16(float f) {
   return static_cast<fp16_t>(sign | half);
 }
 
-void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n) {
-  size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+namespace {
+
+struct Fp16Kernels {
+  void (*to_fp32)(float*, const fp16_t*, size_t);
+  void (*to_fp16)(fp16_t*, const float*, size_t);
+};
+#define SNAPKV_FP16_TABLE(NS)                \
+  Fp16Kernels {                              \
+    &NS::fp16_to_fp32_n, &NS::fp32_to_fp16_n \
   }
-#endif
-  for (; i < n; ++i) out[i] = fp16_to_fp32(in[i]);
+const Fp16Kernels kTables[kIsaLevelCount] = {SNAPKV_FP16_TABLE(isa_scalar),
+                                             SNAPKV_FP16_TABLE(SNAPKV_ISA_NS_AVX2),
+                                             SNAPKV_FP16_TABLE(SNAPKV_ISA_NS_AVX512)};
+
+}  // namespace
+
+void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n) {
+  isa_select(kTables).to_fp32(out, in, n);
 }
 
 void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n) {
-  size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    const __m256 f = _mm256_loadu_ps(in + i);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-#endif
-  for (; i < n; ++i) out[i] = fp32_to_fp16(in[i]);
+  isa_select(kTables).to_fp16(out, in, n);
 }
 
 }  // namespace snapkv

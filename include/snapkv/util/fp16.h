@@ -1,6 +1,6 @@
 // IEEE 754 binary16 <-> binary32 conversion. Round-to-nearest-even on the way down; overflow
 // becomes +-inf, NaN stays NaN (quiet). Scalar versions are the reference; the bulk versions use
-// F16C when the compiler targets it and are held to the scalar ones by tests.
+// F16C at the avx2 ISA level and up (snapkv/util/cpu.h) and are held to the scalar ones by tests.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,22 @@
+// The per-level table of ops/ kernels (kernels.h): the one place that names every level's entry
+// points; a level this build does not compile falls back to the next one down (util/isa.h).
+#include "ops/kernels.h"
+
+#include "snapkv/util/cpu.h"
+#include "util/isa_tables.h"
+
+namespace snapkv::ops_internal {
+
+#define SNAPKV_OPS_TABLE(NS)                                                                       \
+  OpsKernels {                                                                                     \
+    &NS::dot, &NS::dot_f16, &NS::axpy, &NS::axpy_f16, &NS::exp_n, &NS::max_value,                  \
+        &NS::exp_shift_sum, &NS::softmax, &NS::decode_block, &NS::decode_block, &NS::decode_block, \
+        &NS::decode_block, &NS::decode_block, &NS::decode_block, &NS::gemv_rows,                   \
+        &NS::dequantize_rows                                                                       \
+  }
+
+const OpsKernels kOpsTables[kIsaLevelCount] = {SNAPKV_OPS_TABLE(isa_scalar),
+                                               SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX2),
+                                               SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX512)};
+
+}  // namespace snapkv::ops_internal

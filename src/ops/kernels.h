@@ -1,0 +1,68 @@
+// Internal to ops/: the kernels compiled once per ISA level (dot_simd.cpp, softmax_simd.cpp,
+// quant_blocks_simd.cpp, gemm_simd.cpp; see util/isa.h) and the table the public functions of
+// dot.h, softmax.h, quant_blocks.h and gemm.h dispatch through. Each entry has the contract of the
+// public function of the same name; gemv_rows / dequantize_rows take an already validated matrix.
+#pragma once
+
+#include <cstddef>
+
+#include "snapkv/ops/gemm.h"
+#include "snapkv/ops/quant_blocks.h"
+#include "snapkv/util/cpu.h"
+#include "snapkv/util/fp16.h"
+
+#define SNAPKV_OPS_KERNELS_DECLARE(NS)                                                       \
+  namespace snapkv::NS {                                                                     \
+  float dot(const float* a, const float* b, size_t n);                                       \
+  float dot_f16(const float* a, const fp16_t* b, size_t n);                                  \
+  void axpy(float* y, float alpha, const float* x, size_t n);                                \
+  void axpy_f16(float* y, float alpha, const fp16_t* x, size_t n);                           \
+  void exp_n(float* y, const float* x, size_t n);                                            \
+  float max_value(const float* x, size_t n);                                                 \
+  float exp_shift_sum(float* x, size_t n, float shift);                                      \
+  void softmax(float* x, size_t n);                                                          \
+  void decode_block(float* out, const BlockQ4_0& b);                                         \
+  void decode_block(float* out, const BlockQ2_K& b);                                         \
+  void decode_block(float* out, const BlockQ3_K& b);                                         \
+  void decode_block(float* out, const BlockQ4_K& b);                                         \
+  void decode_block(float* out, const BlockQ5_K& b);                                         \
+  void decode_block(float* out, const BlockQ6_K& b);                                         \
+  /* out [row_end - row_begin] = rows [row_begin, row_end) of w times x */                   \
+  void gemv_rows(float* out, const float* x, const WeightMatrix& w, size_t row_begin,        \
+                 size_t row_end);                                                            \
+  void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end); \
+  }
+
+SNAPKV_OPS_KERNELS_DECLARE(isa_scalar)
+SNAPKV_OPS_KERNELS_DECLARE(isa_avx2)
+SNAPKV_OPS_KERNELS_DECLARE(isa_avx512)
+
+namespace snapkv::ops_internal {
+
+struct OpsKernels {
+  float (*dot)(const float*, const float*, size_t);
+  float (*dot_f16)(const float*, const fp16_t*, size_t);
+  void (*axpy)(float*, float, const float*, size_t);
+  void (*axpy_f16)(float*, float, const fp16_t*, size_t);
+  void (*exp_n)(float*, const float*, size_t);
+  float (*max_value)(const float*, size_t);
+  float (*exp_shift_sum)(float*, size_t, float);
+  void (*softmax)(float*, size_t);
+  void (*decode_q4_0)(float*, const BlockQ4_0&);
+  void (*decode_q2_K)(float*, const BlockQ2_K&);
+  void (*decode_q3_K)(float*, const BlockQ3_K&);
+  void (*decode_q4_K)(float*, const BlockQ4_K&);
+  void (*decode_q5_K)(float*, const BlockQ5_K&);
+  void (*decode_q6_K)(float*, const BlockQ6_K&);
+  void (*gemv_rows)(float*, const float*, const WeightMatrix&, size_t, size_t);
+  void (*dequantize_rows)(float*, const WeightMatrix&, size_t, size_t);
+};
+
+// The entries of each level (kernels.cpp), and those of the active one (snapkv/util/cpu.h); inline,
+// so a public kernel is one load, one test and one indirect jump away from its level's code.
+extern const OpsKernels kOpsTables[kIsaLevelCount];
+inline const OpsKernels& ops_kernels() {
+  return isa_select(kOpsTables);
+}
+
+}  // namespace snapkv::ops_internal

@@ -1,0 +1,166 @@
+// CPU feature detection and the active ISA level (see cpu.h). SNAPKV_ISA_AVX2 / SNAPKV_ISA_AVX512
+// are defined by CMake when this build compiles the kernels for those levels.
+#include "snapkv/util/cpu.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+
+namespace detail {
+std::atomic<int> g_isa_level{-1};
+}  // namespace detail
+
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  // libgcc's checks include the OS's XSAVE support for the YMM / ZMM state.
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+#endif
+  return f;
+}
+
+// (name, has) for each feature a level needs, in the order they are reported.
+struct Need {
+  const char* name;
+  bool CpuFeatures::*has;
+};
+std::vector<Need> needs(IsaLevel level) {
+  std::vector<Need> n;
+  if (level == IsaLevel::scalar) return n;
+  n = {{"avx2", &CpuFeatures::avx2}, {"fma", &CpuFeatures::fma}, {"f16c", &CpuFeatures::f16c}};
+  if (level == IsaLevel::avx512) {
+    n.insert(n.end(), {{"avx512f", &CpuFeatures::avx512f},
+                       {"avx512bw", &CpuFeatures::avx512bw},
+                       {"avx512vl", &CpuFeatures::avx512vl},
+                       {"avx512dq", &CpuFeatures::avx512dq},
+                       {"avx512vnni", &CpuFeatures::avx512vnni}});
+  }
+  return n;
+}
+
+constexpr const char* kLevelNames = "scalar, avx2 or avx512";
+
+IsaLevel best_level_for(const CpuFeatures& cpu) {
+  for (const IsaLevel level : {IsaLevel::avx512, IsaLevel::avx2}) {
+    if (isa_compiled(level) && isa_missing_features(level, cpu).empty()) return level;
+  }
+  return IsaLevel::scalar;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+const char* to_string(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::scalar:
+      return "scalar";
+    case IsaLevel::avx2:
+      return "avx2";
+    case IsaLevel::avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+IsaLevel parse_isa_level(std::string_view name) {
+  for (const IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512}) {
+    if (name == to_string(level)) return level;
+  }
+  throw_invalid("cpu", "unknown ISA level", "'" + std::string(name) + "'", kLevelNames);
+}
+
+bool isa_compiled(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::scalar:
+      return true;
+    case IsaLevel::avx2:
+#if defined(SNAPKV_ISA_AVX2)
+      return true;
+#else
+      return false;
+#endif
+    case IsaLevel::avx512:
+#if defined(SNAPKV_ISA_AVX512)
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+std::string isa_missing_features(IsaLevel level, const CpuFeatures& cpu) {
+  std::string missing;
+  for (const Need& need : needs(level)) {
+    if (cpu.*need.has) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += need.name;
+  }
+  return missing;
+}
+
+void check_isa_level(IsaLevel level, const CpuFeatures& cpu) {
+  if (!isa_compiled(level)) {
+    throw_invalid("cpu",
+                  std::string("ISA level ") + to_string(level) + " not compiled into this build",
+                  to_string(level), "a level this build holds (see SNAPKV_ISA_SOURCES)");
+  }
+  const std::string missing = isa_missing_features(level, cpu);
+  if (!missing.empty()) {
+    throw_invalid(
+        "cpu", std::string("ISA level ") + to_string(level) + " needs CPU features this CPU lacks",
+        "missing " + missing,
+        std::string("a level the CPU supports, at most ") + to_string(best_level_for(cpu)));
+  }
+}
+
+IsaLevel best_isa_level() {
+  return best_level_for(cpu_features());
+}
+
+int detail::resolve_isa_level() {
+  IsaLevel level = best_isa_level();
+  if (const char* env = std::getenv("SNAPKV_ISA"); env != nullptr && *env != '\0') {
+    try {
+      level = parse_isa_level(env);
+      check_isa_level(level, cpu_features());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string(e.what()) +
+                                  " (from the environment: SNAPKV_ISA=" + env + ")");
+    }
+  }
+  int expected = -1;
+  // A concurrent first use resolves to the same level; set_isa_level wins over the environment.
+  detail::g_isa_level.compare_exchange_strong(expected, static_cast<int>(level));
+  return detail::g_isa_level.load(std::memory_order_relaxed);
+}
+
+IsaLevel isa_level() {
+  const int level = detail::g_isa_level.load(std::memory_order_relaxed);
+  return static_cast<IsaLevel>(level >= 0 ? level : detail::resolve_isa_level());
+}
+
+void set_isa_level(IsaLevel level) {
+  check_isa_level(level, cpu_features());
+  detail::g_isa_level.store(static_cast<int>(level));
+}
+
+}  // namespace snapkv

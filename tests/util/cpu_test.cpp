@@ -1,0 +1,118 @@
+// The SIMD seam (snapkv/util/cpu.h): level names, the features each level needs, refusal of a
+// level a CPU lacks (on made-up CPUs, so it is tested on any machine, and on the running one for
+// the levels it lacks), and forcing each level this machine supports.
+#include "snapkv/util/cpu.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace snapkv {
+namespace {
+
+const IsaLevel kLevels[] = {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512};
+
+// A Zen 1 class CPU: AVX2, FMA, F16C, no AVX-512.
+CpuFeatures zen1() {
+  CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  return f;
+}
+
+std::string error_of(IsaLevel level, const CpuFeatures& cpu) {
+  try {
+    check_isa_level(level, cpu);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Restores the level active when the test started.
+class IsaLevelGuard {
+ public:
+  IsaLevelGuard() : saved_(isa_level()) {}
+  ~IsaLevelGuard() { set_isa_level(saved_); }
+  IsaLevelGuard(const IsaLevelGuard&) = delete;
+  IsaLevelGuard& operator=(const IsaLevelGuard&) = delete;
+
+ private:
+  IsaLevel saved_;
+};
+
+TEST(Cpu, LevelNamesRoundTripAndUnknownNamesAreRefused) {
+  for (const IsaLevel level : kLevels) EXPECT_EQ(parse_isa_level(to_string(level)), level);
+  try {
+    parse_isa_level("avx3");
+    FAIL() << "avx3 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[cpu] unknown ISA level, got 'avx3', expected scalar, avx2 or avx512");
+  }
+  EXPECT_THROW(parse_isa_level(""), std::invalid_argument);
+  EXPECT_THROW(parse_isa_level("AVX2"), std::invalid_argument);
+}
+
+TEST(Cpu, EachLevelNeedsItsFeatures) {
+  const CpuFeatures none;
+  EXPECT_EQ(isa_missing_features(IsaLevel::scalar, none), "");
+  EXPECT_EQ(isa_missing_features(IsaLevel::avx2, none), "avx2, fma, f16c");
+  EXPECT_EQ(isa_missing_features(IsaLevel::avx2, zen1()), "");
+  EXPECT_EQ(isa_missing_features(IsaLevel::avx512, zen1()),
+            "avx512f, avx512bw, avx512vl, avx512dq, avx512vnni");
+  CpuFeatures no_f16c = zen1();
+  no_f16c.f16c = false;
+  EXPECT_EQ(isa_missing_features(IsaLevel::avx2, no_f16c), "f16c");
+  CpuFeatures skylake_x = zen1();  // AVX-512 without VNNI
+  skylake_x.avx512f = skylake_x.avx512bw = skylake_x.avx512vl = skylake_x.avx512dq = true;
+  EXPECT_EQ(isa_missing_features(IsaLevel::avx512, skylake_x), "avx512vnni");
+}
+
+TEST(Cpu, ALevelTheCpuLacksIsRefusedWithTheMissingFeatures) {
+  const std::string err = error_of(IsaLevel::avx512, zen1());
+  if (!isa_compiled(IsaLevel::avx512)) {
+    EXPECT_NE(err.find("not compiled into this build"), std::string::npos) << err;
+    return;
+  }
+  EXPECT_EQ(
+      err,
+      "[cpu] ISA level avx512 needs CPU features this CPU lacks, got missing avx512f, "
+      "avx512bw, avx512vl, avx512dq, avx512vnni, expected a level the CPU supports, at most " +
+          std::string(isa_compiled(IsaLevel::avx2) ? "avx2" : "scalar"));
+  EXPECT_EQ(error_of(IsaLevel::scalar, CpuFeatures{}), "");
+  if (isa_compiled(IsaLevel::avx2)) {
+    EXPECT_EQ(error_of(IsaLevel::avx2, zen1()), "");
+  }
+}
+
+TEST(Cpu, TheRunningCpuGetsItsBestLevelAndIsRefusedTheOthers) {
+  const IsaLevelGuard guard;
+  const IsaLevel best = best_isa_level();
+  for (const IsaLevel level : kLevels) {
+    const bool usable = isa_compiled(level) && isa_missing_features(level, cpu_features()).empty();
+    EXPECT_EQ(usable, static_cast<int>(level) <= static_cast<int>(best)) << to_string(level);
+    if (usable) {
+      set_isa_level(level);
+      EXPECT_EQ(isa_level(), level);
+    } else {
+      const IsaLevel before = isa_level();
+      EXPECT_THROW(set_isa_level(level), std::invalid_argument) << to_string(level);
+      EXPECT_EQ(isa_level(), before);  // a refused level changes nothing
+    }
+  }
+}
+
+TEST(Cpu, IsaSelectFollowsTheActiveLevel) {
+  const IsaLevelGuard guard;
+  const int table[kIsaLevelCount] = {10, 20, 30};
+  for (const IsaLevel level : kLevels) {
+    if (!isa_compiled(level) || !isa_missing_features(level, cpu_features()).empty()) continue;
+    set_isa_level(level);
+    EXPECT_EQ(isa_select(table), 10 * (static_cast<int>(level) + 1));
+  }
+}
+
+}  // namespace
+}  // namespace snapkv
