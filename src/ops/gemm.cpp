@@ -1,7 +1,8 @@
 // Weight-format-aware GEMV/GEMM: F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside
 // the kernels. SIMD: one AVX2+F16C path per inner loop under SNAPKV_GEMM_AVX2, a scalar loop
 // otherwise. Q4_0 and the K-quants decode one block at a time (quant_blocks.h) into a stack
-// buffer and dot it with x.
+// buffer and dot it with x. GemmPrecision::q8 hands Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights to
+// gemm_q8.cpp (quantized activations, integer dots) instead.
 #include "snapkv/ops/gemm.h"
 
 #include <cblas.h>

@@ -9,6 +9,9 @@
 //   gemv:   out[r] = sum_c W[r][c] * x[c], rows spread over snapkv::parallel_for, F16C/AVX2 inner
 //     loops with a scalar fallback; block types decode one block into registers-sized scratch
 //     (decode_block) and dot it with x in fp32.
+//   GemmPrecision::q8 (the default for gemv): for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights x is
+//     quantized to 8 bits once per product and the rows are dotted with it in integer arithmetic
+//     (src/ops/q8_dot.h), as llama.cpp does; see GemmPrecision below.
 // Each fast kernel has a scalar reference (*_ref) accumulating in double, which tests hold it to.
 // This file knows nothing about files, models or caches.
 #pragma once
