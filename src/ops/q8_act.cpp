@@ -56,6 +56,11 @@ void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n) {
     }
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (!std::isfinite(id)) {  // amax < 127 / FLT_MAX: stored as zero (fp16(d) is 0 anyway)
+      o.d = fp32_to_fp16(0.0f);
+      std::memset(o.qs, 0, sizeof o.qs);
+      continue;
+    }
     o.d = fp32_to_fp16(d);
     for (size_t j = 0; j < kQ8BlockSize; ++j) {
       // |xb[j] * id| <= 127 (1 + 2u) rounds to at most 127
@@ -72,13 +77,13 @@ void quantize_act_q8_K(BlockQ8_K* out, const float* x, size_t n) {
     float max;
     const float amax = abs_max(xb, kQK_K, finite, max);
     BlockQ8_K& o = out[b];
-    if (!finite || amax == 0.0f) {
+    const float iscale = -127.0f / max;
+    if (!finite || amax == 0.0f || !std::isfinite(iscale)) {  // NaN / inf, zero, or too tiny
       o.d = finite ? 0.0f : kNaN;
       std::memset(o.qs, 0, sizeof o.qs);
       std::memset(o.bsums, 0, sizeof o.bsums);
       continue;
     }
-    const float iscale = -127.0f / max;
     for (size_t j = 0; j < kQK_K; ++j) {
       const float v = std::nearbyint(iscale * xb[j]);
       o.qs[j] = static_cast<int8_t>(std::fmin(127.0f, v));

@@ -9,7 +9,9 @@
 //    stored scale is fp16(d). Q8_K: d = max / -127 with max the value of largest magnitude (its
 //    sign kept), q = rint(x / d) clamped to 127, so every |q| <= 127. Per element
 //    |x - D * q| <= |d| * (1/2 + 300 u) + 127 * |D - d| (D the stored scale, u = 2^-24; D == d for
-//    Q8_K); an all-zero block gets scale 0 and q = 0 (never a division by zero). A block holding a
+//    Q8_K); an all-zero block gets scale 0 and q = 0 (never a division by zero), and so does a
+//    block whose amax is below 127 / FLT_MAX (~3.7e-37, where 1 / d overflows): there the error
+//    is |x| <= amax instead. A block holding a
 //    NaN or an infinity gets a NaN scale, so every dot with it is NaN (the float path would give
 //    NaN or an infinity): non-finite activations are not rejected, they propagate as NaN. A Q8_0
 //    block whose amax exceeds 127 * 65504 (fp16's largest) stores an infinite scale, also

@@ -108,6 +108,15 @@ struct Act {
   std::vector<double> value, bound;
 };
 
+// Largest |x[j]| over the block of `block` elements holding element i.
+float amax_of(const std::vector<float>& x, size_t i, size_t block) {
+  float amax = 0.0f;
+  for (size_t j = i / block * block; j < i / block * block + block; ++j) {
+    amax = std::max(amax, std::fabs(x[j]));
+  }
+  return amax;
+}
+
 Act quantize(WeightType type, const std::vector<float>& x) {
   const size_t n = x.size();
   Act a;
@@ -120,16 +129,14 @@ Act quantize(WeightType type, const std::vector<float>& x) {
       const BlockQ8_K& b = a.q8_k[i / kQK_K];
       a.value[i] = static_cast<double>(b.d) * b.qs[i % kQK_K];
       a.bound[i] = std::fabs(static_cast<double>(b.d)) * (0.5 + 300.0 * kU);
+      if (b.d == 0.0f) a.bound[i] = amax_of(x, i, kQK_K);  // zero or below 127 / FLT_MAX
     }
   } else {
     a.q8_0.resize(n / kQ8BlockSize);
     quantize_act_q8_0(a.q8_0.data(), x.data(), n);
     for (size_t i = 0; i < n; ++i) {
       const BlockQ8_0& b = a.q8_0[i / kQ8BlockSize];
-      float amax = 0.0f;
-      for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j)
-        amax = std::max(amax, std::fabs(x[j]));
-      const double d = amax / 127.0f, stored = fp16_to_fp32(b.d);
+      const double d = amax_of(x, i, kQ8BlockSize) / 127.0f, stored = fp16_to_fp32(b.d);
       a.value[i] = stored * b.qs[i % kQ8BlockSize];
       a.bound[i] = d * (0.5 + 300.0 * kU) + 127.0 * std::fabs(stored - d);
     }
@@ -259,6 +266,8 @@ TEST_P(Q8DotTest, AdversarialActivations) {
   check_rows(w, x);
   check_rows(w, random_vec(cols, 33, 1e-9f));
   check_rows(w, random_vec(cols, 34, 1e-30f));
+  check_rows(w, random_vec(cols, 37, 1e-38f));  // 1 / d overflows: stored as zero
+  check_rows(w, random_vec(cols, 38, 1e-43f));  // subnormal activations
   // huge: Q8_K (fp32 scale) stays within its bound; Q8_0's fp16 scale overflows above
   // 127 * 65504, documented as a non-finite result.
   const auto huge = random_vec(cols, 35, 1e30f);
