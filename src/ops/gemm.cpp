@@ -1,20 +1,24 @@
 // Weight-format-aware GEMV/GEMM: F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside
 // the kernels. Validation, threading, the BLAS calls and the double-precision references are
 // here; the inner loops (row dots and dequantization) are the active ISA level's kernels
-// (gemm_simd.cpp, dispatched through ops/kernels.h).
+// (gemm_simd.cpp, dispatched through ops/kernels.h). GemmPrecision::q8 hands Q8_0 / Q4_0 / Q4_K /
+// Q5_K / Q6_K weights to gemm_q8.cpp (quantized activations, integer dots) instead.
 #include "snapkv/ops/gemm.h"
 
 #include <cblas.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "ops/kernels.h"
+#include "ops/q8_dot.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
@@ -58,6 +62,32 @@ void check_rows(const WeightMatrix& w, size_t row_begin, size_t row_end) {
   }
 }
 
+// Precisions as ints: -1 = not read from the environment yet.
+std::atomic<int> g_gemv_precision{-1};
+std::atomic<int> g_matmul_precision{-1};
+
+GemmPrecision parse_precision(const char* text) {
+  const std::string s(text);
+  if (s == "f32") return GemmPrecision::f32;
+  if (s == "q8") return GemmPrecision::q8;
+  throw_invalid("gemm", "SNAPKV_GEMM_PRECISION not a known precision", s, "f32 or q8");
+}
+
+GemmPrecision load_precision(std::atomic<int>& slot, GemmPrecision fallback) {
+  int v = slot.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("SNAPKV_GEMM_PRECISION");
+    const GemmPrecision p = env != nullptr && *env != '\0' ? parse_precision(env) : fallback;
+    int expected = -1;
+    slot.compare_exchange_strong(expected, static_cast<int>(p), std::memory_order_relaxed);
+    v = slot.load(std::memory_order_relaxed);
+  }
+  return static_cast<GemmPrecision>(v);
+}
+
+}  // namespace
+
+namespace ops_internal {
 // Rows per parallel task: enough work per task to amortise scheduling, enough tasks to balance.
 size_t rows_per_task(size_t rows, size_t cols) {
   const size_t threads = static_cast<size_t>(std::max(1, num_threads()));
@@ -65,8 +95,29 @@ size_t rows_per_task(size_t rows, size_t cols) {
   const size_t balanced = (rows + threads * 4 - 1) / (threads * 4);
   return std::max(min_rows, balanced);
 }
+}  // namespace ops_internal
+using ops_internal::rows_per_task;
 
-}  // namespace
+const char* to_string(GemmPrecision p) {
+  return p == GemmPrecision::q8 ? "q8" : "f32";
+}
+
+void set_gemm_precision(GemmPrecision p) {
+  set_gemm_precision(p, p);
+}
+
+void set_gemm_precision(GemmPrecision gemv, GemmPrecision matmul) {
+  g_gemv_precision.store(static_cast<int>(gemv), std::memory_order_relaxed);
+  g_matmul_precision.store(static_cast<int>(matmul), std::memory_order_relaxed);
+}
+
+GemmPrecision gemv_precision() {
+  return load_precision(g_gemv_precision, kDefaultGemvPrecision);
+}
+
+GemmPrecision matmul_precision() {
+  return load_precision(g_matmul_precision, kDefaultMatmulPrecision);
+}
 
 size_t weight_block_size(WeightType type) {
   switch (type) {
@@ -219,7 +270,12 @@ void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, si
 }
 
 void gemv(float* out, const float* x, const WeightMatrix& w) {
+  gemv(out, x, w, gemv_precision());
+}
+
+void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision precision) {
   validate_weight(w, "gemv weight");
+  if (precision == GemmPrecision::q8 && ops_internal::matmul_q8(out, x, w, 1)) return;
   const size_t per_task = rows_per_task(w.rows, w.cols);
   const size_t n_tasks = (w.rows + per_task - 1) / per_task;
   const auto& kernels = ops_internal::ops_kernels();
@@ -254,10 +310,18 @@ void sgemm_nt(float* c, const float* a, const float* b, size_t m, size_t n, size
 }
 
 void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
+  matmul(out, x, w, n_tokens, n_tokens < kGemmMinTokens ? gemv_precision() : matmul_precision());
+}
+
+void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
+            GemmPrecision precision) {
   validate_weight(w, "matmul weight");
   if (n_tokens == 0) return;
+  if (precision == GemmPrecision::q8 && ops_internal::matmul_q8(out, x, w, n_tokens)) return;
   if (n_tokens < kGemmMinTokens || !blas_allowed()) {
-    for (size_t t = 0; t < n_tokens; ++t) gemv(out + t * w.rows, x + t * w.cols, w);
+    for (size_t t = 0; t < n_tokens; ++t) {
+      gemv(out + t * w.rows, x + t * w.cols, w, GemmPrecision::f32);
+    }
     return;
   }
   // One thread pool: tiles of weight rows are spread over parallel_for, and each task dequantizes

@@ -83,7 +83,7 @@ TEST_P(LlamaFixture, DequantizationMatchesLlamaCppBitwise) {
     const size_t rows[3] = {0, 1, static_cast<size_t>(t.ne[1]) - 1};
     std::vector<float> ours(n_cols), fast(n_cols), x(n_cols), y(w.rows);
     for (size_t c = 0; c < n_cols; ++c) x[c] = std::sin(0.37f * static_cast<float>(c)) + 0.25f;
-    gemv(y.data(), x.data(), w);
+    gemv(y.data(), x.data(), w, GemmPrecision::f32);  // q8: tests/ops/q8_dot_test.cpp
     for (size_t j = 0; j < 3; ++j) {
       const float* theirs = want.data.data() + (k * 3 + j) * n_cols;
       dequantize_row(ours.data(), t.row(static_cast<int64_t>(rows[j])), t.type, n_cols);

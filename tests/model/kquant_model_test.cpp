@@ -6,6 +6,8 @@
 // weights and accumulate in the same order as the F32 kernels (2 x 8-lane accumulators over the row
 // for gemv, sgemm on the dequantized tile for matmul), so the logits agree bit for bit. (Our
 // dequantization itself is held to llama.cpp's in tests/gguf/gguf_llama_fixtures_test.cpp.)
+// Runs under GemmPrecision::f32 (the default decode path, q8, quantizes the activations and is
+// compared with this one in q8_activation_model_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/kv/config.h"
 #include "snapkv/model/llama.h"
+#include "snapkv/ops/gemm.h"
 
 namespace snapkv {
 namespace {
@@ -51,6 +54,11 @@ std::vector<float> run(const LlamaModel& model, size_t n_decode) {
 class KQuantModel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(KQuantModel, LogitsEqualThoseOfTheF32Twin) {
+  struct F32Precision {  // for this test, restored on every exit
+    GemmPrecision gv = gemv_precision(), mm = matmul_precision();
+    F32Precision() { set_gemm_precision(GemmPrecision::f32); }
+    ~F32Precision() { set_gemm_precision(gv, mm); }
+  } f32_precision;
   const LlamaModel quantized = LlamaModel::load(kDir + "tiny-" + GetParam() + ".gguf");
   const LlamaModel twin(f32_twin(quantized.file()));
   EXPECT_LT(quantized.weight_bytes(), twin.weight_bytes());

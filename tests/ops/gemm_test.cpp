@@ -97,7 +97,7 @@ TEST_P(GemmTest, MatchesDoubleReferenceAcrossShapes) {
     ASSERT_EQ(0, std::memcmp(deq.data(), deq_fast.data(), deq.size() * sizeof(float)))
         << "fast dequantizer differs from the scalar one";
     std::vector<float> fast(s.n_tokens * s.rows), ref(s.n_tokens * s.rows);
-    matmul(fast.data(), x.data(), w, s.n_tokens);
+    matmul(fast.data(), x.data(), w, s.n_tokens, GemmPrecision::f32);  // q8: q8_dot_test.cpp
     matmul_ref(ref.data(), x.data(), w, s.n_tokens);
     expect_matmul_close(fast, x, deq, s.n_tokens, s.rows, s.cols);
     expect_matmul_close(ref, x, deq, s.n_tokens, s.rows, s.cols);
@@ -113,13 +113,16 @@ TEST_P(GemmTest, GemvIsThreadCountIndependent) {
   const WeightMatrix w{type, bytes.data(), rows, cols};
   const int saved = num_threads();
   std::vector<float> one(rows), many(rows);
-  set_num_threads(1);
-  gemv(one.data(), x.data(), w);
-  set_num_threads(4);
-  gemv(many.data(), x.data(), w);
+  for (GemmPrecision precision : {GemmPrecision::f32, GemmPrecision::q8}) {
+    set_num_threads(1);
+    gemv(one.data(), x.data(), w, precision);
+    set_num_threads(4);
+    gemv(many.data(), x.data(), w, precision);
+    // Each row is computed by exactly one thread with the same code: bitwise equal.
+    EXPECT_EQ(0, std::memcmp(one.data(), many.data(), rows * sizeof(float)))
+        << to_string(precision);
+  }
   set_num_threads(saved);
-  // Each row is computed by exactly one thread with the same code: bitwise equal.
-  EXPECT_EQ(0, std::memcmp(one.data(), many.data(), rows * sizeof(float)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GemmTest,

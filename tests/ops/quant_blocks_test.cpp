@@ -140,7 +140,7 @@ void expect_gemv_close(WeightType type, uint32_t seed) {
   for (float& v : x) v = dist(rng);
   const WeightMatrix w{type, blocks.data(), rows, cols};
   std::vector<float> out(rows), deq(rows * cols);
-  gemv(out.data(), x.data(), w);
+  gemv(out.data(), x.data(), w, GemmPrecision::f32);  // q8: q8_dot_test.cpp
   dequantize_rows_ref(deq.data(), w, 0, rows);
   for (size_t r = 0; r < rows; ++r) {
     double exact = 0.0, abs_sum = 0.0;

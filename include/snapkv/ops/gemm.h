@@ -11,6 +11,9 @@
 //   gemv:   out[r] = sum_c W[r][c] * x[c], rows spread over snapkv::parallel_for, F16C/AVX2 inner
 //     loops with a scalar fallback; block types decode one block into registers-sized scratch
 //     (decode_block) and dot it with x in fp32.
+//   GemmPrecision::q8 (the default for gemv): for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights x is
+//     quantized to 8 bits once per product and the rows are dotted with it in integer arithmetic
+//     (src/ops/q8_dot.h), as llama.cpp does; see GemmPrecision below.
 // Each fast kernel has a scalar reference (*_ref) accumulating in double, which tests hold it to.
 // This file knows nothing about files, models or caches.
 #pragma once
@@ -63,14 +66,41 @@ const char* to_string(WeightType type);
 // std::invalid_argument naming `what`.
 void validate_weight(const WeightMatrix& w, const char* what);
 
+// How quantized weights of type Q8_0, Q4_0, Q4_K, Q5_K or Q6_K meet the activations (every other
+// type always takes the f32 path):
+//   f32: each weight block is decoded to fp32 and dotted with the fp32 activations (gemv), or a
+//        tile of rows is decoded and multiplied by sgemm (matmul). Bit-exact with the F32 kernels
+//        on the dequantized weights.
+//   q8:  each activation row is quantized once per product to 8 bits (Q8_0 blocks for Q8_0 / Q4_0
+//        weights, Q8_K super-blocks for the K-quants, as llama.cpp does) and the weights are
+//        dotted with it in integer arithmetic (src/ops/q8_dot.h). Adds the activation rounding:
+//        |error| <= sum_i |w_i| * (activation scale of i's block) / 2 (+ fp32 rounding).
+enum class GemmPrecision { f32, q8 };
+const char* to_string(GemmPrecision p);  // "f32" / "q8"
+
+// The precision that gemv / matmul use when none is given. Initially the value of the environment
+// variable SNAPKV_GEMM_PRECISION ("f32" or "q8"; anything else throws std::invalid_argument on the
+// first call) or, when unset, kDefaultGemvPrecision for gemv and kDefaultMatmulPrecision for
+// matmul's multi-token path. set_gemm_precision sets them (process-wide, thread-safe).
+inline constexpr GemmPrecision kDefaultGemvPrecision = GemmPrecision::q8;
+inline constexpr GemmPrecision kDefaultMatmulPrecision = GemmPrecision::f32;
+void set_gemm_precision(GemmPrecision p);  // both
+void set_gemm_precision(GemmPrecision gemv, GemmPrecision matmul);
+GemmPrecision gemv_precision();
+GemmPrecision matmul_precision();
+
 // Decodes rows [row_begin, row_end) into out [row_end - row_begin][cols] (fast and reference).
 void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end);
 void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end);
 
 // out [rows] = W [rows][cols] x [cols]; threaded over rows.
 void gemv(float* out, const float* x, const WeightMatrix& w);
-// out [n_tokens][rows] = x [n_tokens][cols] W^T.
+void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision precision);
+// out [n_tokens][rows] = x [n_tokens][cols] W^T. Under q8 every token row is quantized once and
+// the integer dots run over tiles of weight rows x tokens.
 void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
+void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
+            GemmPrecision precision);
 // Reference: dequantize with the scalar decoder, accumulate in double.
 void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
 

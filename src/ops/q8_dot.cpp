@@ -1,0 +1,96 @@
+// The public entry points of q8_dot.h: each integer dot kernel runs the active ISA level's copy
+// (q8_dot_simd.cpp, compiled once per level; util/isa.h), and each *_ref runs the scalar level's
+// copy, compiled without SIMD flags, so the reference is the plain loop on every machine.
+#include "ops/q8_dot.h"
+
+#include "snapkv/util/cpu.h"
+#include "util/isa_tables.h"
+
+#define SNAPKV_Q8_DOT_DECLARE(NS)                                                \
+  namespace snapkv::NS {                                                         \
+  using ops_internal::BlockQ8_K;                                                 \
+  float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);         \
+  float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);         \
+  float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);     \
+  float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);     \
+  float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);     \
+  float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);     \
+  float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);     \
+  const char* q8_dot_isa();                                                      \
+  }
+
+SNAPKV_Q8_DOT_DECLARE(isa_scalar)
+#if defined(SNAPKV_ISA_AVX2)
+SNAPKV_Q8_DOT_DECLARE(isa_avx2)
+#endif
+#if defined(SNAPKV_ISA_AVX512)
+SNAPKV_Q8_DOT_DECLARE(isa_avx512)
+#endif
+
+namespace snapkv::ops_internal {
+namespace {
+
+struct Q8DotKernels {
+  float (*q8_0)(const BlockQ8_0*, const BlockQ8_0*, size_t);
+  float (*q4_0)(const BlockQ4_0*, const BlockQ8_0*, size_t);
+  float (*q4_K)(const BlockQ4_K*, const BlockQ8_K*, size_t);
+  float (*q5_K)(const BlockQ5_K*, const BlockQ8_K*, size_t);
+  float (*q6_K)(const BlockQ6_K*, const BlockQ8_K*, size_t);
+  const char* (*isa)();
+};
+
+#define SNAPKV_Q8_DOT_TABLE(NS)                                                            \
+  Q8DotKernels {                                                                           \
+    &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K,        \
+        &NS::dot_q6_K_q8_K, &NS::q8_dot_isa                                                \
+  }
+
+const Q8DotKernels kQ8DotTables[kIsaLevelCount] = {SNAPKV_Q8_DOT_TABLE(isa_scalar),
+                                                   SNAPKV_Q8_DOT_TABLE(SNAPKV_ISA_NS_AVX2),
+                                                   SNAPKV_Q8_DOT_TABLE(SNAPKV_ISA_NS_AVX512)};
+
+const Q8DotKernels& q8_kernels() {
+  return isa_select(kQ8DotTables);
+}
+
+}  // namespace
+
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n) {
+  return q8_kernels().q8_0(w, a, n);
+}
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n) {
+  return q8_kernels().q4_0(w, a, n);
+}
+float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
+  return q8_kernels().q4_K(w, a, n);
+}
+float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
+  return q8_kernels().q5_K(w, a, n);
+}
+float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
+  return q8_kernels().q6_K(w, a, n);
+}
+const char* q8_dot_isa() {
+  return q8_kernels().isa();
+}
+
+float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n) {
+  return isa_scalar::dot_q8_0_q8_0_ref(w, a, n);
+}
+float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n) {
+  return isa_scalar::dot_q4_0_q8_0_ref(w, a, n);
+}
+float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
+  return isa_scalar::dot_q4_K_q8_K_ref(w, a, n);
+}
+float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
+  return isa_scalar::dot_q5_K_q8_K_ref(w, a, n);
+}
+float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
+  return isa_scalar::dot_q6_K_q8_K_ref(w, a, n);
+}
+
+}  // namespace snapkv::ops_internal

@@ -1,0 +1,351 @@
+// Integer dot products of quantized weight rows with quantized activations (q8_dot.h), compiled
+// once per ISA level (util/isa.h; the public entry points and their dispatch are in q8_dot.cpp):
+// a scalar reference per weight type (the scalar level's copy is the one tests call) and one fast
+// kernel (AVX2 maddubs/madd, or AVX-512 VNNI dpbusd for the
+// Q8_0 / Q4_0 pairs) that computes the same integers and then runs the same float operations.
+//
+// Integer ranges (why nothing overflows or saturates): activation codes are in [-127, 127];
+//  - Q8_0 x Q8_0: maddubs(|w|, a * sign(w)) pairs <= 2 * 128 * 127 = 32512 < 2^15.
+//  - Q4_K / Q5_K: unsigned 4/5-bit codes, pairs <= 2 * 31 * 127 = 7874; times a 6-bit scale in
+//    madd: |lane| <= 2 * 7874 * 63; the super-block sum <= 256 * 31 * 127 * 63 < 2^31.
+//  - Q6_K: codes 0..63 (the -32 offset is applied through the activation block sums), pairs <=
+//    16002; times an int8 scale: |super-block sum| <= 256 * 63 * 127 * 128 + 32 * 128 * 256 * 127
+//    < 2^31.
+#include <cmath>
+
+#include "ops/q8_dot.h"
+#include "util/isa.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#include "ops/hsum.h"
+#define SNAPKV_Q8_AVX2 1
+#endif
+#if SNAPKV_Q8_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SNAPKV_Q8_VNNI 1
+#endif
+
+namespace snapkv::SNAPKV_ISA {
+
+using ops_internal::BlockQ8_K;
+
+namespace {
+
+inline float half(fp16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);  // exact, like fp16_to_fp32
+#else
+  return fp16_to_fp32(h);
+#endif
+}
+
+// The lane order of ops/hsum.h: ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)).
+float hsum8(const float lanes[8]) {
+  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+         ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+// Codes of 32-element blocks, element e < 32.
+int code(const BlockQ8_0& b, size_t e) {
+  return b.qs[e];
+}
+int code(const BlockQ4_0& b, size_t e) {
+  const uint8_t byte = b.qs[e % 16];
+  return (e < 16 ? (byte & 0x0F) : (byte >> 4)) - 8;
+}
+
+// The 8-lane reference shared by Q8_0 and Q4_0 weights.
+template <class Block>
+float lanes_dot_ref(const Block* w, const BlockQ8_0* a, size_t n) {
+  float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const float d = half(w[b].d) * half(a[b].d);
+    for (size_t l = 0; l < 8; ++l) {
+      int32_t s = 0;
+      for (size_t k = 4 * l; k < 4 * l + 4; ++k) s += code(w[b], k) * a[b].qs[k];
+      lanes[l] = std::fma(d, static_cast<float>(s), lanes[l]);
+    }
+  }
+  return hsum8(lanes);
+}
+
+// Q4_K / Q5_K: 6-bit scales sc[8] and mins m[8] from the 12 packed bytes (quant_blocks.h).
+void unpack_k4(const uint8_t* q, int sc[8], int m[8]) {
+  for (size_t s = 0; s < 4; ++s) {
+    sc[s] = q[s] & 63;
+    m[s] = q[s + 4] & 63;
+  }
+  for (size_t s = 4; s < 8; ++s) {
+    sc[s] = (q[s + 4] & 0x0F) | ((q[s - 4] >> 6) << 4);
+    m[s] = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+  }
+}
+
+// sum_s m[s] * (sum of the 32 activation codes of sub-block s)
+int32_t mins_dot(const int m[8], const BlockQ8_K& a) {
+  int32_t summ = 0;
+  for (size_t s = 0; s < 8; ++s) summ += m[s] * (a.bsums[2 * s] + a.bsums[2 * s + 1]);
+  return summ;
+}
+
+// The float part of the asymmetric K-quants, shared by reference and fast kernels.
+float accumulate_min(float sum, fp16_t dw, fp16_t dminw, float da, int32_t sumi, int32_t summ) {
+  const float d = half(dw) * da;
+  const float dmin = half(dminw) * da;
+  sum = std::fma(d, static_cast<float>(sumi), sum);
+  return std::fma(-dmin, static_cast<float>(summ), sum);
+}
+
+int q4_K_code(const BlockQ4_K& b, size_t e) {  // sub-block e / 32, value 0..15
+  const size_t g = e / 64, k = (e % 64) / 32, l = e % 32;
+  const uint8_t byte = b.qs[32 * g + l];
+  return k == 0 ? (byte & 0x0F) : (byte >> 4);
+}
+
+int q5_K_code(const BlockQ5_K& b, size_t e) {  // sub-block e / 32, value 0..31
+  const size_t g = e / 64, k = (e % 64) / 32, l = e % 32;
+  const uint8_t byte = b.qs[32 * g + l];
+  const int low = k == 0 ? (byte & 0x0F) : (byte >> 4);
+  return low | (((b.qh[l] >> (2 * g + k)) & 1) << 4);
+}
+
+int q6_K_code(const BlockQ6_K& b, size_t e) {  // sub-block e / 16, value -32..31
+  const size_t h = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t low_byte = b.ql[64 * h + 32 * (k % 2) + l];
+  const int low = k < 2 ? (low_byte & 0x0F) : (low_byte >> 4);
+  const int high = (b.qh[32 * h + l] >> (2 * k)) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// sum_s sc[s] * sum_{e in sub-block s} code(e) * a.qs[e], sub-blocks of 32 (Q4_K, Q5_K).
+template <class Block>
+int32_t scaled_sum_ref(const Block& w, const BlockQ8_K& a, const int sc[8],
+                       int (*code_of)(const Block&, size_t)) {
+  int32_t sumi = 0;
+  for (size_t s = 0; s < 8; ++s) {
+    int32_t dot = 0;
+    for (size_t e = 32 * s; e < 32 * s + 32; ++e) dot += code_of(w, e) * a.qs[e];
+    sumi += sc[s] * dot;
+  }
+  return sumi;
+}
+
+#if SNAPKV_Q8_AVX2
+int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// 8 int32 lanes, lane l = sum_{k < 4} u[4l + k] * s[4l + k] (u unsigned, s signed bytes).
+__m256i mul_sum_us8(__m256i u, __m256i s) {
+#if SNAPKV_Q8_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+// The same for two signed operands: |x| times y with x's sign moved onto y.
+__m256i mul_sum_i8(__m256i x, __m256i y) {
+  return mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+__m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// 32 Q4_0 codes (-8..7) in element order: low nibbles then high nibbles.
+__m256i q4_0_codes(const BlockQ4_0& b) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+  return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+}
+
+__m256i codes(const BlockQ8_0& b) {
+  return load256(b.qs);
+}
+__m256i codes(const BlockQ4_0& b) {
+  return q4_0_codes(b);
+}
+#endif
+
+template <class Block>
+float lanes_dot(const Block* w, const BlockQ8_0* a, size_t n) {
+#if SNAPKV_Q8_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const __m256i s = mul_sum_i8(codes(w[b]), load256(a[b].qs));
+    const __m256 d = _mm256_set1_ps(half(w[b].d) * half(a[b].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
+  }
+  return hsum(acc);
+#else
+  return lanes_dot_ref(w, a, n);
+#endif
+}
+
+}  // namespace
+
+const char* q8_dot_isa() {
+#if SNAPKV_Q8_VNNI
+  return "avx512vnni";
+#elif SNAPKV_Q8_AVX2
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
+
+// ---- Q8_0 and Q4_0 weights x Q8_0 activations ----------------------------------------------
+
+float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n) {
+  return lanes_dot_ref(w, a, n);
+}
+float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n) {
+  return lanes_dot_ref(w, a, n);
+}
+float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n) {
+  return lanes_dot(w, a, n);
+}
+float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n) {
+  return lanes_dot(w, a, n);
+}
+
+// ---- Q4_K ------------------------------------------------------------------------------------
+
+float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int sc[8], m[8];
+    unpack_k4(w[b].scales, sc, m);
+    const int32_t sumi = scaled_sum_ref(w[b], a[b], sc, q4_K_code);
+    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, sumi, mins_dot(m, a[b]));
+  }
+  return sum;
+}
+
+float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
+#if SNAPKV_Q8_AVX2
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int sc[8], m[8];
+    unpack_k4(w[b].scales, sc, m);
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t g = 0; g < 4; ++g) {
+      const __m256i bytes = load256(w[b].qs + 32 * g);
+      const __m256i lo = _mm256_and_si256(bytes, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      const __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[b].qs + 64 * g));
+      const __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[b].qs + 64 * g + 32));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g]))));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g + 1]))));
+    }
+    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, hsum_i32(acc), mins_dot(m, a[b]));
+  }
+  return sum;
+#else
+  return dot_q4_K_q8_K_ref(w, a, n);
+#endif
+}
+
+// ---- Q5_K ------------------------------------------------------------------------------------
+
+float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int sc[8], m[8];
+    unpack_k4(w[b].scales, sc, m);
+    const int32_t sumi = scaled_sum_ref(w[b], a[b], sc, q5_K_code);
+    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, sumi, mins_dot(m, a[b]));
+  }
+  return sum;
+}
+
+float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
+#if SNAPKV_Q8_AVX2
+  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int sc[8], m[8];
+    unpack_k4(w[b].scales, sc, m);
+    const __m256i qh = load256(w[b].qh);
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t g = 0; g < 4; ++g) {
+      const __m256i bytes = load256(w[b].qs + 32 * g);
+      // bit 2g (low nibbles) and 2g + 1 (high nibbles) of qh, moved to bit 4 of each byte
+      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(2 * g)), one);
+      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(2 * g + 1)), one);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, low4), _mm256_slli_epi16(h0, 4));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4),
+                                         _mm256_slli_epi16(h1, 4));
+      const __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[b].qs + 64 * g));
+      const __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[b].qs + 64 * g + 32));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g]))));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g + 1]))));
+    }
+    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, hsum_i32(acc), mins_dot(m, a[b]));
+  }
+  return sum;
+#else
+  return dot_q5_K_q8_K_ref(w, a, n);
+#endif
+}
+
+// ---- Q6_K ------------------------------------------------------------------------------------
+
+float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int32_t sumi = 0;
+    for (size_t s = 0; s < 16; ++s) {
+      int32_t dot = 0;
+      for (size_t e = 16 * s; e < 16 * s + 16; ++e) dot += q6_K_code(w[b], e) * a[b].qs[e];
+      sumi += w[b].scales[s] * dot;
+    }
+    sum = std::fma(half(w[b].d) * a[b].d, static_cast<float>(sumi), sum);
+  }
+  return sum;
+}
+
+float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
+#if SNAPKV_Q8_AVX2
+  const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    const int8_t* sc = w[b].scales;
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t h = 0; h < 2; ++h) {
+      const __m256i qh = load256(w[b].qh + 32 * h);
+      const __m256i ql0 = load256(w[b].ql + 64 * h);
+      const __m256i ql1 = load256(w[b].ql + 64 * h + 32);
+      for (size_t k = 0; k < 4; ++k) {
+        const __m256i ql = k % 2 == 0 ? ql0 : ql1;
+        const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(2 * k)), low2);
+        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63
+        const __m256i p = _mm256_maddubs_epi16(q, load256(a[b].qs + 128 * h + 32 * k));
+        const size_t s = 8 * h + 2 * k;  // elements 0..15 of the 32 -> s, 16..31 -> s + 1
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale));
+      }
+    }
+    int32_t offset = 0;  // the -32 of every code: 32 * sum_s sc[s] * bsums[s]
+    for (size_t s = 0; s < 16; ++s) offset += sc[s] * a[b].bsums[s];
+    const int32_t sumi = hsum_i32(acc) - 32 * offset;
+    sum = std::fma(half(w[b].d) * a[b].d, static_cast<float>(sumi), sum);
+  }
+  return sum;
+#else
+  return dot_q6_K_q8_K_ref(w, a, n);
+#endif
+}
+
+}  // namespace snapkv::SNAPKV_ISA
