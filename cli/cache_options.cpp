@@ -27,7 +27,8 @@ std::map<const CLI::App*, const CacheOptions*>& registry() {
 const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
-    "reconstruction), kivi2, kivi4 (full cache + codec), <policy>+<codec> (snapkv+kivi2); "
+    "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty "
+    "(full cache + codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
 }  // namespace
@@ -44,6 +45,8 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.decode_budget = decode_budget;
   d.decode_interval = decode_interval;
   d.seed = seed;
+  d.rotation_seed = rotation_seed;
+  d.kitty_channels = kitty_channels;
   return d;
 }
 
@@ -101,6 +104,8 @@ nlohmann::json CacheOptions::to_json() const {
           {"kivi_group", c.kivi_group},
           {"kivi_residual", c.kivi_residual},
           {"kivi_fp16_sinks", c.kivi_fp16_sinks},
+          {"rotation_seed", c.rotation_seed},
+          {"kitty_channels", c.kitty_channels},
           {"prefill_chunk", prefill_chunk},
           {"threads", threads}};
 }
@@ -180,6 +185,14 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->capture_default_str()
       ->group(group);
   app.add_option("--chunkkv-size", o.chunkkv_size, "chunkkv: positions per chunk")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--rotation-seed", o.rotation_seed,
+                 "kivi2r/kivi4r: seed of the Hadamard rotation's random signs")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--kitty-channels", o.kitty_channels,
+                 "kitty: key channels per block kept fp16 (1 .. head_dim - 1)")
       ->capture_default_str()
       ->group(group);
   if (spec.prefill_chunk) {

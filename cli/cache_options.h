@@ -10,10 +10,12 @@
 //
 // Flags (all optional; every default comes from CacheConfig{}):
 //   --method NAME | --methods LIST  eval's grammar: full, snapkv, snapkv-proxy, streaming, chunkkv,
-//                                   knorm, random, kivi2, kivi4, <policy>+<codec>
+//                                   knorm, random, kivi2, kivi4, kivi2r, kivi4r,
+//                                   kitty, <policy>+<codec>
 //   --budget N | --keep F           rows kept per KV head, or a kept fraction of the compressed
 //                                   tokens (eval-style list commands take --keep LIST)
 //   --window --sinks --pool --kernel --keep-window/--no-keep-window --chunk-mode --chunkkv-size
+//   --rotation-seed N --kitty-channels N   codec knobs (kivi2r/kivi4r, kitty)
 //   --prefill-chunk N               tokens per prefill forward
 //   --threads N                     worker threads (0 = all cores); OpenBLAS runs one thread
 //                                   inside each of our tasks (ops/gemm.h)
@@ -78,6 +80,8 @@ struct CacheOptions {
   size_t prefill_chunk = 512;
   int threads = 0;
   uint64_t seed = kDefaults.seed;  // set by the command from its own --seed (random policy)
+  uint64_t rotation_seed = kDefaults.rotation_seed;  // kivi2r / kivi4r
+  size_t kitty_channels = kDefaults.kitty_channels;  // kitty
   bool print_config = false;
   CLI::Option* budget_option = nullptr;  // to tell "--budget given" from the default
 

@@ -15,7 +15,7 @@ constexpr const char* kPolicyNames =
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
-constexpr const char* kCodecNames = "kivi2, kivi4";
+constexpr const char* kCodecNames = "kivi2, kivi4, kivi2r, kivi4r, kitty";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -63,14 +63,16 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
   return config.head_allocation != HeadAllocation::ada || policy_scores_rows(config.policy);
 }
 
+// Any codec of kv/config.h but fp16 (the default of every policy, so not a method name).
 bool apply_codec(std::string_view name, CacheConfig& config) {
-  if (name == "kivi2") {
-    config.codec = CodecKind::kivi2;
-  } else if (name == "kivi4") {
-    config.codec = CodecKind::kivi4;
-  } else {
+  CodecKind codec = CodecKind::fp16;
+  try {
+    codec = parse_codec(name);
+  } catch (const std::invalid_argument&) {
     return false;
   }
+  if (codec == CodecKind::fp16) return false;
+  config.codec = codec;
   return true;
 }
 
@@ -102,6 +104,8 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
   c.chunk_mode = defaults.chunk_mode;
   c.chunk_size = defaults.chunk_size;
   c.seed = defaults.seed;
+  c.rotation_seed = defaults.rotation_seed;
+  c.kitty_channels = defaults.kitty_channels;
   c.query_source = QuerySource::auto_select;
   const std::string expected =
       std::string("a policy (") + kPolicyNames + "), a codec (" + kCodecNames + ") or policy+codec";

@@ -35,7 +35,9 @@ json methods_json(const std::vector<Method>& methods) {
                    {"layer_allocation", std::string(to_string(c.layer_allocation))},
                    {"uses_keep", m.uses_keep},
                    {"kivi_group", c.kivi_group},
-                   {"kivi_residual", c.kivi_residual}});
+                   {"kivi_residual", c.kivi_residual},
+                   {"rotation_seed", c.rotation_seed},
+                   {"kitty_channels", c.kitty_channels}});
   }
   return out;
 }

@@ -14,10 +14,14 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
       return make_fp16_row_store(head_dim);
     case CodecKind::kivi2:
     case CodecKind::kivi4:
+    case CodecKind::kitty:
       return make_kivi_row_store(config, role, head_dim);
+    case CodecKind::kivi2r:
+    case CodecKind::kivi4r:
+      return make_rotated_row_store(config, role, head_dim);
   }
   throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4");
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty");
 }
 
 std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
@@ -28,10 +32,14 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
       return load_fp16_row_store(head_dim, record);
     case CodecKind::kivi2:
     case CodecKind::kivi4:
+    case CodecKind::kitty:
       return load_kivi_row_store(config, role, head_dim, record);
+    case CodecKind::kivi2r:
+    case CodecKind::kivi4r:
+      return load_rotated_row_store(config, role, head_dim, record);
   }
   throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4");
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty");
 }
 
 }  // namespace snapkv

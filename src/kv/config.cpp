@@ -70,10 +70,13 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 3> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 6> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
+    {"kivi2r", CodecKind::kivi2r},
+    {"kivi4r", CodecKind::kivi4r},
+    {"kitty", CodecKind::kitty},
 }};
 
 template <typename Enum, size_t N>
@@ -158,6 +161,14 @@ void CacheConfig::validate() const {
     throw_invalid("config", "kivi_residual must be a multiple of kivi_group",
                   "kivi_residual " + num(kivi_residual),
                   "a multiple of kivi_group = " + num(kivi_group));
+  }
+  if (codec == CodecKind::kitty && kitty_channels == 0) {
+    throw_invalid("config", "kitty_channels must be positive for codec kitty", "0",
+                  ">= 1 and < head_dim (kivi2 keeps none)");
+  }
+  if (kitty_channels > kMaxKittyChannels) {
+    throw_invalid("config", "kitty_channels too large", num(kitty_channels),
+                  "<= " + num(kMaxKittyChannels) + " and < head_dim");
   }
 }
 

@@ -24,12 +24,19 @@ bool can_be_fork_base(const CacheConfig& config) {
 
 std::optional<ForkKey> fork_key(const CacheConfig& c) {
   if (c.chunk_mode != ChunkMode::end_of_prompt) return std::nullopt;
-  return ForkKey{c.codec, c.kivi_group, c.kivi_residual, c.kivi_fp16_sinks, c.window};
+  ForkKey key{c.codec, c.kivi_group, c.kivi_residual, c.kivi_fp16_sinks, c.window};
+  if (c.codec == CodecKind::kivi2r || c.codec == CodecKind::kivi4r) {
+    key.rotation_seed = c.rotation_seed;
+  }
+  if (c.codec == CodecKind::kitty) key.kitty_channels = c.kitty_channels;
+  return key;
 }
 
 std::string to_string(const ForkKey& k) {
   return std::string(to_string(k.codec)) + "/" + num(k.kivi_group) + "/" + num(k.kivi_residual) +
-         "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window);
+         "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window) +
+         (k.rotation_seed != 0 ? "/r" + std::to_string(k.rotation_seed) : "") +
+         (k.kitty_channels != 0 ? "/k" + num(k.kitty_channels) : "");
 }
 
 std::optional<ForkRefusal> fork_refusal(const CacheConfig& base, const CacheConfig& target,
@@ -48,10 +55,13 @@ std::optional<ForkRefusal> fork_refusal(const CacheConfig& base, const CacheConf
   const ForkKey base_key = *fork_key(base);
   if (target_key->codec != base_key.codec || target_key->kivi_group != base_key.kivi_group ||
       target_key->kivi_residual != base_key.kivi_residual ||
-      target_key->kivi_fp16_sinks != base_key.kivi_fp16_sinks) {
+      target_key->kivi_fp16_sinks != base_key.kivi_fp16_sinks ||
+      target_key->rotation_seed != base_key.rotation_seed ||
+      target_key->kitty_channels != base_key.kitty_channels) {
     return ForkRefusal{"fork target codec differs from the prefilled cache's",
                        std::string(to_string(target.codec)),
-                       std::string(to_string(base.codec)) + " with the same KIVI parameters"};
+                       std::string(to_string(base.codec)) +
+                           " with the same KIVI parameters (and rotation_seed, kitty_channels)"};
   }
   if (target_key->window != base_key.window) {
     return ForkRefusal{"fork target window differs from the prefilled cache's", num(target.window),

@@ -2,7 +2,11 @@
 // Each block keeps fp16 scales and zeros per channel and its codes as words of 8 rows of one
 // channel; attention dots queries with the packed words directly (kivi_key_block_dot). Eviction
 // moves surviving codes, never re-quantizes them.
+// Kitty (boost_ > 0): each block also keeps its boost_ channels of largest max |x| in fp16; their
+// KIVI parameters are (0, 0) and codes 0, so the packed kernel adds exactly 0 for them and a
+// sparse pass adds q_c * x_c from the fp16 values.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,8 +26,9 @@ size_t ceil_div(size_t a, size_t b) {
 
 class KiviKeyStore final : public KiviStore {
  public:
-  KiviKeyStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks)
-      : KiviStore(bits, head_dim, group, residual, fp16_sinks) {}
+  KiviKeyStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks,
+               size_t boost)
+      : KiviStore(bits, head_dim, group, residual, fp16_sinks), boost_(boost) {}
 
   std::unique_ptr<RowStore> clone() const override { return std::make_unique<KiviKeyStore>(*this); }
 
@@ -42,6 +47,7 @@ class KiviKeyStore final : public KiviStore {
       fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
       kivi_key_block_dot(out + row0, stride, q, n_q, params.data(), params.data() + head_dim_,
                          block_words(b), n, head_dim_, bits_);
+      if (boost_ > 0) boost_dot(out + row0, stride, q, n_q, b, row0, n);
       row0 = blocks_[b].row_end;
     }
   }
@@ -61,6 +67,12 @@ class KiviKeyStore final : public KiviStore {
       kivi_key_block_decode(out + (row - begin) * head_dim_, params.data(),
                             params.data() + head_dim_, block_words(b), row - first, stop - first,
                             head_dim_, bits_);
+      const KittyChannel* channels = boost_channels_.data() + b * boost_;
+      for (size_t r = row; r < stop; ++r) {  // kitty: the fp16 channels over the zero codes
+        for (size_t k = 0; k < boost_; ++k) {
+          out[(r - begin) * head_dim_ + channels[k]] = fp16_to_fp32(boost_values_[r * boost_ + k]);
+        }
+      }
       row = stop;
     }
   }
@@ -74,6 +86,8 @@ class KiviKeyStore final : public KiviStore {
     kvc::append_array(out, blocks_.data(), blocks_.size());
     kvc::append_array(out, params_.data(), params_.size());
     kvc::append_array(out, words_.data(), words_.size());
+    kvc::append_array(out, boost_channels_.data(), boost_channels_.size());
+    kvc::append_array(out, boost_values_.data(), boost_values_.size());
   }
 
   // The blocks, their parameters and code words, each block checked to hold 1..G rows and its
@@ -114,10 +128,34 @@ class KiviKeyStore final : public KiviStore {
     }
     words_ = in.array<uint8_t>(kvc::checked_mul(octets, head_dim_ * word_bytes_, "kivi key words"),
                                "kivi key words");
+    load_boost(in);
+  }
+
+  // Kitty's channel lists (increasing, < head_dim, their KIVI params (0, 0)) and fp16 values.
+  void load_boost(kvc::ByteReader& in) {
+    boost_channels_ = in.array<KittyChannel>(
+        kvc::checked_mul(blocks_.size(), boost_, "kitty channels"), "kitty channels");
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      for (size_t k = 0; k < boost_; ++k) {
+        const size_t c = boost_channels_[b * boost_ + k];
+        const bool ordered = k == 0 || c > boost_channels_[b * boost_ + k - 1];
+        const fp16_t* p = params_.data() + b * 2 * head_dim_;
+        if (c >= head_dim_ || !ordered || p[c] != 0 || p[head_dim_ + c] != 0) {
+          throw_runtime("kvc", "kitty channel list of key block " + std::to_string(b),
+                        "channel " + std::to_string(c) + " at " + std::to_string(k),
+                        "increasing channels < " + std::to_string(head_dim_) +
+                            " whose KIVI params are (0, 0)");
+        }
+      }
+    }
+    boost_values_ =
+        in.array<fp16_t>(kvc::checked_mul(n_quant(), boost_, "kitty values"), "kitty values");
+    kvc::check_fp16_values(boost_values_, "kitty values", false);
   }
 
   size_t quantized_bytes() const override {
-    return words_.size() + params_.size() * sizeof(fp16_t) + blocks_.size() * sizeof(KiviKeyBlock);
+    return words_.size() + params_.size() * sizeof(fp16_t) + blocks_.size() * sizeof(KiviKeyBlock) +
+           boost_channels_.size() * sizeof(KittyChannel) + boost_values_.size() * sizeof(fp16_t);
   }
 
   const uint8_t* block_words(size_t b) const {
@@ -133,6 +171,7 @@ class KiviKeyStore final : public KiviStore {
     fp16_t* scales = params_.data() + param_at;
     fp16_t* zeros = scales + head_dim_;
     std::vector<KiviParams> params(head_dim_);
+    std::vector<float> magnitude(head_dim_);  // max |x| per channel over the block
     for (size_t c = 0; c < head_dim_; ++c) {
       float lo = rows[c], hi = rows[c];
       for (size_t r = 1; r < n; ++r) {
@@ -140,6 +179,26 @@ class KiviKeyStore final : public KiviStore {
         hi = std::max(hi, rows[r * head_dim_ + c]);
       }
       params[c] = kivi_choose_params(lo, hi, bits_);
+      magnitude[c] = std::max(std::fabs(lo), std::fabs(hi));
+    }
+    if (boost_ > 0) {  // kitty: the boost_ largest channels (ties: lower index) go fp16
+      std::vector<KittyChannel> order(head_dim_);
+      for (size_t c = 0; c < head_dim_; ++c) order[c] = static_cast<KittyChannel>(c);
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(boost_),
+                        order.end(), [&](KittyChannel a, KittyChannel b) {
+                          return magnitude[a] != magnitude[b] ? magnitude[a] > magnitude[b] : a < b;
+                        });
+      std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(boost_));
+      boost_channels_.insert(boost_channels_.end(), order.begin(),
+                             order.begin() + static_cast<std::ptrdiff_t>(boost_));
+      for (size_t r = 0; r < n; ++r) {
+        for (size_t k = 0; k < boost_; ++k) {
+          boost_values_.push_back(fp32_to_fp16(rows[r * head_dim_ + order[k]]));
+        }
+      }
+      for (size_t k = 0; k < boost_; ++k) params[order[k]] = KiviParams{0, 0};
+    }
+    for (size_t c = 0; c < head_dim_; ++c) {
       scales[c] = params[c].scale;
       zeros[c] = params[c].zero;
     }
@@ -166,6 +225,8 @@ class KiviKeyStore final : public KiviStore {
     std::vector<KiviKeyBlock> blocks;
     std::vector<fp16_t> params;
     std::vector<uint8_t> words;
+    std::vector<KittyChannel> boost_channels;  // kitty: moved with their blocks and rows
+    std::vector<fp16_t> boost_values;
     std::vector<size_t> kept;  // offsets inside the current block
     const size_t oct_bytes = head_dim_ * word_bytes_;
     auto it = keep.begin();
@@ -201,6 +262,14 @@ class KiviKeyStore final : public KiviStore {
             }
           }
         }
+        boost_channels.insert(
+            boost_channels.end(), boost_channels_.begin() + static_cast<std::ptrdiff_t>(b * boost_),
+            boost_channels_.begin() + static_cast<std::ptrdiff_t>((b + 1) * boost_));
+        for (const size_t from : kept) {
+          const auto src =
+              boost_values_.begin() + static_cast<std::ptrdiff_t>((row0 + from) * boost_);
+          boost_values.insert(boost_values.end(), src, src + static_cast<std::ptrdiff_t>(boost_));
+        }
         row_end += kept.size();
         blocks.push_back({static_cast<uint32_t>(row_end), static_cast<uint32_t>(octets)});
         octets += n_oct;
@@ -211,18 +280,40 @@ class KiviKeyStore final : public KiviStore {
     blocks_ = std::move(blocks);
     params_ = std::move(params);
     words_ = std::move(words);
+    boost_channels_ = std::move(boost_channels);
+    boost_values_ = std::move(boost_values);
   }
 
-  std::vector<KiviKeyBlock> blocks_;  // [n_blocks]
-  std::vector<fp16_t> params_;        // [n_blocks][2][head_dim]: scales, then zeros
-  std::vector<uint8_t> words_;        // [total octets][head_dim] words
+  // Kitty: out[j * stride + r] += sum_k q[j][channel k] * value(row0 + r, k) for the n rows of
+  // block b (the packed kernel added exactly 0 for these channels).
+  void boost_dot(float* out, size_t stride, const float* q, size_t n_q, size_t b, size_t row0,
+                 size_t n) const {
+    const KittyChannel* channels = boost_channels_.data() + b * boost_;
+    for (size_t r = 0; r < n; ++r) {
+      const fp16_t* values = boost_values_.data() + (row0 + r) * boost_;
+      for (size_t j = 0; j < n_q; ++j) {
+        float sum = 0.0f;
+        for (size_t k = 0; k < boost_; ++k) {
+          sum += q[j * head_dim_ + channels[k]] * fp16_to_fp32(values[k]);
+        }
+        out[j * stride + r] += sum;
+      }
+    }
+  }
+
+  std::vector<KiviKeyBlock> blocks_;          // [n_blocks]
+  std::vector<fp16_t> params_;                // [n_blocks][2][head_dim]: scales, then zeros
+  std::vector<uint8_t> words_;                // [total octets][head_dim] words
+  const size_t boost_;                        // kitty channels per block (0: plain KIVI)
+  std::vector<KittyChannel> boost_channels_;  // [n_blocks][boost_], increasing
+  std::vector<fp16_t> boost_values_;          // [n_quant][boost_]
 };
 
 }  // namespace
 
 std::unique_ptr<RowStore> make_kivi_key_store(int bits, size_t head_dim, size_t group,
-                                              size_t residual, size_t fp16_sinks) {
-  return std::make_unique<KiviKeyStore>(bits, head_dim, group, residual, fp16_sinks);
+                                              size_t residual, size_t fp16_sinks, size_t boost) {
+  return std::make_unique<KiviKeyStore>(bits, head_dim, group, residual, fp16_sinks, boost);
 }
 
 }  // namespace snapkv

@@ -229,7 +229,8 @@ void KiviStore::flush_residual_front() {
 }
 
 std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t head_dim, size_t group,
-                                              size_t residual, size_t fp16_sinks) {
+                                              size_t residual, size_t fp16_sinks,
+                                              size_t boost_channels) {
   if (bits != 2 && bits != 4) {
     throw_invalid("kivi", "unsupported bit width", num(static_cast<size_t>(bits)), "2 or 4");
   }
@@ -243,8 +244,13 @@ std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t hea
   if (group > UINT32_MAX || residual > (size_t{1} << 24)) {
     throw_invalid("kivi", "kivi_residual too large", num(residual), "<= 2^24");
   }
-  return role == RowRole::key ? make_kivi_key_store(bits, head_dim, group, residual, fp16_sinks)
-                              : make_kivi_value_store(bits, head_dim, group, residual, fp16_sinks);
+  if (boost_channels >= head_dim || boost_channels > kMaxKittyChannels) {
+    throw_invalid("kivi", "kitty_channels must be below head_dim",
+                  "kitty_channels " + num(boost_channels), "< head_dim = " + num(head_dim));
+  }
+  return role == RowRole::key
+             ? make_kivi_key_store(bits, head_dim, group, residual, fp16_sinks, boost_channels)
+             : make_kivi_value_store(bits, head_dim, group, residual, fp16_sinks);
 }
 
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
@@ -257,19 +263,28 @@ std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole
 std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim) {
   int bits = 0;
+  size_t boost = 0;
   switch (config.codec) {
     case CodecKind::kivi2:
       bits = 2;
+      break;
+    case CodecKind::kitty:
+      bits = 2;
+      boost = config.kitty_channels;
+      if (boost == 0) {
+        throw_invalid("kivi", "kitty_channels must be positive for codec kitty", "0",
+                      "1 .. head_dim - 1");
+      }
       break;
     case CodecKind::kivi4:
       bits = 4;
       break;
     default:
       throw_invalid("kivi", "codec is not a KIVI codec", std::string(to_string(config.codec)),
-                    "kivi2|kivi4");
+                    "kivi2|kivi4|kitty");
   }
   return make_kivi_row_store(role, bits, head_dim, config.kivi_group, config.kivi_residual,
-                             config.kivi_fp16_sinks);
+                             config.kivi_fp16_sinks, boost);
 }
 
 }  // namespace snapkv

@@ -58,9 +58,8 @@ CacheConfig parse_config(const KvcConfigRecord& r) {
     fail(KvcErrorKind::malformed, "config names a value this build does not know", e.what(),
          "kv/config.h names");
   }
-  for (size_t i = 0; i < sizeof r.pad + sizeof r.reserved; ++i) {
-    const uint8_t b = i < sizeof r.pad ? r.pad[i] : r.reserved[i - sizeof r.pad];
-    if (b != 0) fail(KvcErrorKind::malformed, "config padding", "non-zero bytes", "zeros");
+  for (size_t i = 0; i < sizeof r.pad; ++i) {
+    if (r.pad[i] != 0) fail(KvcErrorKind::malformed, "config padding", "non-zero bytes", "zeros");
   }
   if (r.keep_window > 1 || r.causal > 1) {
     fail(KvcErrorKind::malformed, "config flags",
@@ -75,6 +74,8 @@ CacheConfig parse_config(const KvcConfigRecord& r) {
   c.kivi_group = r.kivi_group;
   c.kivi_residual = r.kivi_residual;
   c.kivi_fp16_sinks = r.kivi_fp16_sinks;
+  c.rotation_seed = r.rotation_seed;
+  c.kitty_channels = static_cast<size_t>(std::min<uint64_t>(r.kitty_channels, SIZE_MAX));
   c.keep_window = r.keep_window == 1;
   c.causal = r.causal == 1;
   try {

@@ -46,6 +46,8 @@ KvcConfigRecord config_record(const CacheConfig& c) {
   r.kivi_group = c.kivi_group;
   r.kivi_residual = c.kivi_residual;
   r.kivi_fp16_sinks = c.kivi_fp16_sinks;
+  r.rotation_seed = c.rotation_seed;
+  r.kitty_channels = c.kitty_channels;
   r.keep_window = c.keep_window ? 1 : 0;
   r.causal = c.causal ? 1 : 0;
   return r;

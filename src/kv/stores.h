@@ -15,15 +15,25 @@ std::unique_ptr<RowStore> make_fp16_row_store(size_t head_dim);
 // An fp16 store from its .kvc record (kv/kvc_format.h), kv/fp16_store.cpp.
 std::unique_ptr<RowStore> load_fp16_row_store(size_t head_dim, std::span<const uint8_t> record);
 
-// KIVI 2/4-bit rows with an fp16 residual, kv/kivi_store.cpp.
-// Validates kivi_group (>= 1), kivi_residual (a positive multiple of the group) and the codec.
+// KIVI 2/4-bit rows with an fp16 residual, kv/kivi_store.cpp; also kitty (2-bit KIVI whose keys
+// keep config.kitty_channels channels per block fp16).
+// Validates kivi_group (>= 1), kivi_residual (a positive multiple of the group), kitty_channels
+// (kitty: 1 .. head_dim - 1) and the codec.
 std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim);
 // The same with the bit width spelled out (2 or 4; anything else is an std::invalid_argument).
+// boost_channels: key channels per block kept fp16 (kitty; 0 = plain KIVI; keys only).
 std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t head_dim, size_t group,
-                                              size_t residual, size_t fp16_sinks);
+                                              size_t residual, size_t fp16_sinks,
+                                              size_t boost_channels = 0);
 // A KIVI store (parameters from config, as make_kivi_row_store) from its .kvc record.
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record);
+
+// Rotated KIVI (kivi2r / kivi4r): a KIVI store of Hadamard-rotated rows, kv/rotated_store.cpp.
+std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowRole role,
+                                                 size_t head_dim);
+std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowRole role,
+                                                 size_t head_dim, std::span<const uint8_t> record);
 
 }  // namespace snapkv

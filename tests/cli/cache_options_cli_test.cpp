@@ -63,6 +63,8 @@ TEST(CacheOptionsCli, EveryCommandDefaultsToCacheConfig) {
     EXPECT_EQ(j["kivi_group"], d.kivi_group);
     EXPECT_EQ(j["kivi_residual"], d.kivi_residual);
     EXPECT_EQ(j["kivi_fp16_sinks"], d.kivi_fp16_sinks);
+    EXPECT_EQ(j["rotation_seed"], d.rotation_seed);
+    EXPECT_EQ(j["kitty_channels"], d.kitty_channels);
     EXPECT_EQ(j["threads"], 0);
     EXPECT_EQ(j["prefill_chunk"], 512);
   }
@@ -72,7 +74,7 @@ TEST(CacheOptionsCli, SameFlagsSameConfigEverywhere) {
   TempDir dir("cacheopts");
   const std::string flags =
       "--window 16 --sinks 2 --pool avg --kernel 15 --no-keep-window --chunk-mode every_chunk "
-      "--chunkkv-size 4";
+      "--chunkkv-size 4 --rotation-seed 9 --kitty-channels 3";
   for (const Command& c : kCacheCommands) {
     const json j = print_config(c, flags, dir);
     SCOPED_TRACE(c.name);
@@ -83,6 +85,8 @@ TEST(CacheOptionsCli, SameFlagsSameConfigEverywhere) {
     EXPECT_EQ(j["keep_window"], false);
     EXPECT_EQ(j["chunk_mode"], "every_chunk");
     EXPECT_EQ(j["chunk_size"], 4);
+    EXPECT_EQ(j["rotation_seed"], 9);
+    EXPECT_EQ(j["kitty_channels"], 3);
   }
   // --keep-window turns it back on (the flag pair is one option).
   EXPECT_EQ(print_config(kCacheCommands[0], "--keep-window", dir)["keep_window"], true);
@@ -125,6 +129,21 @@ TEST(CacheOptionsCli, NegativeCountsAreRefusedNotWrapped) {
   expect_usage_error(run + "--max-tokens=-1", "cannot be negative", dir);
   expect_usage_error("select --keys k.npy --budget -5", "cannot be negative", dir);
   expect_usage_error("bench --repeats -2", "cannot be negative", dir);
+}
+
+// kitty's channel count: zero, past head_dim (32 on the shipped model) or past the uint16 index.
+TEST(CacheOptionsCli, BadKittyChannelsAreRefused) {
+  TempDir dir("cacheopts");
+  const std::string run = "run --model " + kModel + " --prompt hello --method snapkv+kitty ";
+  expect_usage_error(run + "--kitty-channels 0", "kitty_channels must be positive", dir);
+  // head_dim is known once the model is open: the same exit code and message, after its log line
+  const CliResult r = run_cli(run + "--kitty-channels 32", dir);
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("snapkv: error: [kivi] kitty_channels must be below head_dim"),
+            std::string::npos)
+      << r.err;
+  expect_usage_error(run + "--kitty-channels 70000", "kitty_channels too large", dir);
 }
 
 TEST(CacheOptionsCli, ZeroCountsAndKernelsAreRefused) {

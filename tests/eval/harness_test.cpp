@@ -53,6 +53,10 @@ TEST(Methods, NamesMapToConfigs) {
   EXPECT_EQ(kivi.config.codec, CodecKind::kivi2);
   EXPECT_FALSE(kivi.uses_keep);
   EXPECT_EQ(parse_method("kivi4", d).config.codec, CodecKind::kivi4);
+  EXPECT_EQ(parse_method("kivi2r", d).config.codec, CodecKind::kivi2r);
+  EXPECT_EQ(parse_method("snapkv+kitty", d).config.codec, CodecKind::kitty);
+  EXPECT_EQ(parse_method("snapkv+kivi4r", d).config.policy, PolicyKind::snapkv);
+  EXPECT_THROW(parse_method("snapkv+fp16", d), std::invalid_argument);  // fp16 is no codec name
   const Method stacked = parse_method("snapkv-proxy+kivi4", d);
   EXPECT_EQ(stacked.config.policy, PolicyKind::snapkv);
   EXPECT_EQ(stacked.config.query_source, QuerySource::keys);

@@ -63,6 +63,9 @@ TEST(KiviCache, StackingKeepsExactlyTheRowsOfFp16) {
       {CodecKind::kivi2, 1.5f, ChunkMode::every_chunk, 32, 128, 4},
       {CodecKind::kivi2, 1.5f, ChunkMode::end_of_prompt, 8, 32, 0},
       {CodecKind::kivi4, 7.5f, ChunkMode::every_chunk, 16, 32, 2},
+      // kitty's fp16 key channels are exact, its other channels are kivi2's
+      {CodecKind::kitty, 1.5f, ChunkMode::every_chunk, 8, 16, 0},
+      {CodecKind::kitty, 1.5f, ChunkMode::end_of_prompt, 8, 32, 2},
   };
   for (const StackCase& sc : cases) {
     CacheConfig base;
@@ -145,7 +148,10 @@ TEST(KiviCache, StackingKeepsExactlyTheRowsOfFp16) {
 // (n + head_dim + 8) * u * 16 * max|v| (logits to ~10, exp and normalisation to a few ulps).
 TEST(KiviCache, AttendMatchesReferenceOverDecodedRows) {
   const CacheDims dims{8, 2, 64};
-  for (CodecKind codec : {CodecKind::kivi2, CodecKind::kivi4}) {
+  // The rotated codecs' own rounding (q rotated, the value sum rotated back: 2 (L + 3) u ||q||
+  // ||k|| on a logit, (L + 3) u ||sum|| on the output, kv/rotation.h) is far inside this bound.
+  for (CodecKind codec : {CodecKind::kivi2, CodecKind::kivi4, CodecKind::kivi2r, CodecKind::kivi4r,
+                          CodecKind::kitty}) {
     CacheConfig cfg = plain_config();
     cfg.policy = PolicyKind::snapkv;
     cfg.codec = codec;

@@ -51,6 +51,8 @@ CacheConfig make_config(PolicyKind policy, CodecKind codec, size_t fp16_sinks = 
   c.kivi_group = 4;
   c.kivi_residual = 8;
   c.kivi_fp16_sinks = fp16_sinks;
+  c.rotation_seed = 77;  // kivi2r/kivi4r (kD = 12: Hadamard blocks of 8 and 4)
+  c.kitty_channels = 3;  // kitty
   return c;
 }
 
@@ -121,7 +123,8 @@ void expect_same_continuation(LayerCache& a, LayerCache& b, uint64_t seed,
 TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
   const PolicyKind policies[] = {PolicyKind::full,   PolicyKind::snapkv, PolicyKind::streaming,
                                  PolicyKind::random, PolicyKind::knorm,  PolicyKind::chunkkv};
-  const CodecKind codecs[] = {CodecKind::fp16, CodecKind::kivi2, CodecKind::kivi4};
+  const CodecKind codecs[] = {CodecKind::fp16,   CodecKind::kivi2,  CodecKind::kivi4,
+                              CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty};
   const std::vector<int32_t> tokens = tokens_of(kS);
   const ModelFingerprint fp = fingerprint(3);
   for (const PolicyKind policy : policies) {
@@ -143,6 +146,8 @@ TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
         EXPECT_EQ(loaded.config.policy, policy) << what;
         EXPECT_EQ(loaded.config.codec, codec) << what;
         EXPECT_EQ(loaded.config.kivi_fp16_sinks, sinks) << what;
+        EXPECT_EQ(loaded.config.rotation_seed, 77u) << what;
+        EXPECT_EQ(loaded.config.kitty_channels, 3u) << what;
         ASSERT_EQ(loaded.caches.size(), kLayers) << what;
         // Written again, the loaded caches give the same bytes: the whole state came back.
         EXPECT_EQ(encode_kvc(fp, tokens, loaded.caches), bytes) << what;

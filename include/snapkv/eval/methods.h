@@ -10,6 +10,7 @@
 // "ada-pyramid-" (both): ada-snapkv, pyramid-keydiff+kivi2. The budget below is the per-head budget
 // of the uniform allocation; ada and pyramid keep the same total rows (per layer, and over the
 // layers).
+// Every other codec of kv/config.h is a method name too (kivi2r, kivi4r, kitty, ...).
 //
 // Budget rule (per sample): the compressed part of the prompt has T tokens (the whole prompt in the
 // query-aware protocol, the context alone in the question-agnostic one);
@@ -37,8 +38,10 @@ struct MethodDefaults {
   size_t kernel = CacheConfig{}.kernel;
   bool keep_window = CacheConfig{}.keep_window;
   ChunkMode chunk_mode = CacheConfig{}.chunk_mode;
-  size_t chunk_size = CacheConfig{}.chunk_size;  // chunkkv
-  uint64_t seed = CacheConfig{}.seed;            // random policy
+  size_t chunk_size = CacheConfig{}.chunk_size;          // chunkkv
+  uint64_t seed = CacheConfig{}.seed;                    // random policy
+  uint64_t rotation_seed = CacheConfig{}.rotation_seed;  // kivi2r / kivi4r
+  size_t kitty_channels = CacheConfig{}.kitty_channels;  // kitty
   // Decode-time budget (CacheConfig::decode_budget / decode_interval), applied to every evicting
   // method (the full-cache baselines stay full); 0 = off.
   size_t decode_budget = CacheConfig{}.decode_budget;

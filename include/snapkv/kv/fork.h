@@ -36,6 +36,8 @@ struct ForkKey {
   CodecKind codec = CodecKind::fp16;
   size_t kivi_group = 0, kivi_residual = 0, kivi_fp16_sinks = 0;
   size_t window = 0;
+  uint64_t rotation_seed = 0;  // kivi2r/kivi4r only (0 for other codecs)
+  size_t kitty_channels = 0;   // kitty only (0 for other codecs)
   auto operator<=>(const ForkKey&) const = default;
 };
 
@@ -43,7 +45,8 @@ struct ForkKey {
 // compresses during the prefill). Targets with equal keys can fork one base.
 std::optional<ForkKey> fork_key(const CacheConfig& config);
 
-// "codec/group/residual/sinks/w<window>", for messages and maps keyed by text.
+// "codec/group/residual/sinks/w<window>" (+ "/r<seed>" or "/k<channels>" for the codecs that
+// use them), for messages and maps keyed by text.
 std::string to_string(const ForkKey& key);
 
 // Why a fork is refused, in the parts of a std::invalid_argument message ("what, got X, expected

@@ -38,6 +38,18 @@
 // fresh rows before they are packed. Decode (one row per append) sees KIVI's rule: a full
 // residual of R rows is quantized when the next row arrives.
 //
+// Kitty (codec kitty; "2-bit with boosted key channels" in the method notes): 2-bit KIVI where
+// each key block also keeps its K = kitty_channels channels of largest magnitude (max |x| over the
+// block's rows, ties to the lower channel index) in fp16. Those channels get parameters (scale 0,
+// zero +0) and code 0 in the packed words, so the packed kernels add exactly 0 for them; the block
+// stores
+//   boost channels   [K] uint16, increasing           (per block)
+//   boost values     [K] fp16 per quantized row      (the row's values of those channels)
+// and attention adds sum_k q[channel_k] * value_k per row. The fp16 choice (not 4- or 8-bit) keeps
+// the boosted channels exact: an outlier channel is where 2-bit error hurts q.k most. Cost per key
+// row: 2-bit codes of every channel (the K boosted ones hold zeros) + 16 K bits, plus 2 K bytes of
+// channel indices per block. Values are plain KIVI-2.
+//
 // Eviction (retain) never re-quantizes: kept codes and their group parameters are moved, never
 // recomputed, so a kept row decodes bit-identically before and after any number of retains. A key
 // block that loses rows keeps its parameters and shrinks (a "block with holes"); it is dropped when
@@ -66,6 +78,10 @@ struct KiviKeyBlock {
   uint32_t octet_begin;
 };
 static_assert(sizeof(KiviKeyBlock) == 8, "KiviKeyBlock is two uint32");
+
+// Kitty's per-block channel index and per-row boosted value, as stored (see "Kitty" above).
+using KittyChannel = uint16_t;
+static_assert(sizeof(KittyChannel) == 2 && sizeof(fp16_t) == 2, "kitty indices and values");
 
 inline constexpr size_t kKiviOctet = 8;  // codes per word
 

@@ -40,6 +40,11 @@
 //                              KiviParams value_params[n_quant][ceil(head_dim/G)]
 //   (a value store has n_blocks == n_octets == 0). The layouts are those of
 //   include/snapkv/kv/kivi.h.
+//   kitty:        as kivi2; key stores add, after key_words (K = kitty_channels),
+//                 uint16 boost_channels[n_blocks][K]   (increasing channel indices per block)
+//                 fp16   boost_values[n_quant][K]      (those channels of each quantized row)
+//   kivi2r/kivi4r: KvcRotatedStore (the rotation seed, == the config's rotation_seed), then the
+//                 kivi2/kivi4 record of the rotated rows (kv/rotation.h).
 //
 // Layer l is restored as layer l of n_layers (its random seed and its PyramidKV share follow).
 //
@@ -103,14 +108,16 @@ struct KvcConfigRecord {
   uint64_t kivi_group;
   uint64_t kivi_residual;
   uint64_t kivi_fp16_sinks;
-  uint8_t keep_window;   // 0 or 1
-  uint8_t causal;        // 0 or 1
-  uint8_t pad[6];        // zero
-  uint8_t reserved[16];  // zero
+  uint8_t keep_window;      // 0 or 1
+  uint8_t causal;           // 0 or 1
+  uint8_t pad[6];           // zero
+  uint64_t rotation_seed;   // kivi2r/kivi4r (was reserved, zero: files without it read as 0)
+  uint64_t kitty_channels;  // kitty (likewise)
 };
 static_assert(sizeof(KvcConfigRecord) == 192, "KvcConfigRecord is 192 bytes");
 static_assert(offsetof(KvcConfigRecord, budget) == 96, "names first, then the numbers");
 static_assert(offsetof(KvcConfigRecord, keep_window) == 168, "KvcConfigRecord field order");
+static_assert(offsetof(KvcConfigRecord, rotation_seed) == 176, "codec fields replace reserved");
 
 // Version 2: the CacheConfig fields added after version 1 (after KvcConfigRecord).
 struct KvcAllocationRecord {
@@ -150,6 +157,11 @@ struct KvcFp16Store {
   uint64_t rows;
 };
 static_assert(sizeof(KvcFp16Store) == 8, "KvcFp16Store is 8 bytes");
+
+struct KvcRotatedStore {
+  uint64_t rotation_seed;
+};
+static_assert(sizeof(KvcRotatedStore) == 8, "KvcRotatedStore is 8 bytes");
 
 struct KvcKiviStore {
   uint64_t n_sinks;          // fp16 sink rows

@@ -1,0 +1,118 @@
+// RotatedStore: the rotated KIVI codecs kivi2r / kivi4r. It wraps a KIVI store that holds the rows
+// turned by the seeded Hadamard rotation R of kv/rotation.h and keeps the RowStore contract in the
+// original coordinates:
+//   append  rows -> R rows -> KIVI (rounded to fp16, then quantized as KIVI does)
+//   dot     q . k == (R q) . (R k): the n_q queries are rotated, the KIVI key kernel does the rest
+//   accum   sum_i w_i v_i == R^T sum_i w_i (R v_i): the KIVI value kernel sums the stored rows
+//           into a [n_q][head_dim] buffer, which is rotated back and added to out
+//   read    R^T of the decoded rows (what the policies score and the tests use as reference)
+// No dequantized copy of the cache is made; the extra work per call is O(n_q head_dim log).
+// Retain, clone and bytes go to the KIVI store (bytes adds the 8-byte seed: the signs are derived
+// from it). The .kvc record is KvcRotatedStore (the seed, checked against the config's
+// rotation_seed on load) followed by the KIVI store's record.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/kivi_store.h"
+#include "kv/kvc_bytes.h"
+#include "kv/stores.h"
+#include "snapkv/kv/kvc_format.h"
+#include "snapkv/kv/rotation.h"
+#include "snapkv/util/error.h"
+
+namespace snapkv {
+namespace {
+
+class RotatedStore final : public RowStore {
+ public:
+  RotatedStore(std::unique_ptr<RowStore> inner, uint64_t seed)
+      : inner_(std::move(inner)), rotation_(inner_->head_dim(), seed) {}
+  RotatedStore(const RotatedStore& o) : inner_(o.inner_->clone()), rotation_(o.rotation_) {}
+
+  size_t rows() const override { return inner_->rows(); }
+  size_t head_dim() const override { return inner_->head_dim(); }
+
+  void append(const float* rows, size_t n) override {
+    if (n == 0) return;
+    std::vector<float> turned(rows, rows + n * head_dim());  // [n][head_dim]
+    rotation_.rotate(turned.data(), n);
+    inner_->append(turned.data(), n);
+  }
+
+  void retain(std::span<const uint32_t> keep) override { inner_->retain(keep); }
+
+  void read(float* out, size_t begin, size_t end) const override {
+    inner_->read(out, begin, end);
+    rotation_.unrotate(out, end - begin);  // inner checked the range
+  }
+
+  void dot_rows(float* out, const float* q, size_t n_q) const override {
+    thread_local std::vector<float> turned;  // [n_q][head_dim]
+    turned.assign(q, q + n_q * head_dim());
+    rotation_.rotate(turned.data(), n_q);
+    inner_->dot_rows(out, turned.data(), n_q);
+  }
+
+  void accumulate_rows(float* out, const float* w, size_t n_q) const override {
+    thread_local std::vector<float> sum;  // [n_q][head_dim], in rotated coordinates
+    sum.assign(n_q * head_dim(), 0.0f);
+    inner_->accumulate_rows(sum.data(), w, n_q);
+    rotation_.unrotate(sum.data(), n_q);
+    for (size_t i = 0; i < sum.size(); ++i) out[i] += sum[i];
+  }
+
+  size_t bytes() const override { return sizeof(uint64_t) + inner_->bytes(); }
+
+  std::unique_ptr<RowStore> clone() const override { return std::make_unique<RotatedStore>(*this); }
+
+  void save(std::vector<uint8_t>& out) const override {
+    kvc::append_pod(out, KvcRotatedStore{rotation_.seed()});
+    inner_->save(out);
+  }
+
+ private:
+  std::unique_ptr<RowStore> inner_;  // KIVI store of the rotated rows
+  HadamardRotation rotation_;
+};
+
+CacheConfig inner_config(const CacheConfig& config) {
+  CacheConfig c = config;
+  switch (config.codec) {
+    case CodecKind::kivi2r:
+      c.codec = CodecKind::kivi2;
+      break;
+    case CodecKind::kivi4r:
+      c.codec = CodecKind::kivi4;
+      break;
+    default:
+      throw_invalid("rotated", "codec is not a rotated KIVI codec",
+                    std::string(to_string(config.codec)), "kivi2r|kivi4r");
+  }
+  return c;
+}
+
+}  // namespace
+
+std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowRole role,
+                                                 size_t head_dim) {
+  return std::make_unique<RotatedStore>(make_kivi_row_store(inner_config(config), role, head_dim),
+                                        config.rotation_seed);
+}
+
+std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowRole role,
+                                                 size_t head_dim, std::span<const uint8_t> record) {
+  const CacheConfig inner = inner_config(config);
+  kvc::ByteReader in(record);
+  const auto h = in.pod<KvcRotatedStore>("rotated store header");
+  if (h.rotation_seed != config.rotation_seed) {
+    throw_runtime("kvc", "rotated store seed differs from the config's rotation_seed",
+                  std::to_string(h.rotation_seed), std::to_string(config.rotation_seed));
+  }
+  std::unique_ptr<RowStore> kivi =
+      load_kivi_row_store(inner, role, head_dim, record.subspan(in.position()));
+  return std::make_unique<RotatedStore>(std::move(kivi), h.rotation_seed);
+}
+
+}  // namespace snapkv
