@@ -27,7 +27,8 @@ std::map<const CLI::App*, const CacheOptions*>& registry() {
 const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
-    "reconstruction), kivi2, kivi4 (full cache + codec), <policy>+<codec> (snapkv+kivi2); "
+    "reconstruction), kivi2, kivi4, zipcache, gear (full cache + codec), <policy>+<codec> "
+    "(snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
 }  // namespace
@@ -44,6 +45,11 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.decode_budget = decode_budget;
   d.decode_interval = decode_interval;
   d.seed = seed;
+  d.zip_salient = zip_salient;
+  d.zip_high_bits = zip_high;
+  d.gear_bits = gear_bits;
+  d.gear_rank = gear_rank;
+  d.gear_sparse = gear_sparse;
   return d;
 }
 
@@ -101,6 +107,11 @@ nlohmann::json CacheOptions::to_json() const {
           {"kivi_group", c.kivi_group},
           {"kivi_residual", c.kivi_residual},
           {"kivi_fp16_sinks", c.kivi_fp16_sinks},
+          {"zip_salient", c.zip_salient},
+          {"zip_high_bits", c.zip_high_bits},
+          {"gear_bits", c.gear_bits},
+          {"gear_rank", c.gear_rank},
+          {"gear_sparse", c.gear_sparse},
           {"prefill_chunk", prefill_chunk},
           {"threads", threads}};
 }
@@ -180,6 +191,25 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->capture_default_str()
       ->group(group);
   app.add_option("--chunkkv-size", o.chunkkv_size, "chunkkv: positions per chunk")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--zip-salient", o.zip_salient,
+                 "zipcache: fraction in [0, 1] of the prompt's rows, by the policy's scores, kept "
+                 "at --zip-high precision (the rest 2-bit)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--zip-high", o.zip_high, "zipcache: precision of the salient rows, 4 | 16 (fp16)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--gear-rank", o.gear_rank,
+                 "gear: rank of the low-rank error term per flushed segment (< head_dim)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--gear-sparse", o.gear_sparse,
+                 "gear: fraction in [0, 1] of entries, by largest remaining error, kept in fp16")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--gear-bits", o.gear_bits, "gear: KIVI bits under the corrections, 2 | 4")
       ->capture_default_str()
       ->group(group);
   if (spec.prefill_chunk) {

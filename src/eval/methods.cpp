@@ -15,7 +15,7 @@ constexpr const char* kPolicyNames =
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
-constexpr const char* kCodecNames = "kivi2, kivi4";
+constexpr const char* kCodecNames = "kivi2, kivi4, zipcache, gear";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -68,6 +68,10 @@ bool apply_codec(std::string_view name, CacheConfig& config) {
     config.codec = CodecKind::kivi2;
   } else if (name == "kivi4") {
     config.codec = CodecKind::kivi4;
+  } else if (name == "zipcache") {
+    config.codec = CodecKind::zipcache;
+  } else if (name == "gear") {
+    config.codec = CodecKind::gear;
   } else {
     return false;
   }
@@ -102,6 +106,11 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
   c.chunk_mode = defaults.chunk_mode;
   c.chunk_size = defaults.chunk_size;
   c.seed = defaults.seed;
+  c.zip_salient = defaults.zip_salient;
+  c.zip_high_bits = defaults.zip_high_bits;
+  c.gear_bits = defaults.gear_bits;
+  c.gear_rank = defaults.gear_rank;
+  c.gear_sparse = defaults.gear_sparse;
   c.query_source = QuerySource::auto_select;
   const std::string expected =
       std::string("a policy (") + kPolicyNames + "), a codec (" + kCodecNames + ") or policy+codec";

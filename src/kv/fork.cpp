@@ -14,8 +14,10 @@ std::string num(size_t v) {
 }  // namespace
 
 bool wants_window_queries(const CacheConfig& config) {
-  return config.policy != PolicyKind::full && policy_uses_queries(config.policy) &&
-         config.query_source != QuerySource::keys;
+  if (config.query_source == QuerySource::keys) return false;
+  // zipcache routes rows by the window's attention when the policy hands it no scores.
+  if (config.codec == CodecKind::zipcache) return true;
+  return config.policy != PolicyKind::full && policy_uses_queries(config.policy);
 }
 
 bool can_be_fork_base(const CacheConfig& config) {

@@ -57,9 +57,22 @@ CacheConfig parse_config(const KvcConfigRecord& r) {
     fail(KvcErrorKind::malformed, "config names a value this build does not know", e.what(),
          "kv/config.h names");
   }
-  for (size_t i = 0; i < sizeof r.pad + sizeof r.reserved; ++i) {
-    const uint8_t b = i < sizeof r.pad ? r.pad[i] : r.reserved[i - sizeof r.pad];
+  for (const uint8_t b : r.pad) {
     if (b != 0) fail(KvcErrorKind::malformed, "config padding", "non-zero bytes", "zeros");
+  }
+  if (c.codec == CodecKind::gear) {
+    c.gear_sparse = r.codec_fraction;
+    c.gear_rank = r.codec_count;
+    c.gear_bits = r.codec_bits;
+  } else if (c.codec == CodecKind::zipcache) {
+    c.zip_salient = r.codec_fraction;
+    c.zip_high_bits = r.codec_bits;
+  }
+  if (c.codec == CodecKind::zipcache
+          ? r.codec_count != 0
+          : c.codec != CodecKind::gear &&
+                (r.codec_fraction != 0.0 || r.codec_count != 0 || r.codec_bits != 0)) {
+    fail(KvcErrorKind::malformed, "config codec fields", "values unused by the codec", "zeros");
   }
   if (r.keep_window > 1 || r.causal > 1) {
     fail(KvcErrorKind::malformed, "config flags",

@@ -48,6 +48,14 @@ KvcConfigRecord config_record(const CacheConfig& c) {
   r.kivi_fp16_sinks = c.kivi_fp16_sinks;
   r.keep_window = c.keep_window ? 1 : 0;
   r.causal = c.causal ? 1 : 0;
+  if (c.codec == CodecKind::gear) {
+    r.codec_fraction = c.gear_sparse;
+    r.codec_count = static_cast<uint32_t>(c.gear_rank);
+    r.codec_bits = static_cast<uint32_t>(c.gear_bits);
+  } else if (c.codec == CodecKind::zipcache) {
+    r.codec_fraction = c.zip_salient;
+    r.codec_bits = static_cast<uint32_t>(c.zip_high_bits);
+  }
   return r;
 }
 

@@ -58,7 +58,9 @@ enum class ChunkMode {
 };
 
 // How kept rows are stored. fp16 is built in; KIVI codecs register under kivi2/kivi4.
-enum class CodecKind { fp16, kivi2, kivi4 };
+// zipcache: per-row mixed precision routed by the policy's scores (kv/zipcache.h);
+// gear: KIVI plus a low-rank and a sparse correction of its error (kv/gear.h).
+enum class CodecKind { fp16, kivi2, kivi4, zipcache, gear };
 
 struct CacheConfig {
   PolicyKind policy = PolicyKind::snapkv;
@@ -103,6 +105,17 @@ struct CacheConfig {
   size_t kivi_residual = 128;
   // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI).
   size_t kivi_fp16_sinks = 0;
+
+  // zipcache (kv/zipcache.h): the fraction of a prompt's rows, ranked by the policy's scores,
+  // stored at zip_high_bits (4, or 16 = fp16); the other rows get 2 bits.
+  double zip_salient = 0.2;
+  size_t zip_high_bits = 4;
+  // gear (kv/gear.h): KIVI at gear_bits (2 or 4) plus a rank-gear_rank approximation of the
+  // quantization error per flushed segment (gear_rank < head_dim, checked by the store) and the
+  // gear_sparse fraction of the entries with the largest remaining error kept exactly in fp16.
+  size_t gear_bits = 2;
+  size_t gear_rank = 2;
+  double gear_sparse = 0.01;
 
   // Throws std::invalid_argument "[config] <field> ..., got X, expected Y" on the first problem.
   void validate() const;

@@ -22,7 +22,8 @@
 namespace snapkv {
 
 // True when a cache built with `config` keeps the prefill's window queries and scores with them:
-// an evicting policy that reads queries (policy_uses_queries) and query_source != keys. A model
+// an evicting policy that reads queries (policy_uses_queries), or the codec zipcache (it ranks
+// rows by the window's attention when the policy has no scores), and query_source != keys. A model
 // has a reason to pass q_window on prefill updates exactly when this holds.
 bool wants_window_queries(const CacheConfig& config);
 

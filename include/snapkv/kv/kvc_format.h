@@ -34,6 +34,12 @@
 //                              KiviParams value_params[n_quant][ceil(head_dim/G)]
 //   (a value store has n_blocks == n_octets == 0). The layouts are those of
 //   include/snapkv/kv/kivi.h.
+//   gear:         the kivi record (at gear_bits), then KvcGearCorrection and the correction
+//                 arrays of include/snapkv/kv/gear.h.
+//   zipcache:     KvcZipStore, then the arrays listed in include/snapkv/kv/zipcache.h.
+// Codec parameters beyond KIVI's live in KvcConfigRecord::codec_* (zeros for the other codecs):
+//   gear:     codec_fraction = gear_sparse, codec_count = gear_rank, codec_bits = gear_bits
+//   zipcache: codec_fraction = zip_salient, codec_count = 0,         codec_bits = zip_high_bits
 //
 // Version history: 1 (first).
 #pragma once
@@ -85,14 +91,17 @@ struct KvcConfigRecord {
   uint64_t kivi_group;
   uint64_t kivi_residual;
   uint64_t kivi_fp16_sinks;
-  uint8_t keep_window;   // 0 or 1
-  uint8_t causal;        // 0 or 1
-  uint8_t pad[6];        // zero
-  uint8_t reserved[16];  // zero
+  uint8_t keep_window;    // 0 or 1
+  uint8_t causal;         // 0 or 1
+  uint8_t pad[6];         // zero
+  double codec_fraction;  // gear_sparse | zip_salient, else 0 (see "Store records")
+  uint32_t codec_count;   // gear_rank, else 0
+  uint32_t codec_bits;    // gear_bits | zip_high_bits, else 0
 };
 static_assert(sizeof(KvcConfigRecord) == 192, "KvcConfigRecord is 192 bytes");
 static_assert(offsetof(KvcConfigRecord, budget) == 96, "names first, then the numbers");
 static_assert(offsetof(KvcConfigRecord, keep_window) == 168, "KvcConfigRecord field order");
+static_assert(offsetof(KvcConfigRecord, codec_fraction) == 176, "codec fields replace reserved");
 
 struct KvcLayerRecord {
   uint64_t tokens_seen;   // == KvcHeader::n_tokens
@@ -121,5 +130,20 @@ struct KvcKiviStore {
   uint64_t n_octets;         // key code octets over all blocks (0 for values)
 };
 static_assert(sizeof(KvcKiviStore) == 48, "KvcKiviStore is 48 bytes");
+
+struct KvcGearCorrection {
+  uint64_t rank;        // == gear_rank
+  uint64_t n_segments;  // residual flushes with surviving rows
+  uint64_t n_sparse;    // sparse entries over all rows
+};
+static_assert(sizeof(KvcGearCorrection) == 24, "KvcGearCorrection is 24 bytes");
+
+struct KvcZipStore {
+  uint64_t n_quant;     // quantized rows
+  uint64_t n_high;      // of which high precision
+  uint64_t n_pending;   // fp16 rows not yet quantized
+  uint64_t n_segments;  // flushed segments with surviving rows
+};
+static_assert(sizeof(KvcZipStore) == 32, "KvcZipStore is 32 bytes");
 
 }  // namespace snapkv

@@ -189,6 +189,10 @@ class LayerCache {
   void compress(const float* queries, size_t n_window, EvictionPolicy& policy, size_t budget,
                 bool ada, const float* external = nullptr);
   bool over_budget() const;
+  // Routes the rows a routing codec (zipcache) holds unrouted in head h: with `scores` (the
+  // policy's, one per retained row) when given, else SnapKV's window attention with `queries`
+  // ([n_heads][n_window][head_dim] or nullptr: the last `window` keys as proxies).
+  void settle_head(size_t h, std::span<const float> scores, const float* queries, size_t n_window);
   // Decode-time budget: remembers the newest decode queries (q_window rows of decode updates).
   void remember_recent_queries(const Tensor3* q_window);
   // Re-selects down to decode_budget - decode_interval + 1 rows with the recent queries.
