@@ -26,12 +26,27 @@ bool can_be_fork_base(const CacheConfig& config) {
 
 std::optional<ForkKey> fork_key(const CacheConfig& c) {
   if (c.chunk_mode != ChunkMode::end_of_prompt) return std::nullopt;
-  return ForkKey{c.codec, c.kivi_group, c.kivi_residual, c.kivi_fp16_sinks, c.window};
+  ForkKey key{c.codec, c.kivi_group, c.kivi_residual, c.kivi_fp16_sinks, c.window};
+  if (c.codec == CodecKind::zipcache) {
+    key.zip_salient = c.zip_salient;
+    key.zip_high_bits = c.zip_high_bits;
+  } else if (c.codec == CodecKind::gear) {
+    key.gear_sparse = c.gear_sparse;
+    key.gear_bits = c.gear_bits;
+    key.gear_rank = c.gear_rank;
+  }
+  return key;
 }
 
 std::string to_string(const ForkKey& k) {
-  return std::string(to_string(k.codec)) + "/" + num(k.kivi_group) + "/" + num(k.kivi_residual) +
-         "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window);
+  std::string out = std::string(to_string(k.codec)) + "/" + num(k.kivi_group) + "/" +
+                    num(k.kivi_residual) + "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window);
+  if (k.codec == CodecKind::zipcache) {
+    out += "/s" + std::to_string(k.zip_salient) + "/h" + num(k.zip_high_bits);
+  } else if (k.codec == CodecKind::gear) {
+    out += "/r" + num(k.gear_rank) + "/p" + std::to_string(k.gear_sparse) + "/b" + num(k.gear_bits);
+  }
+  return out;
 }
 
 std::optional<ForkRefusal> fork_refusal(const CacheConfig& base, const CacheConfig& target,
@@ -50,10 +65,15 @@ std::optional<ForkRefusal> fork_refusal(const CacheConfig& base, const CacheConf
   const ForkKey base_key = *fork_key(base);
   if (target_key->codec != base_key.codec || target_key->kivi_group != base_key.kivi_group ||
       target_key->kivi_residual != base_key.kivi_residual ||
-      target_key->kivi_fp16_sinks != base_key.kivi_fp16_sinks) {
-    return ForkRefusal{"fork target codec differs from the prefilled cache's",
-                       std::string(to_string(target.codec)),
-                       std::string(to_string(base.codec)) + " with the same KIVI parameters"};
+      target_key->kivi_fp16_sinks != base_key.kivi_fp16_sinks ||
+      target_key->zip_salient != base_key.zip_salient ||
+      target_key->zip_high_bits != base_key.zip_high_bits ||
+      target_key->gear_sparse != base_key.gear_sparse ||
+      target_key->gear_bits != base_key.gear_bits || target_key->gear_rank != base_key.gear_rank) {
+    return ForkRefusal{
+        "fork target codec differs from the prefilled cache's",
+        std::string(to_string(target.codec)),
+        std::string(to_string(base.codec)) + " with the same KIVI, zipcache and gear parameters"};
   }
   if (target_key->window != base_key.window) {
     return ForkRefusal{"fork target window differs from the prefilled cache's", num(target.window),

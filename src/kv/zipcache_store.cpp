@@ -141,10 +141,11 @@ class ZipCacheStore final : public RowStore {
   void dot_rows(float* out, const float* q, size_t n_q) const override {
     const size_t stride = rows(), n_quant = prec_.size();
     thread_local std::vector<float> buf;
+    Cursor cursor;
     for (size_t r0 = 0; r0 < n_quant; r0 += kDecodeRows) {
       const size_t nr = std::min(kDecodeRows, n_quant - r0);
       buf.resize(nr * head_dim_);
-      read_quantized(buf.data(), r0, r0 + nr);
+      read_quantized(buf.data(), r0, r0 + nr, &cursor);
       for (size_t r = 0; r < nr; ++r) {
         for (size_t j = 0; j < n_q; ++j) {
           out[j * stride + r0 + r] = dot(q + j * head_dim_, buf.data() + r * head_dim_, head_dim_);
@@ -157,10 +158,11 @@ class ZipCacheStore final : public RowStore {
   void accumulate_rows(float* out, const float* w, size_t n_q) const override {
     const size_t stride = rows(), n_quant = prec_.size();
     thread_local std::vector<float> buf;
+    Cursor cursor;
     for (size_t r0 = 0; r0 < n_quant; r0 += kDecodeRows) {
       const size_t nr = std::min(kDecodeRows, n_quant - r0);
       buf.resize(nr * head_dim_);
-      read_quantized(buf.data(), r0, r0 + nr);
+      read_quantized(buf.data(), r0, r0 + nr, &cursor);
       for (size_t r = 0; r < nr; ++r) {
         for (size_t j = 0; j < n_q; ++j) {
           axpy(out + j * head_dim_, w[j * stride + r0 + r], buf.data() + r * head_dim_, head_dim_);
@@ -268,11 +270,22 @@ class ZipCacheStore final : public RowStore {
                          pending_route_.begin() + static_cast<std::ptrdiff_t>(n));
   }
 
-  // Decodes quantized rows [begin, end) into out: [end - begin][head_dim].
-  void read_quantized(float* out, size_t begin, size_t end) const {
+  // Where row `row` of the quantized region sits: its index among the low and the high rows.
+  struct Cursor {
+    size_t row = 0, lo = 0, hi = 0;
+  };
+
+  // Decodes quantized rows [begin, end) into out: [end - begin][head_dim]. cursor (optional):
+  // the position of `begin` when the caller walks the rows in order (else found by a scan);
+  // left at `end`.
+  void read_quantized(float* out, size_t begin, size_t end, Cursor* cursor = nullptr) const {
     const size_t d = head_dim_;
-    size_t lo = 0, hi = 0;
-    for (size_t i = 0; i < begin; ++i) (prec_[i] == kZipHigh ? hi : lo)++;
+    Cursor scan;
+    Cursor& at = cursor != nullptr ? *cursor : scan;
+    if (at.row != begin) at = Cursor{};
+    for (; at.row < begin; ++at.row) (prec_[at.row] == kZipHigh ? at.hi : at.lo)++;
+    size_t& lo = at.lo;
+    size_t& hi = at.hi;
     size_t s = static_cast<size_t>(
         std::upper_bound(segments_.begin(), segments_.end(), begin,
                          [](size_t row, const ZipSegment& seg) { return row < seg.row_end; }) -
@@ -304,6 +317,7 @@ class ZipCacheStore final : public RowStore {
         for (size_t c = 0; c < d; ++c) dst[c] = chan[c] * dst[c];
       }
     }
+    at.row = end;
   }
 
   // Keeps quantized rows keep[i] (increasing, < n_quant): everything moves, nothing is recomputed.

@@ -37,6 +37,9 @@ struct ForkKey {
   CodecKind codec = CodecKind::fp16;
   size_t kivi_group = 0, kivi_residual = 0, kivi_fp16_sinks = 0;
   size_t window = 0;
+  // zipcache / gear parameters (the stores are made with them during the shared prefill)
+  double zip_salient = 0, gear_sparse = 0;
+  size_t zip_high_bits = 0, gear_bits = 0, gear_rank = 0;
   auto operator<=>(const ForkKey&) const = default;
 };
 

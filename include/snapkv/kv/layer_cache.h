@@ -126,6 +126,9 @@ class LayerCache {
 
   // The prompt is complete: in end_of_prompt mode compress now (with the q_window of the last
   // prefill update, or proxy keys); in every_chunk mode nothing is left to do. Idempotent.
+  // A routing codec (zipcache) gets the policy's scores of the kept rows after each compression;
+  // rows it still holds unrouted here (no compression, or a policy without scores) are ranked by
+  // SnapKV's window attention with the last prefill's queries (proxy keys without them).
   // Policy kvzip cannot score by itself: its prompt is ended by compress_with_scores(), and
   // end_prompt() on an open kvzip prompt that exceeds the budget throws std::invalid_argument.
   void end_prompt();
