@@ -27,7 +27,7 @@ std::map<const CLI::App*, const CacheOptions*>& registry() {
 const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
-    "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty "
+    "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear "
     "(full cache + codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
@@ -47,6 +47,11 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.seed = seed;
   d.rotation_seed = rotation_seed;
   d.kitty_channels = kitty_channels;
+  d.zip_salient = zip_salient;
+  d.zip_high_bits = zip_high;
+  d.gear_bits = gear_bits;
+  d.gear_rank = gear_rank;
+  d.gear_sparse = gear_sparse;
   return d;
 }
 
@@ -106,6 +111,11 @@ nlohmann::json CacheOptions::to_json() const {
           {"kivi_fp16_sinks", c.kivi_fp16_sinks},
           {"rotation_seed", c.rotation_seed},
           {"kitty_channels", c.kitty_channels},
+          {"zip_salient", c.zip_salient},
+          {"zip_high_bits", c.zip_high_bits},
+          {"gear_bits", c.gear_bits},
+          {"gear_rank", c.gear_rank},
+          {"gear_sparse", c.gear_sparse},
           {"prefill_chunk", prefill_chunk},
           {"threads", threads}};
 }
@@ -193,6 +203,23 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->group(group);
   app.add_option("--kitty-channels", o.kitty_channels,
                  "kitty: key channels per block kept fp16 (1 .. head_dim - 1)")
+  app.add_option("--zip-salient", o.zip_salient,
+                 "zipcache: fraction in [0, 1] of the prompt's rows, by the policy's scores, kept "
+                 "at --zip-high precision (the rest 2-bit)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--zip-high", o.zip_high, "zipcache: precision of the salient rows, 4 | 16 (fp16)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--gear-rank", o.gear_rank,
+                 "gear: rank of the low-rank error term per flushed segment (< head_dim)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--gear-sparse", o.gear_sparse,
+                 "gear: fraction in [0, 1] of entries, by largest remaining error, kept in fp16")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--gear-bits", o.gear_bits, "gear: KIVI bits under the corrections, 2 | 4")
       ->capture_default_str()
       ->group(group);
   if (spec.prefill_chunk) {

@@ -16,6 +16,8 @@
 //                                   tokens (eval-style list commands take --keep LIST)
 //   --window --sinks --pool --kernel --keep-window/--no-keep-window --chunk-mode --chunkkv-size
 //   --rotation-seed N --kitty-channels N   codec knobs (kivi2r/kivi4r, kitty)
+//   --zip-salient F --zip-high 4|16 codec zipcache: salient fraction and its precision
+//   --gear-rank R --gear-sparse F --gear-bits 2|4   codec gear
 //   --prefill-chunk N               tokens per prefill forward
 //   --threads N                     worker threads (0 = all cores); OpenBLAS runs one thread
 //                                   inside each of our tasks (ops/gemm.h)
@@ -77,6 +79,12 @@ struct CacheOptions {
   size_t chunkkv_size = kDefaults.chunk_size;
   size_t decode_budget = kDefaults.decode_budget;  // 0 = no decode-time eviction
   size_t decode_interval = kDefaults.decode_interval;
+  // Codec parameters (kv/zipcache.h, kv/gear.h); checked by CacheConfig::validate and the stores.
+  double zip_salient = kDefaults.zip_salient;
+  size_t zip_high = kDefaults.zip_high_bits;
+  size_t gear_bits = kDefaults.gear_bits;
+  size_t gear_rank = kDefaults.gear_rank;
+  double gear_sparse = kDefaults.gear_sparse;
   size_t prefill_chunk = 512;
   int threads = 0;
   uint64_t seed = kDefaults.seed;  // set by the command from its own --seed (random policy)

@@ -15,7 +15,7 @@ constexpr const char* kPolicyNames =
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
-constexpr const char* kCodecNames = "kivi2, kivi4, kivi2r, kivi4r, kitty";
+constexpr const char* kCodecNames = "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -106,6 +106,11 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
   c.seed = defaults.seed;
   c.rotation_seed = defaults.rotation_seed;
   c.kitty_channels = defaults.kitty_channels;
+  c.zip_salient = defaults.zip_salient;
+  c.zip_high_bits = defaults.zip_high_bits;
+  c.gear_bits = defaults.gear_bits;
+  c.gear_rank = defaults.gear_rank;
+  c.gear_sparse = defaults.gear_sparse;
   c.query_source = QuerySource::auto_select;
   const std::string expected =
       std::string("a policy (") + kPolicyNames + "), a codec (" + kCodecNames + ") or policy+codec";

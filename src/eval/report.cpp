@@ -20,7 +20,12 @@ json method_defaults_json(const MethodDefaults& d) {
           {"chunkkv_chunk_size", d.chunk_size},
           {"random_seed", d.seed},
           {"decode_budget", d.decode_budget},
-          {"decode_interval", d.decode_interval}};
+          {"decode_interval", d.decode_interval},
+          {"zip_salient", d.zip_salient},
+          {"zip_high_bits", d.zip_high_bits},
+          {"gear_bits", d.gear_bits},
+          {"gear_rank", d.gear_rank},
+          {"gear_sparse", d.gear_sparse}};
 }
 
 json methods_json(const std::vector<Method>& methods) {

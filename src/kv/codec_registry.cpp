@@ -19,9 +19,13 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
       return make_rotated_row_store(config, role, head_dim);
+    case CodecKind::zipcache:
+      return make_zipcache_row_store(config, role, head_dim);
+    case CodecKind::gear:
+      return make_gear_row_store(config, role, head_dim);
   }
   throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty");
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear");
 }
 
 std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
@@ -37,9 +41,13 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
       return load_rotated_row_store(config, role, head_dim, record);
+    case CodecKind::zipcache:
+      return load_zipcache_row_store(config, role, head_dim, record);
+    case CodecKind::gear:
+      return load_gear_row_store(config, role, head_dim, record);
   }
   throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty");
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear");
 }
 
 }  // namespace snapkv

@@ -70,13 +70,15 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 6> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 8> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
     {"kivi2r", CodecKind::kivi2r},
     {"kivi4r", CodecKind::kivi4r},
     {"kitty", CodecKind::kitty},
+    {"zipcache", CodecKind::zipcache},
+    {"gear", CodecKind::gear},
 }};
 
 template <typename Enum, size_t N>
@@ -169,6 +171,21 @@ void CacheConfig::validate() const {
   if (kitty_channels > kMaxKittyChannels) {
     throw_invalid("config", "kitty_channels too large", num(kitty_channels),
                   "<= " + num(kMaxKittyChannels) + " and < head_dim");
+  }
+  if (!(zip_salient >= 0.0 && zip_salient <= 1.0)) {
+    throw_invalid("config", "zip_salient out of range", std::to_string(zip_salient), "[0, 1]");
+  }
+  if (zip_high_bits != 4 && zip_high_bits != 16) {
+    throw_invalid("config", "zip_high_bits unsupported", num(zip_high_bits), "4 or 16 (fp16)");
+  }
+  if (gear_bits != 2 && gear_bits != 4) {
+    throw_invalid("config", "gear_bits unsupported", num(gear_bits), "2 or 4");
+  }
+  if (!(gear_sparse >= 0.0 && gear_sparse <= 1.0)) {
+    throw_invalid("config", "gear_sparse out of range", std::to_string(gear_sparse), "[0, 1]");
+  }
+  if (gear_rank > 64) {
+    throw_invalid("config", "gear_rank too large", num(gear_rank), "<= 64 (and < head_dim)");
   }
 }
 

@@ -14,8 +14,10 @@ std::string num(size_t v) {
 }  // namespace
 
 bool wants_window_queries(const CacheConfig& config) {
-  return config.policy != PolicyKind::full && policy_uses_queries(config.policy) &&
-         config.query_source != QuerySource::keys;
+  if (config.query_source == QuerySource::keys) return false;
+  // zipcache routes rows by the window's attention when the policy hands it no scores.
+  if (config.codec == CodecKind::zipcache) return true;
+  return config.policy != PolicyKind::full && policy_uses_queries(config.policy);
 }
 
 bool can_be_fork_base(const CacheConfig& config) {
@@ -29,14 +31,28 @@ std::optional<ForkKey> fork_key(const CacheConfig& c) {
     key.rotation_seed = c.rotation_seed;
   }
   if (c.codec == CodecKind::kitty) key.kitty_channels = c.kitty_channels;
+  if (c.codec == CodecKind::zipcache) {
+    key.zip_salient = c.zip_salient;
+    key.zip_high_bits = c.zip_high_bits;
+  } else if (c.codec == CodecKind::gear) {
+    key.gear_sparse = c.gear_sparse;
+    key.gear_bits = c.gear_bits;
+    key.gear_rank = c.gear_rank;
+  }
   return key;
 }
 
 std::string to_string(const ForkKey& k) {
-  return std::string(to_string(k.codec)) + "/" + num(k.kivi_group) + "/" + num(k.kivi_residual) +
-         "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window) +
-         (k.rotation_seed != 0 ? "/r" + std::to_string(k.rotation_seed) : "") +
-         (k.kitty_channels != 0 ? "/k" + num(k.kitty_channels) : "");
+  std::string out = std::string(to_string(k.codec)) + "/" + num(k.kivi_group) + "/" +
+                    num(k.kivi_residual) + "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window);
+  if (k.codec == CodecKind::zipcache) {
+    out += "/s" + std::to_string(k.zip_salient) + "/h" + num(k.zip_high_bits);
+  } else if (k.codec == CodecKind::gear) {
+    out += "/r" + num(k.gear_rank) + "/p" + std::to_string(k.gear_sparse) + "/b" + num(k.gear_bits);
+  }
+  if (k.rotation_seed != 0) out += "/r" + std::to_string(k.rotation_seed);
+  if (k.kitty_channels != 0) out += "/k" + num(k.kitty_channels);
+  return out;
 }
 
 std::optional<ForkRefusal> fork_refusal(const CacheConfig& base, const CacheConfig& target,
@@ -57,11 +73,15 @@ std::optional<ForkRefusal> fork_refusal(const CacheConfig& base, const CacheConf
       target_key->kivi_residual != base_key.kivi_residual ||
       target_key->kivi_fp16_sinks != base_key.kivi_fp16_sinks ||
       target_key->rotation_seed != base_key.rotation_seed ||
-      target_key->kitty_channels != base_key.kitty_channels) {
+      target_key->kitty_channels != base_key.kitty_channels ||
+      target_key->zip_salient != base_key.zip_salient ||
+      target_key->zip_high_bits != base_key.zip_high_bits ||
+      target_key->gear_sparse != base_key.gear_sparse ||
+      target_key->gear_bits != base_key.gear_bits || target_key->gear_rank != base_key.gear_rank) {
     return ForkRefusal{"fork target codec differs from the prefilled cache's",
                        std::string(to_string(target.codec)),
                        std::string(to_string(base.codec)) +
-                           " with the same KIVI parameters (and rotation_seed, kitty_channels)"};
+                           " with the same KIVI, rotation, kitty, zipcache and gear parameters"};
   }
   if (target_key->window != base_key.window) {
     return ForkRefusal{"fork target window differs from the prefilled cache's", num(target.window),

@@ -87,6 +87,7 @@ void KiviStore::retain(std::span<const uint32_t> keep) {
   fp16_rows_compact(sinks_, keep_sinks, 0, head_dim_);
   n_sinks_ = keep_sinks.size();
   retain_quantized(keep_quant, quant_base);
+  if (gear_) gear_->retain(keep_quant, quant_base);
   n_quant_ = keep_quant.size();
   fp16_rows_compact(residual_, keep_resid, resid_base, head_dim_);
   n_resid_ = keep_resid.size();
@@ -106,6 +107,7 @@ void KiviStore::read(float* out, size_t begin, size_t end) const {
     } else if (row < n_sinks_ + n_quant_) {
       const size_t stop = std::min(end, n_sinks_ + n_quant_);
       read_quantized(dst, row - n_sinks_, stop - n_sinks_);
+      if (gear_) gear_->add_rows(dst, row - n_sinks_, stop - n_sinks_);
       row = stop;
     } else {
       const size_t r = row - n_sinks_ - n_quant_;
@@ -119,6 +121,7 @@ void KiviStore::dot_rows(float* out, const float* q, size_t n_q) const {
   const size_t stride = rows();
   fp16_rows_dot(out, stride, q, n_q, sinks_.data(), n_sinks_, head_dim_);
   dot_quantized(out + n_sinks_, stride, q, n_q);
+  if (gear_) gear_->add_dots(out + n_sinks_, stride, q, n_q);
   fp16_rows_dot(out + n_sinks_ + n_quant_, stride, q, n_q, residual_.data(), n_resid_, head_dim_);
 }
 
@@ -126,12 +129,14 @@ void KiviStore::accumulate_rows(float* out, const float* w, size_t n_q) const {
   const size_t stride = rows();
   fp16_rows_accumulate(out, w, stride, n_q, sinks_.data(), n_sinks_, head_dim_);
   accumulate_quantized(out, w + n_sinks_, stride, n_q);
+  if (gear_) gear_->add_accumulate(out, w + n_sinks_, stride, n_q);
   fp16_rows_accumulate(out, w + n_sinks_ + n_quant_, stride, n_q, residual_.data(), n_resid_,
                        head_dim_);
 }
 
 size_t KiviStore::bytes() const {
-  return (n_sinks_ + n_resid_) * head_dim_ * sizeof(fp16_t) + quantized_bytes();
+  return (n_sinks_ + n_resid_) * head_dim_ * sizeof(fp16_t) + quantized_bytes() +
+         (gear_ ? gear_->bytes() : 0);
 }
 
 void KiviStore::dot_quantized(float* out, size_t stride, const float* q, size_t n_q) const {
@@ -170,6 +175,7 @@ void KiviStore::save(std::vector<uint8_t>& out) const {
   kvc::append_array(out, sinks_.data(), sinks_.size());
   kvc::append_array(out, residual_.data(), residual_.size());
   save_quantized(out);
+  if (gear_) gear_->save(out);
 }
 
 void KiviStore::load(std::span<const uint8_t> record, size_t fp16_sinks) {
@@ -201,10 +207,16 @@ void KiviStore::load(std::span<const uint8_t> record, size_t fp16_sinks) {
       in.array<fp16_t>(kvc::checked_mul(n_resid_, head_dim_, "kivi residual"), "kivi residual");
   kvc::check_fp16_values(residual_, "kivi residual", false);
   load_quantized(in, h.n_blocks, h.n_octets);
+  if (gear_) gear_->load(in, n_quant_);
   if (in.remaining() != 0) {
     throw_runtime("kvc", "kivi store record longer than its regions",
                   num(in.remaining()) + " extra bytes", "0");
   }
+}
+
+void KiviStore::enable_gear(size_t rank, double sparse) {
+  SNAPKV_CHECK(rows() == 0);
+  gear_.emplace(head_dim_, rank, sparse);
 }
 
 void KiviStore::check_params(fp16_t scale, fp16_t zero, const char* field) {
@@ -222,6 +234,11 @@ void KiviStore::flush_residual_front() {
   std::vector<float> x(residual_cap_ * head_dim_);  // [R][head_dim], the fp16 values in fp32
   fp16_to_fp32_n(x.data(), residual_.data(), x.size());
   quantize_rows(x.data(), residual_cap_);
+  if (gear_) {
+    std::vector<float> decoded(x.size());  // [R][head_dim], the KIVI decode of the new rows
+    read_quantized(decoded.data(), n_quant_, n_quant_ + residual_cap_);
+    gear_->add_segment(x.data(), decoded.data(), residual_cap_);
+  }
   residual_.erase(residual_.begin(),
                   residual_.begin() + static_cast<std::ptrdiff_t>(residual_cap_ * head_dim_));
   n_quant_ += residual_cap_;
@@ -251,6 +268,35 @@ std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t hea
   return role == RowRole::key
              ? make_kivi_key_store(bits, head_dim, group, residual, fp16_sinks, boost_channels)
              : make_kivi_value_store(bits, head_dim, group, residual, fp16_sinks);
+}
+
+std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim) {
+  if (config.gear_rank >= head_dim) {
+    throw_invalid("gear", "gear_rank must be below head_dim", num(config.gear_rank),
+                  "< head_dim = " + num(head_dim));
+  }
+  if (config.gear_rank > 64) {
+    throw_invalid("gear", "gear_rank too large", num(config.gear_rank), "<= 64");
+  }
+  if (!(config.gear_sparse >= 0.0 && config.gear_sparse <= 1.0)) {
+    throw_invalid("gear", "gear_sparse out of range", std::to_string(config.gear_sparse), "[0, 1]");
+  }
+  if (config.gear_bits != 2 && config.gear_bits != 4) {
+    throw_invalid("gear", "gear_bits unsupported", num(config.gear_bits), "2 or 4");
+  }
+  std::unique_ptr<RowStore> store =
+      make_kivi_row_store(role, static_cast<int>(config.gear_bits), head_dim, config.kivi_group,
+                          config.kivi_residual, config.kivi_fp16_sinks);
+  static_cast<KiviStore&>(*store).enable_gear(config.gear_rank, config.gear_sparse);
+  return store;
+}
+
+std::unique_ptr<RowStore> load_gear_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim, std::span<const uint8_t> record) {
+  std::unique_ptr<RowStore> store = make_gear_row_store(config, role, head_dim);
+  static_cast<KiviStore&>(*store).load(record, config.kivi_fp16_sinks);
+  return store;
 }
 
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,

@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "kv/gear_correction.h"
 #include "snapkv/kv/row_store.h"
 #include "snapkv/util/fp16.h"
 
@@ -37,6 +39,10 @@ class KiviStore : public RowStore {
   // Fills an empty store (made with the saved parameters) from a record; every count is checked
   // against the store's parameters and the record's length before use (snapkv::RuntimeError).
   void load(std::span<const uint8_t> record, size_t fp16_sinks);
+  // Codec gear (include/snapkv/kv/gear.h): every later residual flush also builds the low-rank
+  // and sparse corrections of its quantization error, and every read of the quantized region
+  // adds them. Only on an empty store.
+  void enable_gear(size_t rank, double sparse);
 
  protected:
   KiviStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks);
@@ -79,8 +85,9 @@ class KiviStore : public RowStore {
 
   size_t sink_slots_left_;  // rows still routed to the fp16 sinks (never refilled after eviction)
   size_t n_sinks_ = 0, n_quant_ = 0, n_resid_ = 0;
-  std::vector<fp16_t> sinks_;     // [n_sinks_][head_dim]
-  std::vector<fp16_t> residual_;  // [n_resid_][head_dim]
+  std::vector<fp16_t> sinks_;           // [n_sinks_][head_dim]
+  std::vector<fp16_t> residual_;        // [n_resid_][head_dim]
+  std::optional<GearCorrection> gear_;  // codec gear: corrections of the quantized rows
 };
 
 // Constructors (arguments validated by make_kivi_row_store in kv/stores.h).

@@ -96,9 +96,19 @@ void parse_allocation(const KvcAllocationRecord& r, CacheConfig& c) {
     fail(KvcErrorKind::malformed, "allocation names a value this build does not know", e.what(),
          "kv/config.h names");
   }
-  for (const uint8_t b : r.reserved) {
-    if (b != 0)
-      fail(KvcErrorKind::malformed, "allocation record reserved bytes", "non-zero", "zeros");
+  if (c.codec == CodecKind::gear) {
+    c.gear_sparse = r.codec_fraction;
+    c.gear_rank = r.codec_count;
+    c.gear_bits = r.codec_bits;
+  } else if (c.codec == CodecKind::zipcache) {
+    c.zip_salient = r.codec_fraction;
+    c.zip_high_bits = r.codec_bits;
+  }
+  if (c.codec == CodecKind::zipcache
+          ? r.codec_count != 0
+          : c.codec != CodecKind::gear &&
+                (r.codec_fraction != 0.0 || r.codec_count != 0 || r.codec_bits != 0)) {
+    fail(KvcErrorKind::malformed, "allocation record codec fields", "values unused by the codec", "zeros");
   }
   c.ada_floor = r.ada_floor;
   c.pyramid_beta = r.pyramid_beta;

@@ -61,6 +61,14 @@ KvcAllocationRecord allocation_record(const CacheConfig& c) {
   r.pyramid_beta = c.pyramid_beta;
   r.decode_budget = c.decode_budget;
   r.decode_interval = c.decode_interval;
+  if (c.codec == CodecKind::gear) {
+    r.codec_fraction = c.gear_sparse;
+    r.codec_count = static_cast<uint32_t>(c.gear_rank);
+    r.codec_bits = static_cast<uint32_t>(c.gear_bits);
+  } else if (c.codec == CodecKind::zipcache) {
+    r.codec_fraction = c.zip_salient;
+    r.codec_bits = static_cast<uint32_t>(c.zip_high_bits);
+  }
   return r;
 }
 

@@ -9,6 +9,7 @@
 
 #include "snapkv/kv/allocation.h"
 #include "snapkv/kv/fork.h"
+#include "snapkv/kv/snapkv_score.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
@@ -249,8 +250,9 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
     }
   }
 
-  // Generation starts: a prompt held back for end_of_prompt is compressed before the new row.
-  if (decode && prompt_open_) end_prompt();
+  // Generation starts: a prompt held back for end_of_prompt is compressed before the new row
+  // (and rows a routing codec still holds are routed).
+  if (decode) end_prompt();
 
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     key_stores_[h]->append(k.data + h * n_new * head_dim, n_new);
@@ -261,11 +263,22 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   }
   tokens_seen_ += n_new;
   if (decode) {
+    for (size_t h = 0; h < dims_.n_kv_heads; ++h) {  // decode rows reach a routing codec unscored
+      key_stores_[h]->settle({});
+      value_stores_[h]->settle({});
+    }
     if (config_.decode_budget > 0) {
       remember_recent_queries(q_window);
       if (size() > config_.decode_budget) reselect_for_decode();
     }
     return;
+  }
+  if (!evicts || config_.chunk_mode == ChunkMode::every_chunk) {
+    // Rows a routing codec still holds unrouted wait for end_prompt() or the first decode step,
+    // which rank them with these window queries (kv/zipcache.h).
+    pending_queries_ = std::move(window_queries);
+    pending_window_ = n_window;
+    window_queries = pending_queries_;
   }
   if (!evicts) return;
 
@@ -282,7 +295,16 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
 }
 
 void LayerCache::end_prompt() {
-  if (!prompt_open_) return;
+  if (!prompt_open_) {
+    // full policy or every_chunk: nothing to compress; a routing codec may still hold rows.
+    for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
+      settle_head(h, {}, pending_queries_.empty() ? nullptr : pending_queries_.data(),
+                  pending_window_);
+    }
+    pending_queries_.clear();
+    pending_window_ = 0;
+    return;
+  }
   if (config_.policy == PolicyKind::kvzip && size() > config_.budget) {
     throw_invalid(kComponent, "policy kvzip cannot score the prompt by itself",
                   "end_prompt() with " + num(size()) + " rows over budget " + num(config_.budget),
@@ -292,6 +314,10 @@ void LayerCache::end_prompt() {
   if (config_.policy != PolicyKind::full && over_budget()) {
     compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_,
              *policy_, layer_budget(), config_.head_allocation == HeadAllocation::ada);
+  }
+  for (size_t h = 0; h < dims_.n_kv_heads; ++h) {  // rows a compression did not route
+    settle_head(h, {}, pending_queries_.empty() ? nullptr : pending_queries_.data(),
+                pending_window_);
   }
   // The prompt's window queries start the decode-time window.
   if (config_.decode_budget > 0 && !pending_queries_.empty()) {
@@ -458,6 +484,8 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     for (size_t h = 0; h < n_kv; ++h) results[h].keep = std::move(keep[h]);
   }
   size_t total_before = 0, total_after = 0;
+  std::vector<size_t> total_rows(n_kv);
+  for (size_t h = 0; h < n_kv; ++h) total_rows[h] = positions_[h].size();
   for (size_t h = 0; h < n_kv; ++h) {
     const std::vector<uint32_t>& keep = results[h].keep;
     total_before += positions_[h].size();
@@ -468,10 +496,40 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     std::vector<int64_t> kept_positions(keep.size());
     for (size_t i = 0; i < keep.size(); ++i) kept_positions[i] = positions_[h][keep[i]];
     positions_[h] = std::move(kept_positions);
+    std::vector<float> kept_scores;  // the policy's scores of the kept rows, for routing codecs
+    if (results[h].scores.size() == total_rows[h]) {
+      kept_scores.resize(keep.size());
+      for (size_t i = 0; i < keep.size(); ++i) kept_scores[i] = results[h].scores[keep[i]];
+    }
+    settle_head(h, kept_scores, queries, n_window);
     last_scores_[h] = std::move(results[h].scores);
   }
   if (ada) SNAPKV_CHECK(total_after == std::min(n_kv * budget, total_before));
   ++compressions_;
+}
+
+void LayerCache::settle_head(size_t h, std::span<const float> scores, const float* queries,
+                             size_t n_window) {
+  RowStore& keys = *key_stores_[h];
+  RowStore& values = *value_stores_[h];
+  if (keys.unsettled_rows() == 0 && values.unsettled_rows() == 0) return;
+  const size_t n_rows = keys.rows(), head_dim = dims_.head_dim;
+  std::vector<float> saliency(scores.begin(), scores.end());
+  if (saliency.size() != n_rows) {  // no policy scores: SnapKV's window attention (kv/zipcache.h)
+    std::vector<float> rows(n_rows * head_dim);  // [n_rows][head_dim]
+    keys.read(rows.data(), 0, n_rows);
+    saliency.assign(n_rows, 0.0f);
+    const size_t n_group = dims_.n_heads / dims_.n_kv_heads;
+    if (queries != nullptr && n_window > 0) {
+      window_scores(saliency.data(), rows.data(), n_rows, head_dim,
+                    queries + h * n_group * n_window * head_dim, n_group, n_window, config_.causal);
+    } else {
+      proxy_window_scores(saliency.data(), rows.data(), n_rows, head_dim, config_.window,
+                          config_.causal);
+    }
+  }
+  keys.settle(saliency);
+  values.settle(saliency);
 }
 
 void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {

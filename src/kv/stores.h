@@ -35,5 +35,17 @@ std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowR
                                                  size_t head_dim);
 std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowRole role,
                                                  size_t head_dim, std::span<const uint8_t> record);
+// GEAR: a KIVI store at config.gear_bits with the corrections of include/snapkv/kv/gear.h,
+// kv/kivi_store.cpp. Validates gear_rank (< head_dim), gear_sparse and the KIVI parameters.
+std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim);
+std::unique_ptr<RowStore> load_gear_row_store(const CacheConfig& config, RowRole role,
+                                              size_t head_dim, std::span<const uint8_t> record);
+
+// ZipCache-adapted mixed precision rows (include/snapkv/kv/zipcache.h), kv/zipcache_store.cpp.
+std::unique_ptr<RowStore> make_zipcache_row_store(const CacheConfig& config, RowRole role,
+                                                  size_t head_dim);
+std::unique_ptr<RowStore> load_zipcache_row_store(const CacheConfig& config, RowRole role,
+                                                  size_t head_dim, std::span<const uint8_t> record);
 
 }  // namespace snapkv

@@ -62,6 +62,24 @@ TEST(ForkRules, FieldsThatDecideTheStoredRowsMustAgree) {
       {"kivi_fp16_sinks", [](CacheConfig& c) { c.kivi_fp16_sinks = 4; }},
       {"window", [](CacheConfig& c) { c.window = 7; }},
   };
+  // The zipcache / gear parameters shape their stores: they matter when that codec is used.
+  const std::vector<Change> codec_refused = {
+      {"zip_salient", [](CacheConfig& c) { c.zip_salient = 0.5; }},
+      {"zip_high_bits", [](CacheConfig& c) { c.zip_high_bits = 16; }},
+      {"gear_rank", [](CacheConfig& c) { c.gear_rank = 3; }},
+      {"gear_sparse", [](CacheConfig& c) { c.gear_sparse = 0.5; }},
+      {"gear_bits", [](CacheConfig& c) { c.gear_bits = 4; }},
+  };
+  for (const auto& [what, change] : codec_refused) {
+    for (const CodecKind codec : {CodecKind::zipcache, CodecKind::gear}) {
+      CacheConfig b = base(), target = base();
+      b.codec = target.codec = codec;
+      change(target);
+      const bool matters = (codec == CodecKind::zipcache) == what.starts_with("zip");
+      EXPECT_EQ(can_fork(b, target), !matters) << what << " " << to_string(codec);
+      EXPECT_EQ(fork_key(target) == fork_key(b), !matters) << what;
+    }
+  }
   for (const auto& [what, change] : refused) {
     CacheConfig target = base();
     change(target);

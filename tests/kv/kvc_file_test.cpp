@@ -53,6 +53,10 @@ CacheConfig make_config(PolicyKind policy, CodecKind codec, size_t fp16_sinks = 
   c.kivi_fp16_sinks = fp16_sinks;
   c.rotation_seed = 77;  // kivi2r/kivi4r (kD = 12: Hadamard blocks of 8 and 4)
   c.kitty_channels = 3;  // kitty
+  c.gear_rank = 3;  // codec parameters off their defaults: the file must carry them
+  c.gear_sparse = 0.05;
+  c.zip_salient = 0.3;
+  c.zip_high_bits = 16;
   return c;
 }
 
@@ -124,13 +128,14 @@ TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
   const PolicyKind policies[] = {PolicyKind::full,   PolicyKind::snapkv, PolicyKind::streaming,
                                  PolicyKind::random, PolicyKind::knorm,  PolicyKind::chunkkv};
   const CodecKind codecs[] = {CodecKind::fp16,   CodecKind::kivi2,  CodecKind::kivi4,
-                              CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty};
+                              CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty,
+                              CodecKind::zipcache, CodecKind::gear};
   const std::vector<int32_t> tokens = tokens_of(kS);
   const ModelFingerprint fp = fingerprint(3);
   for (const PolicyKind policy : policies) {
     for (const CodecKind codec : codecs) {
       for (const size_t sinks : {size_t{0}, size_t{3}}) {
-        if (codec == CodecKind::fp16 && sinks > 0) continue;
+        if ((codec == CodecKind::fp16 || codec == CodecKind::zipcache) && sinks > 0) continue;
         const std::string what = std::string(to_string(policy)) + "+" +
                                  std::string(to_string(codec)) + " sinks " + std::to_string(sinks);
         std::vector<LayerCache> saved = prefilled(make_config(policy, codec, sinks), 100);
@@ -148,6 +153,8 @@ TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
         EXPECT_EQ(loaded.config.kivi_fp16_sinks, sinks) << what;
         EXPECT_EQ(loaded.config.rotation_seed, 77u) << what;
         EXPECT_EQ(loaded.config.kitty_channels, 3u) << what;
+        EXPECT_EQ(loaded.config.gear_rank, codec == CodecKind::gear ? 3u : 2u) << what;
+        EXPECT_EQ(loaded.config.zip_high_bits, codec == CodecKind::zipcache ? 16u : 4u) << what;
         ASSERT_EQ(loaded.caches.size(), kLayers) << what;
         // Written again, the loaded caches give the same bytes: the whole state came back.
         EXPECT_EQ(encode_kvc(fp, tokens, loaded.caches), bytes) << what;

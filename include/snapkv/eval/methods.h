@@ -46,6 +46,12 @@ struct MethodDefaults {
   // method (the full-cache baselines stay full); 0 = off.
   size_t decode_budget = CacheConfig{}.decode_budget;
   size_t decode_interval = CacheConfig{}.decode_interval;
+  // Codec parameters (kv/config.h), copied into every method's config whatever its codec.
+  double zip_salient = CacheConfig{}.zip_salient;
+  size_t zip_high_bits = CacheConfig{}.zip_high_bits;
+  size_t gear_bits = CacheConfig{}.gear_bits;
+  size_t gear_rank = CacheConfig{}.gear_rank;
+  double gear_sparse = CacheConfig{}.gear_sparse;
 };
 
 struct Method {

@@ -60,7 +60,9 @@ enum class ChunkMode {
 // How kept rows are stored. fp16 is built in; KIVI codecs register under kivi2/kivi4.
 // kivi2r/kivi4r: KIVI on rows turned by a seeded randomized Hadamard rotation (kv/rotation.h);
 // kitty: 2-bit KIVI whose largest-magnitude key channels per block stay fp16 (kv/kivi.h).
-enum class CodecKind { fp16, kivi2, kivi4, kivi2r, kivi4r, kitty };
+// zipcache: per-row mixed precision routed by the policy's scores (kv/zipcache.h);
+// gear: KIVI plus a low-rank and a sparse correction of its error (kv/gear.h).
+enum class CodecKind { fp16, kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear };
 
 // kitty stores channel indices as uint16 (kv/kivi.h).
 inline constexpr size_t kMaxKittyChannels = 65535;
@@ -115,6 +117,17 @@ struct CacheConfig {
   // tasks, N = 20) the smallest of 1/2/4/8 within 95% of the full cache's mean (50.4, 61.8, 66.3,
   // 70.5 vs full 74.2); it keeps a quarter of head_dim 32 in fp16 (KV 39.7% of fp16, kivi2 28%).
   size_t kitty_channels = 8;
+
+  // zipcache (kv/zipcache.h): the fraction of a prompt's rows, ranked by the policy's scores,
+  // stored at zip_high_bits (4, or 16 = fp16); the other rows get 2 bits.
+  double zip_salient = 0.2;
+  size_t zip_high_bits = 4;
+  // gear (kv/gear.h): KIVI at gear_bits (2 or 4) plus a rank-gear_rank approximation of the
+  // quantization error per flushed segment (gear_rank < head_dim, checked by the store) and the
+  // gear_sparse fraction of the entries with the largest remaining error kept exactly in fp16.
+  size_t gear_bits = 2;
+  size_t gear_rank = 2;
+  double gear_sparse = 0.01;
 
   // Throws std::invalid_argument "[config] <field> ..., got X, expected Y" on the first problem.
   void validate() const;

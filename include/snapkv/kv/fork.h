@@ -22,7 +22,8 @@
 namespace snapkv {
 
 // True when a cache built with `config` keeps the prefill's window queries and scores with them:
-// an evicting policy that reads queries (policy_uses_queries) and query_source != keys. A model
+// an evicting policy that reads queries (policy_uses_queries), or the codec zipcache (it ranks
+// rows by the window's attention when the policy has no scores), and query_source != keys. A model
 // has a reason to pass q_window on prefill updates exactly when this holds.
 bool wants_window_queries(const CacheConfig& config);
 
@@ -38,6 +39,9 @@ struct ForkKey {
   size_t window = 0;
   uint64_t rotation_seed = 0;  // kivi2r/kivi4r only (0 for other codecs)
   size_t kitty_channels = 0;   // kitty only (0 for other codecs)
+  // zipcache / gear parameters (the stores are made with them during the shared prefill)
+  double zip_salient = 0, gear_sparse = 0;
+  size_t zip_high_bits = 0, gear_bits = 0, gear_rank = 0;
   auto operator<=>(const ForkKey&) const = default;
 };
 

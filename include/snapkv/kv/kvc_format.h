@@ -45,6 +45,12 @@
 //                 fp16   boost_values[n_quant][K]      (those channels of each quantized row)
 //   kivi2r/kivi4r: KvcRotatedStore (the rotation seed, == the config's rotation_seed), then the
 //                 kivi2/kivi4 record of the rotated rows (kv/rotation.h).
+//   gear:         the kivi record (at gear_bits), then KvcGearCorrection and the correction
+//                 arrays of include/snapkv/kv/gear.h.
+//   zipcache:     KvcZipStore, then the arrays listed in include/snapkv/kv/zipcache.h.
+// gear / zipcache parameters live in KvcAllocationRecord::codec_* (version 2) (zeros for the other codecs):
+//   gear:     codec_fraction = gear_sparse, codec_count = gear_rank, codec_bits = gear_bits
+//   zipcache: codec_fraction = zip_salient, codec_count = 0,         codec_bits = zip_high_bits
 //
 // Layer l is restored as layer l of n_layers (its random seed and its PyramidKV share follow).
 //
@@ -127,10 +133,13 @@ struct KvcAllocationRecord {
   double pyramid_beta;        // IEEE binary64
   uint64_t decode_budget;     // 0 = off
   uint64_t decode_interval;
-  uint8_t reserved[16];  // zero
+  double codec_fraction;  // gear_sparse | zip_salient, else 0 (see "Store records")
+  uint32_t codec_count;   // gear_rank, else 0
+  uint32_t codec_bits;    // gear_bits | zip_high_bits, else 0
 };
 static_assert(sizeof(KvcAllocationRecord) == 80, "KvcAllocationRecord is 80 bytes");
 static_assert(offsetof(KvcAllocationRecord, ada_floor) == 32, "names first, then the numbers");
+static_assert(offsetof(KvcAllocationRecord, codec_fraction) == 64, "codec fields replace reserved");
 
 struct KvcLayerRecord {
   uint64_t tokens_seen;   // == KvcHeader::n_tokens
@@ -172,5 +181,20 @@ struct KvcKiviStore {
   uint64_t n_octets;         // key code octets over all blocks (0 for values)
 };
 static_assert(sizeof(KvcKiviStore) == 48, "KvcKiviStore is 48 bytes");
+
+struct KvcGearCorrection {
+  uint64_t rank;        // == gear_rank
+  uint64_t n_segments;  // residual flushes with surviving rows
+  uint64_t n_sparse;    // sparse entries over all rows
+};
+static_assert(sizeof(KvcGearCorrection) == 24, "KvcGearCorrection is 24 bytes");
+
+struct KvcZipStore {
+  uint64_t n_quant;     // quantized rows
+  uint64_t n_high;      // of which high precision
+  uint64_t n_pending;   // fp16 rows not yet quantized
+  uint64_t n_segments;  // flushed segments with surviving rows
+};
+static_assert(sizeof(KvcZipStore) == 32, "KvcZipStore is 32 bytes");
 
 }  // namespace snapkv

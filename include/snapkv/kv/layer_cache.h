@@ -140,6 +140,9 @@ class LayerCache {
 
   // The prompt is complete: in end_of_prompt mode compress now (with the q_window of the last
   // prefill update, or proxy keys); in every_chunk mode nothing is left to do. Idempotent.
+  // A routing codec (zipcache) gets the policy's scores of the kept rows after each compression;
+  // rows it still holds unrouted here (no compression, or a policy without scores) are ranked by
+  // SnapKV's window attention with the last prefill's queries (proxy keys without them).
   // Policy kvzip cannot score by itself: its prompt is ended by compress_with_scores(), and
   // end_prompt() on an open kvzip prompt that exceeds the budget throws std::invalid_argument.
   void end_prompt();
@@ -211,6 +214,10 @@ class LayerCache {
   void compress(const float* queries, size_t n_window, EvictionPolicy& policy, size_t budget,
                 bool ada, const float* external = nullptr);
   bool over_budget() const;
+  // Routes the rows a routing codec (zipcache) holds unrouted in head h: with `scores` (the
+  // policy's, one per retained row) when given, else SnapKV's window attention with `queries`
+  // ([n_heads][n_window][head_dim] or nullptr: the last `window` keys as proxies).
+  void settle_head(size_t h, std::span<const float> scores, const float* queries, size_t n_window);
   // Decode-time budget: remembers the newest decode queries (q_window rows of decode updates).
   void remember_recent_queries(const Tensor3* q_window);
   // Re-selects down to decode_budget - decode_interval + 1 rows with the recent queries.

@@ -44,6 +44,13 @@ class RowStore {
 
   virtual std::unique_ptr<RowStore> clone() const = 0;
 
+  // Codecs that choose a precision per row (zipcache, include/snapkv/kv/zipcache.h) hold new rows
+  // back until the cache says how important they are. unsettled_rows(): rows appended and not yet
+  // routed (always 0 for the other codecs). settle(saliency): routes them; saliency is [rows()]
+  // (higher = more important, finite), or empty when there are no scores (decode rows).
+  virtual size_t unsettled_rows() const { return 0; }
+  virtual void settle(std::span<const float> saliency) { (void)saliency; }
+
   // Persisted caches: appends this store's exact state to `out` as the store record of
   // kv/kvc_format.h, so that load_row_store() rebuilds a store that behaves bit for bit the same.
   virtual void save(std::vector<uint8_t>& out) const = 0;
