@@ -203,6 +203,8 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->group(group);
   app.add_option("--kitty-channels", o.kitty_channels,
                  "kitty: key channels per block kept fp16 (1 .. head_dim - 1)")
+      ->capture_default_str()
+      ->group(group);
   app.add_option("--zip-salient", o.zip_salient,
                  "zipcache: fraction in [0, 1] of the prompt's rows, by the policy's scores, kept "
                  "at --zip-high precision (the rest 2-bit)")

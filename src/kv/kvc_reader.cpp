@@ -108,7 +108,8 @@ void parse_allocation(const KvcAllocationRecord& r, CacheConfig& c) {
           ? r.codec_count != 0
           : c.codec != CodecKind::gear &&
                 (r.codec_fraction != 0.0 || r.codec_count != 0 || r.codec_bits != 0)) {
-    fail(KvcErrorKind::malformed, "allocation record codec fields", "values unused by the codec", "zeros");
+    fail(KvcErrorKind::malformed, "allocation record codec fields", "values unused by the codec",
+         "zeros");
   }
   c.ada_floor = r.ada_floor;
   c.pyramid_beta = r.pyramid_beta;

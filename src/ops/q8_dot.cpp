@@ -6,20 +6,20 @@
 #include "snapkv/util/cpu.h"
 #include "util/isa_tables.h"
 
-#define SNAPKV_Q8_DOT_DECLARE(NS)                                                \
-  namespace snapkv::NS {                                                         \
-  using ops_internal::BlockQ8_K;                                                 \
-  float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);         \
-  float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);         \
-  float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);         \
-  float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);         \
-  float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);         \
-  float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);     \
-  float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);     \
-  float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);     \
-  float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);     \
-  float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);     \
-  const char* q8_dot_isa();                                                      \
+#define SNAPKV_Q8_DOT_DECLARE(NS)                                            \
+  namespace snapkv::NS {                                                     \
+  using ops_internal::BlockQ8_K;                                             \
+  float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);     \
+  float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);     \
+  float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);     \
+  float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);     \
+  float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);     \
+  float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n); \
+  float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n); \
+  float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n); \
+  float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n); \
+  float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n); \
+  const char* q8_dot_isa();                                                  \
   }
 
 SNAPKV_Q8_DOT_DECLARE(isa_scalar)
@@ -42,10 +42,10 @@ struct Q8DotKernels {
   const char* (*isa)();
 };
 
-#define SNAPKV_Q8_DOT_TABLE(NS)                                                            \
-  Q8DotKernels {                                                                           \
-    &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K,        \
-        &NS::dot_q6_K_q8_K, &NS::q8_dot_isa                                                \
+#define SNAPKV_Q8_DOT_TABLE(NS)                                                     \
+  Q8DotKernels {                                                                    \
+    &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K, \
+        &NS::dot_q6_K_q8_K, &NS::q8_dot_isa                                         \
   }
 
 const Q8DotKernels kQ8DotTables[kIsaLevelCount] = {SNAPKV_Q8_DOT_TABLE(isa_scalar),

@@ -250,7 +250,7 @@ float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
   }
   return sum;
 #else
-  return dot_q4_K_q8_K_ref(w, a, n);
+  return SNAPKV_ISA::dot_q4_K_q8_K_ref(w, a, n);
 #endif
 }
 
@@ -295,7 +295,7 @@ float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
   }
   return sum;
 #else
-  return dot_q5_K_q8_K_ref(w, a, n);
+  return SNAPKV_ISA::dot_q5_K_q8_K_ref(w, a, n);
 #endif
 }
 
@@ -344,7 +344,7 @@ float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
   }
   return sum;
 #else
-  return dot_q6_K_q8_K_ref(w, a, n);
+  return SNAPKV_ISA::dot_q6_K_q8_K_ref(w, a, n);
 #endif
 }
 

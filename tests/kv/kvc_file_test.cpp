@@ -53,7 +53,7 @@ CacheConfig make_config(PolicyKind policy, CodecKind codec, size_t fp16_sinks = 
   c.kivi_fp16_sinks = fp16_sinks;
   c.rotation_seed = 77;  // kivi2r/kivi4r (kD = 12: Hadamard blocks of 8 and 4)
   c.kitty_channels = 3;  // kitty
-  c.gear_rank = 3;  // codec parameters off their defaults: the file must carry them
+  c.gear_rank = 3;       // codec parameters off their defaults: the file must carry them
   c.gear_sparse = 0.05;
   c.zip_salient = 0.3;
   c.zip_high_bits = 16;
@@ -127,8 +127,8 @@ void expect_same_continuation(LayerCache& a, LayerCache& b, uint64_t seed,
 TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
   const PolicyKind policies[] = {PolicyKind::full,   PolicyKind::snapkv, PolicyKind::streaming,
                                  PolicyKind::random, PolicyKind::knorm,  PolicyKind::chunkkv};
-  const CodecKind codecs[] = {CodecKind::fp16,   CodecKind::kivi2,  CodecKind::kivi4,
-                              CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty,
+  const CodecKind codecs[] = {CodecKind::fp16,     CodecKind::kivi2,  CodecKind::kivi4,
+                              CodecKind::kivi2r,   CodecKind::kivi4r, CodecKind::kitty,
                               CodecKind::zipcache, CodecKind::gear};
   const std::vector<int32_t> tokens = tokens_of(kS);
   const ModelFingerprint fp = fingerprint(3);
@@ -336,8 +336,10 @@ TEST(KvcFile, MalformedPayloadsWithAValidChecksumAreNamed) {
        [](auto& b) {
          poke<double>(b, kAllocationAt + offsetof(KvcAllocationRecord, ada_floor), 2.0);
        }},
-      {"allocation reserved bytes",
-       [](auto& b) { b[kAllocationAt + offsetof(KvcAllocationRecord, reserved)] = 1; }},
+      {"codec fields unused by the codec (kivi2)",
+       [](auto& b) {
+         poke<uint32_t>(b, kAllocationAt + offsetof(KvcAllocationRecord, codec_count), 1);
+       }},
       {"decode window without a decode budget",
        [](auto& b) { poke<uint64_t>(b, kDecode0At + offsetof(KvcDecodeRecord, n_recent), 1); }},
       {"decode re-selections without a decode budget",

@@ -48,7 +48,8 @@
 //   gear:         the kivi record (at gear_bits), then KvcGearCorrection and the correction
 //                 arrays of include/snapkv/kv/gear.h.
 //   zipcache:     KvcZipStore, then the arrays listed in include/snapkv/kv/zipcache.h.
-// gear / zipcache parameters live in KvcAllocationRecord::codec_* (version 2) (zeros for the other codecs):
+// gear / zipcache parameters live in KvcAllocationRecord::codec_* (version 2) (zeros for the other
+// codecs):
 //   gear:     codec_fraction = gear_sparse, codec_count = gear_rank, codec_bits = gear_bits
 //   zipcache: codec_fraction = zip_salient, codec_count = 0,         codec_bits = zip_high_bits
 //
