@@ -62,7 +62,7 @@ gguf::File requantized(const gguf::File& f, gguf::TensorType type) {
 }
 
 struct Trace {
-  std::vector<float> logits;    // [prompt tokens + steps][n_vocab]
+  std::vector<float> logits;    // [1 + steps][n_vocab]: after the prompt, then after each step
   std::vector<int32_t> greedy;  // argmax after the prompt and after each step
 };
 
@@ -113,12 +113,11 @@ TEST_P(Q8ActivationModel, LogitsWithinChainBound) {
   const double n_products = 4.0 * static_cast<double>(model.config().n_layers) + 1.0;
   const double chain = n_products * max_abs / 254.0;
   EXPECT_LE(max_diff, 4.0 * chain);
-  // Greedy tokens, step by step (rows of the steps: the last prompt row, then one per decode).
-  const size_t first = prompt.size() - 1;
+  // Greedy tokens, step by step (row s: after the prompt for s = 0, then after decode step s).
   size_t flips = 0;
   for (size_t s = 0; s < f32.greedy.size(); ++s) {
-    const float* a = f32.logits.data() + (first + s) * n_vocab;
-    const float* b = q8.logits.data() + (first + s) * n_vocab;
+    const float* a = f32.logits.data() + s * n_vocab;
+    const float* b = q8.logits.data() + s * n_vocab;
     std::vector<float> sorted(a, a + n_vocab);
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
     double step_diff = 0.0;
