@@ -8,6 +8,10 @@
 
 #include "snapkv/util/error.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace snapkv {
 
 namespace detail {
@@ -23,7 +27,10 @@ CpuFeatures detect() {
   // libgcc's checks include the OS's XSAVE support for the YMM / ZMM state.
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
+  // clang 14's __builtin_cpu_supports has no "f16c": CPUID leaf 1, ECX bit 29 (F16C uses the
+  // YMM state that the avx2 check above already requires the OS to save).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
