@@ -8,7 +8,7 @@
 #   scripts/bench_record.sh                       # everything below, into docs/results/bench/
 #   PARTS="kernels ttft" scripts/bench_record.sh  # a subset
 #
-# Parts (PARTS, default "engine kernels ttft"):
+# Parts (PARTS, default "engine kernels ttft serve"):
 #   engine   scripts/bench_vs_llamacpp.sh on each file of $BIG_DIR/random-0.73b-{F16,Q8_0,Q4_K_M,Q6_K}
 #            (F16 = the ctx20k file) at a 512-token prompt and 64 generated tokens, 2 threads, 3
 #            repetitions; Q8_0 also at 1 thread (thread scaling). The files are random-weight
@@ -19,6 +19,8 @@
 #            medians of 3, JSON.
 #   ttft     scripts/bench_ttft.py: time to first token from a .kvc vs a fresh prefill, the shipped
 #            model at 2K (3 repetitions) and the 0.73B file at 4K (TTFT_BIG_REPS, default 1).
+#   serve    scripts/serve_load.py: 200 requests from 8 concurrent clients against `snapkv serve` on
+#            the shipped model (failures, latency percentiles, server RSS at start and end).
 # Environment: OUT (default docs/results/bench), SNAPKV (default build/snapkv), LLAMA_BUILD (default
 # /work/llama.cpp/build), BIG_DIR (default /work/models-big), THREADS (default 2).
 set -euo pipefail
@@ -29,7 +31,7 @@ SNAPKV=${SNAPKV:-build/snapkv}
 LLAMA_BUILD=${LLAMA_BUILD:-/work/llama.cpp/build}
 BIG_DIR=${BIG_DIR:-/work/models-big}
 THREADS=${THREADS:-2}
-PARTS=${PARTS:-"engine kernels ttft"}
+PARTS=${PARTS:-"engine kernels ttft serve"}
 TTFT_BIG_REPS=${TTFT_BIG_REPS:-1}
 mkdir -p "$OUT"
 [[ -x "$SNAPKV" ]] || { echo "bench_record.sh: error: no snapkv binary at '$SNAPKV'" >&2; exit 2; }
@@ -67,14 +69,19 @@ for part in $PARTS; do
       rm -f "$OUT/ttft.jsonl"
       log "ttft: shipped model, 2K"
       python3 scripts/bench_ttft.py --snapkv "$SNAPKV" --threads "$THREADS" --reps 3 \
-        --cases models/snapkv-tiny4.gguf:2048 --json "$OUT/ttft.jsonl" | tee "$OUT/ttft.txt"
+        --cases models/snapkv-tiny4.gguf:1900 --json "$OUT/ttft.jsonl" | tee "$OUT/ttft.txt"
       log "ttft: 0.73B, 4K"
       python3 scripts/bench_ttft.py --snapkv "$SNAPKV" --threads "$THREADS" \
         --reps "$TTFT_BIG_REPS" --cases "$BIG_DIR/random-0.73b-ctx20k.gguf:4096" \
         --json "$OUT/ttft.jsonl" | tee -a "$OUT/ttft.txt"
       ;;
+    serve)
+      log "serve: 200 requests, 8 clients"
+      python3 scripts/serve_load.py --snapkv "$SNAPKV" --json "$OUT/serve_load.json" \
+        | tee "$OUT/serve_load.txt"
+      ;;
     *)
-      echo "bench_record.sh: error: unknown part '$part', expected engine|kernels|ttft" >&2
+      echo "bench_record.sh: error: unknown part '$part', expected engine|kernels|ttft|serve" >&2
       exit 2
       ;;
   esac

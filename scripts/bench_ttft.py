@@ -137,7 +137,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--snapkv", default=os.path.join(ROOT, "build", "snapkv"))
     ap.add_argument("--cases", nargs="+",
-                    default=[os.path.join(ROOT, "models", "snapkv-tiny4.gguf") + ":2048",
+                    default=[os.path.join(ROOT, "models", "snapkv-tiny4.gguf") + ":1900",
                              BIG_MODEL + ":4096", BIG_MODEL + ":16384"],
                     help="MODEL:TOKENS pairs")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per measurement (>= 3)")
