@@ -187,7 +187,8 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->group(group);
   app.add_option("--decode-budget", o.decode_budget,
                  "Rows per KV head kept during generation, re-selected every --decode-interval "
-                 "steps with the newest queries (0 = decode steps never evict)")
+                 "steps with the newest queries (0 = decode steps never evict; eval applies it to "
+                 "evicting methods only: full and codec-only methods keep every row)")
       ->capture_default_str()
       ->group(group);
   app.add_option("--decode-interval", o.decode_interval,
@@ -317,18 +318,44 @@ bool print_cache_config_if_asked(const CLI::App& app) {
   return true;
 }
 
+namespace {
+// "" when `piece` is a plain decimal integer (optional sign, no leading zero unless it is "0");
+// otherwise why not. CLI11 converts integers with strtoll(..., 0), which reads "010" as 8 and
+// "0x10" as 16: a user typing a count never means that.
+std::string decimal_problem(const std::string& piece) {
+  size_t i = piece.find_first_not_of(" \t");
+  if (i == std::string::npos) return std::string();  // empty: CLI11 reports it
+  if (piece[i] == '+' || piece[i] == '-') ++i;
+  const size_t digits = piece.find_first_not_of("0123456789", i);
+  const size_t end = piece.find_last_not_of(" \t") + 1;
+  if (digits == i || (digits != std::string::npos && digits < end)) {
+    return std::string();  // not a number at all: CLI11's own conversion error names it
+  }
+  if (end - i > 1 && piece[i] == '0') {
+    return "an integer is read in decimal, got " + piece + ", expected no leading zeros";
+  }
+  return std::string();
+}
+}  // namespace
+
 void reject_negative_unsigned(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
-    if (opt->get_type_name().rfind("UINT", 0) != 0) continue;
+    const std::string type = opt->get_type_name();
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
     opt->check(CLI::Validator(
-        [](std::string& v) -> std::string {
+        [is_unsigned](std::string& v) -> std::string {
           const size_t b = v.find_first_not_of(" \t");
-          if (b != std::string::npos && v[b] == '-') {
+          if (is_unsigned && b != std::string::npos && v[b] == '-') {
             return "a count cannot be negative, got " + v + ", expected an integer >= 0";
           }
-          return std::string();
+          if (v.find_first_of("xXbBoO") != std::string::npos && b != std::string::npos &&
+              v[b] == '0') {
+            return "an integer is read in decimal, got " + v + ", expected digits 0-9 only";
+          }
+          return decimal_problem(v);
         },
-        "", "non-negative"));
+        "", "decimal"));
   }
   for (CLI::App* sub : app.get_subcommands({})) reject_negative_unsigned(*sub);
 }

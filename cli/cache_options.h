@@ -143,7 +143,8 @@ void add_json_option(CLI::App& app, JsonOutput& out, const std::string& what);
 bool print_cache_config_if_asked(const CLI::App& app);
 
 // Rejects a leading '-' on every unsigned option of `app` and its subcommands (CLI11 would wrap
-// "-1" to 2^64 - 1): "--n: a count cannot be negative, got -1".
+// "-1" to 2^64 - 1): "--n: a count cannot be negative, got -1"; and, on every integer option,
+// anything but decimal digits (CLI11 would read "010" as octal 8 and "0x10" as 16).
 void reject_negative_unsigned(CLI::App& app);
 
 // Reads a prompt/text file: a regular file (not a directory, FIFO or device) of at most

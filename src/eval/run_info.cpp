@@ -1,7 +1,6 @@
 // What a result file records about its run: model file hash, git commit, machine, date
-// (eval/report.h). SHA-256 comes from libcrypto (checked against FIPS 180-4 vectors in
+// (eval/report.h). SHA-256 is util/sha256.h (libcrypto; checked against FIPS 180-4 vectors in
 // report_test).
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,43 +13,10 @@
 
 #include "snapkv/eval/report.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/sha256.h"
 
 namespace snapkv::eval {
 namespace {
-
-// SHA-256 from OpenSSL's libcrypto (EVP interface), streamed.
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) {
-    if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) fail("init");
-  }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-
-  void update(const uint8_t* data, size_t n) {
-    if (n > 0 && EVP_DigestUpdate(ctx_, data, n) != 1) fail("update");
-  }
-
-  std::string hex() {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    if (EVP_DigestFinal_ex(ctx_, digest, &len) != 1) fail("final");
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out += digits[digest[i] >> 4];
-      out += digits[digest[i] & 0xF];
-    }
-    return out;
-  }
-
- private:
-  [[noreturn]] static void fail(const char* step) {
-    throw_runtime("eval", "libcrypto SHA-256 failed", step, "a working OpenSSL");
-  }
-  EVP_MD_CTX* ctx_;
-};
 
 // First line of a shell command's stdout ("" when it fails). Only fixed command strings are run
 // (no user input reaches the shell); see collect_run_info for what the git lines record.
@@ -72,24 +38,22 @@ std::string first_line(const std::string& s) {
 }  // namespace
 
 std::string sha256_hex(std::span<const uint8_t> bytes) {
-  Sha256 h;
-  h.update(bytes.data(), bytes.size());
-  return h.hex();
+  return to_hex(snapkv::sha256(bytes));
 }
 
 std::string sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_runtime("eval", "cannot read model file", path, "a readable file");
-  Sha256 h;
+  snapkv::Sha256 h;
   std::vector<char> buffer(1 << 20);
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const std::streamsize got = in.gcount();
     if (got > 0)
-      h.update(reinterpret_cast<const uint8_t*>(buffer.data()), static_cast<size_t>(got));
+      h.update({reinterpret_cast<const uint8_t*>(buffer.data()), static_cast<size_t>(got)});
   }
   if (in.bad()) throw_runtime("eval", "read error in model file", path, "a readable file");
-  return h.hex();
+  return to_hex(h.finish());
 }
 
 RunInfo collect_run_info(const std::string& model_path, int threads, const std::string& command) {

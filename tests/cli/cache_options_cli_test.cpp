@@ -131,6 +131,20 @@ TEST(CacheOptionsCli, NegativeCountsAreRefusedNotWrapped) {
   expect_usage_error("bench --repeats -2", "cannot be negative", dir);
 }
 
+// CLI11 converts integers with base 0: "010" would be 8 and "0x20" 32. Refused on signed and
+// unsigned options alike; a plain "0" and other decimals still parse.
+TEST(CacheOptionsCli, NonDecimalIntegersAreRefused) {
+  TempDir dir("cacheopts");
+  const std::string run = "run --model " + kModel + " --prompt hello ";
+  expect_usage_error(run + "--budget 010", "read in decimal", dir);
+  expect_usage_error(run + "--budget 0x20", "read in decimal", dir);
+  expect_usage_error(run + "--max-tokens=00", "read in decimal", dir);
+  expect_usage_error("tasks gen --n 0b11", "read in decimal", dir);
+  expect_usage_error(run + "--kernel 07", "read in decimal", dir);
+  const CliResult ok = run_cli(run + "--budget 100 --decode-budget 0 --max-tokens 1", dir);
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+}
+
 // kitty's channel count: zero, past head_dim (32 on the shipped model) or past the uint16 index.
 TEST(CacheOptionsCli, BadKittyChannelsAreRefused) {
   TempDir dir("cacheopts");
