@@ -6,7 +6,9 @@ outside this repository (never part of our CMake), runs it on each fixture's mod
 fixture's prompt and as many greedy steps as the float64 reference, and writes next to it:
   logits_llamacpp.npy  [T + N][V] float32, llama.cpp's logits (F32 K/V cache, no flash attention)
   llamacpp.json        llama.cpp's greedy continuation and the measured max |llama.cpp - float64|
-The C++ test compares our engine with these (tests/model/arch_llamacpp_test.cpp).
+The C++ test compares our engine with these (tests/model/arch_test.cpp); the quantized files of
+tests/model/data/arch_quant/ have their own generator (tools/make_quant_arch_fixtures.py), which
+reuses compile_dumper below.
 
 Run:  /usr/bin/python3 tools/llama_cpp_logits.py [--llama-cpp /work/llama.cpp]
       [--build /work/llama.cpp/build] [--only llama3,qwen2]

@@ -195,8 +195,13 @@ def fp16_round(a):
     return a.astype(np.float16).astype(np.float64)
 
 
-def forward(spec, w64, tokens, kv16=False):
-    """float64 logits [T][V] of the whole sequence."""
+def forward(spec, w64, tokens, kv16=False, act=None):
+    """float64 logits [T][V] of the whole sequence. act(x, name), when given, replaces each
+    weight product's input x before it meets weight `name` (tools/make_quant_arch_fixtures.py
+    rounds it there as llama.cpp quantizes activations)."""
+    def mm(x, name):
+        return (x if act is None else act(x, name)) @ w64[name].T
+
     T = len(tokens)
     H, KV, hd, eps = spec["n_heads"], spec["n_kv"], head_dim(spec), spec["rms_eps"]
     pos = np.arange(T)
@@ -207,9 +212,9 @@ def forward(spec, w64, tokens, kv16=False):
     for l in range(spec["n_layers"]):
         p = "blk.%d." % l
         h = rmsnorm(x, w64[p + "attn_norm.weight"], eps)
-        q = h @ w64[p + "attn_q.weight"].T
-        k = h @ w64[p + "attn_k.weight"].T
-        v = h @ w64[p + "attn_v.weight"].T
+        q = mm(h, p + "attn_q.weight")
+        k = mm(h, p + "attn_k.weight")
+        v = mm(h, p + "attn_v.weight")
         if spec["qkv_bias"]:
             q, k, v = q + w64[p + "attn_q.bias"], k + w64[p + "attn_k.bias"], v + w64[p + "attn_v.bias"]
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
@@ -227,14 +232,13 @@ def forward(spec, w64, tokens, kv16=False):
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             out[:, head, :] = s @ v[:, kv, :]
-        x = x + out.reshape(T, H * hd) @ w64[p + "attn_output.weight"].T
+        x = x + mm(out.reshape(T, H * hd), p + "attn_output.weight")
         h = rmsnorm(x, w64[p + "ffn_norm.weight"], eps)
-        gate = h @ w64[p + "ffn_gate.weight"].T
-        up = h @ w64[p + "ffn_up.weight"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w64[p + "ffn_down.weight"].T
+        gate = mm(h, p + "ffn_gate.weight")
+        up = mm(h, p + "ffn_up.weight")
+        x = x + mm(gate / (1.0 + np.exp(-gate)) * up, p + "ffn_down.weight")
     x = rmsnorm(x, w64["output_norm.weight"], eps)
-    out_w = w64["token_embd.weight"] if spec["tied"] else w64["output.weight"]
-    return x @ out_w.T
+    return mm(x, "token_embd.weight" if spec["tied"] else "output.weight")
 
 
 def write_gguf(path, spec, w, vocab):

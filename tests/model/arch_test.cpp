@@ -425,5 +425,66 @@ TEST(Arch, SnapKvWithKiviRunsOnLlama3AndQwen3) {
   }
 }
 
+// Every cache method unchanged on every architecture: each policy (fp16 rows) and each codec
+// (SnapKV selection) prefills the fixture's prompt, compresses it to the budget and decodes a few
+// steps; the cache holds what the method promises (budget rows per KV head, sinks first, sorted
+// positions, the decoded rows appended) and the logits stay finite. Accuracy per method is the
+// eval layer's business; this checks that no method depends on one architecture's shapes
+// (qwen3's head_dim 64 != n_embd / n_heads, GQA groups, NEOX RoPE).
+TEST(Arch, EveryPolicyAndCodecRunsOnEveryArchitecture) {
+  const std::vector<PolicyKind> policies = {
+      PolicyKind::full,  PolicyKind::snapkv,  PolicyKind::streaming, PolicyKind::random,
+      PolicyKind::knorm, PolicyKind::chunkkv, PolicyKind::keydiff,   PolicyKind::expected_attention,
+      PolicyKind::kvzip};
+  const std::vector<CodecKind> codecs = {CodecKind::fp16,     CodecKind::kivi2,  CodecKind::kivi4,
+                                         CodecKind::kivi2r,   CodecKind::kivi4r, CodecKind::kitty,
+                                         CodecKind::zipcache, CodecKind::gear};
+  std::vector<CacheConfig> configs;
+  for (PolicyKind p : policies) {
+    CacheConfig c;
+    c.policy = p;
+    configs.push_back(c);
+  }
+  for (CodecKind k : codecs) {
+    CacheConfig c;
+    c.codec = k;
+    configs.push_back(c);
+  }
+  for (const std::string& name : all_fixtures()) {
+    const Fixture& f = fixture(name);
+    const LlamaModel model = LlamaModel::load(f.path());
+    for (CacheConfig config : configs) {
+      config.budget = 24;
+      config.window = 8;
+      config.kernel = 3;
+      config.kivi_group = 8;
+      config.kivi_residual = 8;
+      config.validate();
+      const std::string what = name + " " + std::string(to_string(config.policy)) + "/" +
+                               std::string(to_string(config.codec));
+      LlamaSession session(model, config);
+      std::vector<float> logits = session.prefill(f.prompt);
+      const size_t kept = config.policy == PolicyKind::full ? f.prompt.size() : config.budget;
+      for (const LayerCache& cache : session.caches()) {
+        ASSERT_EQ(cache.size(), kept) << what;
+        for (size_t h = 0; h < f.n_kv_heads; ++h) {
+          const auto pos = cache.positions(h);
+          ASSERT_EQ(pos.size(), kept) << what;
+          EXPECT_TRUE(std::is_sorted(pos.begin(), pos.end())) << what;
+          for (size_t s = 0; s < config.n_sink; ++s) {
+            EXPECT_EQ(pos[s], static_cast<int64_t>(s)) << what;
+          }
+        }
+      }
+      for (size_t s = 0; s < 3; ++s) {
+        logits = session.decode(argmax(logits));
+        for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << what;
+      }
+      EXPECT_EQ(session.caches().front().size(), kept + 3) << what;
+      EXPECT_EQ(session.n_past(), f.prompt.size() + 3) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace snapkv
