@@ -215,9 +215,11 @@ snapkv::cli::RegisterCommand reg{
       auto opts = std::make_shared<SelectOptions>();
       sub.add_option("--keys", opts->keys, "K.npy: float32 [n_kv_heads][S][head_dim], rotated keys")
           ->required();
-      sub.add_option("--queries", opts->queries,
-                     "Q.npy: float32 [n_heads][W][head_dim], the queries of the last W positions "
-                     "(paper mode); without it the last --window keys are proxy queries");
+      sub.add_option(
+          "--queries", opts->queries,
+          "Q.npy: float32 [n_heads][W][head_dim], the queries of the last W positions "
+          "(paper mode); without it the last --window keys are proxy queries over the keys "
+          "before the window");
       snapkv::cli::CacheOptionSpec spec;
       spec.methods = snapkv::cli::MethodArity::none;
       spec.prefill_chunk = false;

@@ -17,7 +17,8 @@
 # Environment: SNAPKV (binary, default build/snapkv), MODEL (default: first models/*.gguf),
 # N (samples per task), CONTEXTS, PPL_CONTEXTS (perplexity prefixes), TASKS, METHODS, KEEPS,
 # WINDOWS (perplexity windows), THREADS, OUT (output directory), SEED, TEXT (perplexity text
-# file; default the coreutils manual, below).
+# file; default the coreutils manual, below), EXTRA_ARGS (more `snapkv eval` cache options for
+# every run, split on spaces, e.g. EXTRA_ARGS=--no-keep-window; recorded in each JSON's command).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,6 +71,10 @@ fi
 if [[ "$TEXT" == filler ]]; then TEXT=""; fi
 
 common=(--model "$MODEL" --methods "$METHODS" --keep "$KEEPS" --seed "$SEED" --threads "$THREADS")
+if [[ -n "${EXTRA_ARGS:-}" ]]; then
+  read -r -a extra <<<"$EXTRA_ARGS"
+  common+=("${extra[@]}")
+fi
 for ctx in $CONTEXTS; do
   echo "== tasks, query-aware, context $ctx" >&2
   "$SNAPKV" eval "${common[@]}" --tasks "$TASKS" --context "$ctx" --n "$N" \

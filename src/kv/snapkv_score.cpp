@@ -120,6 +120,20 @@ void proxy_window_scores(float* out, const float* keys, size_t n_rows, size_t he
                      causal);
 }
 
+void proxy_candidate_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
+                            size_t window) {
+  check_score_args(n_rows, head_dim, 1, window);
+  const size_t w = std::min(window, n_rows);
+  if (n_rows == w) {  // no candidate outside the window: the plain proxy scores
+    proxy_window_scores(out, keys, n_rows, head_dim, window, true);
+    return;
+  }
+  const size_t n_before = n_rows - w;
+  // Every window row sees every candidate before the window, so the causal mask changes nothing.
+  window_scores_rows(out, keys, n_before, head_dim, keys + n_before * head_dim, 1, w, 0, w, false);
+  std::fill(out + n_before, out + n_rows, 1.0f);
+}
+
 void window_scores_ref(double* out, const float* keys, size_t n_rows, size_t head_dim,
                        const float* queries, size_t n_group, size_t n_window, bool causal) {
   check_score_args(n_rows, head_dim, n_group, n_window);
@@ -222,7 +236,7 @@ std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const Cache
     window_scores_rows(raw.data(), in.keys, in.n_rows, in.head_dim, in.queries, in.n_group,
                        in.n_window, in.n_window - w, w, config.causal);
   } else {
-    proxy_window_scores(raw.data(), in.keys, in.n_rows, in.head_dim, config.window, config.causal);
+    proxy_candidate_scores(raw.data(), in.keys, in.n_rows, in.head_dim, config.window);
   }
   if (config.pool == PoolKind::none || config.kernel == 1) return raw;
   std::vector<float> pooled(in.n_rows);

@@ -101,8 +101,16 @@ Reference reference(const Inputs& in, size_t h, bool with_queries, bool causal) 
   }
   Reference ref;
   ref.scores.resize(in.S);
-  window_scores_ref(ref.scores.data(), keys.data(), in.S, in.d, queries.data(), group, in.w,
-                    causal);
+  if (with_queries) {
+    window_scores_ref(ref.scores.data(), keys.data(), in.S, in.d, queries.data(), group, in.w,
+                      causal);
+  } else {
+    // Proxy keys score only the rows before the window; the window's rows score 1
+    // (proxy_candidate_scores). The causal mask cannot matter there.
+    const size_t before = in.S - in.w;
+    window_scores_ref(ref.scores.data(), keys.data(), before, in.d, queries.data(), 1, in.w, false);
+    std::fill(ref.scores.begin() + static_cast<long>(before), ref.scores.end(), 1.0);
+  }
   double max_abs_dot = 0.0;
   for (size_t r = 0; r < group * in.w; ++r) {
     for (size_t j = 0; j < in.S; ++j) {
@@ -179,16 +187,18 @@ TEST(SelectCli, QueriesModeJsonShapeScoresAndSelection) {
   }
 }
 
-TEST(SelectCli, ProxyModeNoCausalMatchesReference) {
+TEST(SelectCli, ProxyModeMatchesReferenceCausalOrNot) {
   TempDir dir("select");
   const Inputs in = make_inputs(2);
   const Files f = write_inputs(in, dir);
-  const json j = parse_ok(run_cli(
-      "select --keys " + f.k + " --window 8 --budget 20 --sinks 4 --no-causal" + kPlain, dir));
+  const std::string common = "select --keys " + f.k + " --window 8 --budget 20 --sinks 4" + kPlain;
+  const json open = parse_ok(run_cli(common + " --no-causal", dir));
+  const json causal = parse_ok(run_cli(common, dir));
   for (size_t h = 0; h < in.n_kv; ++h) {
     const Reference ref = reference(in, h, false, false);
-    expect_scores_near(head_scores(j, h), ref.scores, ref.rel_tol,
+    expect_scores_near(head_scores(open, h), ref.scores, ref.rel_tol,
                        "proxy head " + std::to_string(h));
+    EXPECT_EQ(head_scores(causal, h), head_scores(open, h)) << "head " << h;
   }
 }
 

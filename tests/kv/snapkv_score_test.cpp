@@ -153,6 +153,32 @@ TEST(WindowScores, ProxyModeUsesTheLastKeysAsQueries) {
   EXPECT_EQ(proxy, explicit_q);
 }
 
+TEST(WindowScores, ProxyCandidatesAttendOnlyBeforeTheWindow) {
+  // The last w keys are the queries; their softmax runs over the n - w keys before the window
+  // (against the double reference over those keys alone), and the window's rows score 1.
+  const size_t n = 150, d = 16, w = 12;
+  const auto keys = random_normal(n * d, 21);
+  std::vector<float> got(n);
+  proxy_candidate_scores(got.data(), keys.data(), n, d, w);
+  std::vector<double> ref(n - w);
+  window_scores_ref(ref.data(), keys.data(), n - w, d, keys.data() + (n - w) * d, 1, w, false);
+  const double rel =
+      score_bound(keys.data(), n - w, d, keys.data() + (n - w) * d, w) + (w + 2) * kU;
+  double sum = 0.0;
+  for (size_t j = 0; j < n - w; ++j) {
+    EXPECT_NEAR(got[j], ref[j], rel * ref[j] + 1e-30) << "row " << j;
+    sum += got[j];
+  }
+  EXPECT_NEAR(sum, 1.0, (n + 40) * kU);  // the candidates' scores still sum to one
+  for (size_t j = n - w; j < n; ++j) EXPECT_EQ(got[j], 1.0f) << "window row " << j;
+  // With no candidate outside the window the plain proxy scores remain.
+  std::vector<float> small(w), plain_small(w);
+  proxy_candidate_scores(small.data(), keys.data(), w, d, w);
+  proxy_window_scores(plain_small.data(), keys.data(), w, d, w, true);
+  EXPECT_EQ(small, plain_small);
+  EXPECT_THROW(proxy_candidate_scores(got.data(), keys.data(), n, d, 0), std::invalid_argument);
+}
+
 TEST(WindowScores, RejectsEmptyShapes) {
   std::vector<float> keys(8), out(2);
   EXPECT_THROW(window_scores(out.data(), keys.data(), 0, 4, keys.data(), 1, 1, true),
@@ -238,7 +264,7 @@ TEST(CandidateScores, QueriesOrProxyThenPooling) {
   in.keys = keys.data();
   // Proxy: no queries.
   std::vector<float> want(n);
-  proxy_window_scores(want.data(), keys.data(), n, d, 8, true);
+  proxy_candidate_scores(want.data(), keys.data(), n, d, 8);
   EXPECT_EQ(snapkv_candidate_scores(in, config), want);
   // True queries: only the last config.window = 8 of the 40 rows of each head are used.
   in.queries = queries.data();

@@ -32,6 +32,16 @@ void window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim
 void proxy_window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
                          size_t window, bool causal);
 
+// What snapkv_candidate_scores uses without queries (snapkv-proxy, chunkkv and kvzip's fallback):
+// the last w = min(window, n_rows) keys act as queries over the n_rows - w candidates *before*
+// the window only (softmax over those, averaged over the w rows); the window's own rows score 1,
+// the largest a mean of probabilities can be, so they rank first. A key's largest logit is with
+// itself (|k|^2) and its neighbours, so proxy_window_scores puts most of the window's mass on the
+// window, which is kept anyway, and ranks the rest on what is left (docs/TUNING.md,
+// "snapkv-proxy"). n_rows <= window: proxy_window_scores(..., causal = true).
+void proxy_candidate_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
+                            size_t window);
+
 // Double-precision reference of window_scores (no BLAS, no fast exp), for tests and tools.
 void window_scores_ref(double* out, const float* keys, size_t n_rows, size_t head_dim,
                        const float* queries, size_t n_group, size_t n_window, bool causal);
@@ -47,7 +57,9 @@ std::vector<uint32_t> select_rows(const float* scores, size_t n_rows, size_t bud
                                   size_t n_forced_tail);
 
 // The whole scoring step for one policy call: true queries when in.queries is set (the last
-// min(in.n_window, config.window) of them), else proxy keys; then config.pool. Returns [n_rows].
+// min(in.n_window, config.window) of them), else proxy_candidate_scores; then config.pool.
+// config.causal applies to true queries (the proxy's keys see only the rows before the window).
+// Returns [n_rows].
 std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const CacheConfig& config);
 
 // Rows of the window that keep_window protects: min(config.window, n_rows) when keep_window.
