@@ -48,6 +48,7 @@ struct ChatCmdOptions {
   uint64_t seed = 0;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  bool no_chat = false;  // no template: each turn as a plain line of text
 };
 
 // Kept rows per KV head over the layers: min, mean, max.
@@ -106,11 +107,17 @@ int run_chat(ChatCmdOptions& o) {
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   ChatTemplate chat_template = [&] {
+    if (o.no_chat) {
+      const Vocab& v = tokenizer.vocab();
+      const bool bos =
+          v.add_bos && v.bos_id >= 0 && static_cast<size_t>(v.bos_id) < v.tokens.size();
+      return ChatTemplate::plain(bos ? tokenizer.token_to_piece(v.bos_id, /*special=*/true) : "");
+    }
     try {
       return ChatTemplate::from_gguf(model.file());
     } catch (const RuntimeError& e) {
       throw RuntimeError(std::string(e.what()) +
-                         " (snapkv chat needs one; `snapkv run --prompt` takes raw text)");
+                         " (pass --no-chat to send each turn as a plain line of text)");
     }
   }();
   if (!o.quiet) {
@@ -189,7 +196,8 @@ snapkv::cli::RegisterCommand reg{
       sub.footer(
           "Example:\n  printf 'Hello\\nAnd then?\\n' | snapkv chat --model M.gguf --budget 256\n"
           "One user turn per line on stdin; /exit or end of input ends the chat. The model's\n"
-          "tokenizer.chat_template must be a Llama 3, ChatML / Qwen or Mistral [INST] template.\n"
+          "tokenizer.chat_template must be a Llama 3, ChatML / Qwen or Mistral [INST] template\n"
+          "(--no-chat: none, each turn a plain line of text).\n"
           "The first turn is compressed to --budget like run's prompt; later turns and replies\n"
           "are kept under --decode-budget (default: --budget), re-selected by --method.");
       sub.add_option("--model", o->model, "GGUF model file with a chat template")->required();
@@ -206,6 +214,9 @@ snapkv::cli::RegisterCommand reg{
           "one object per turn (reply, tokens, kept rows, KV bytes): a line per turn on stdout, "
           "or an array written to FILE at the end");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      sub.add_flag("--no-chat", o->no_chat,
+                   "No chat template: each turn and reply is a plain line of text (base models, "
+                   "unrecognised templates)");
       return [o] { return run_chat(*o); };
     }};
 

@@ -96,6 +96,8 @@ std::string_view to_string(ChatFamily family) {
       return "chatml";
     case ChatFamily::mistral:
       return "mistral";
+    case ChatFamily::plain:
+      return "plain";
   }
   return "invalid";
 }
@@ -162,6 +164,19 @@ ChatTemplate ChatTemplate::from_gguf(const gguf::File& file) {
                    token_text("tokenizer.ggml.eos_token_id"));
 }
 
+ChatTemplate ChatTemplate::plain(std::string bos_text) {
+  ChatTemplate t;
+  t.family_ = ChatFamily::plain;
+  t.bos_text_ = std::move(bos_text);
+  return t;
+}
+
+std::string ChatTemplate::render_plain(std::span<const ChatMessage> messages) const {
+  std::string out = bos_text_;
+  for (const ChatMessage& m : messages) out += m.content + "\n";
+  return out;
+}
+
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  const ChatOptions& options) const {
   check_roles(messages);
@@ -172,6 +187,8 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
       return render_chatml(messages, options);
     case ChatFamily::mistral:
       return render_mistral(messages);
+    case ChatFamily::plain:
+      return render_plain(messages);
   }
   return {};
 }

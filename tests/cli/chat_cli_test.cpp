@@ -74,6 +74,29 @@ TEST(ChatCli, ModelWithoutTemplateIsANamedError) {
   EXPECT_NE(r.err.find("--system without --chat"), std::string::npos) << r.err;
 }
 
+// --no-chat: the same model chats with each turn as a plain line; the turns share one cache
+// (the second turn feeds only its own line, not the whole history again).
+TEST(ChatCli, NoChatSendsPlainLines) {
+  TempDir dir("chat_cli");
+  CliResult r = run_cli_input("chat --model '" + kShipped +
+                                  "' --no-chat --quiet --max-tokens 3 "
+                                  "--budget 64 --json",
+                              "The secret is 42.\nWhat is the secret?\n", dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 2u) << r.out;
+  EXPECT_TRUE(turns[1].at("canonical").get<bool>()) << turns[1].dump();
+  const size_t fed1 = turns[0].at("fed_tokens").get<size_t>();
+  const size_t fed2 = turns[1].at("fed_tokens").get<size_t>();
+  const size_t gen1 = turns[0].at("tokens").size(), gen2 = turns[1].at("tokens").size();
+  ASSERT_EQ(turns[0].at("stop"), "max_tokens");
+  ASSERT_EQ(turns[1].at("stop"), "max_tokens");
+  EXPECT_GT(fed1, 1u);
+  EXPECT_LT(fed2, fed1 + gen1) << "the second turn re-fed the history: " << r.out;
+  // Each reply's last token waits to be fed with the next turn (fed2 counts it).
+  EXPECT_EQ(turns[1].at("n_past").get<size_t>(), fed1 + gen1 - 1 + fed2 + gen2 - 1) << r.out;
+}
+
 TEST(ChatCli, MultiTurnJsonWithinBudgetAndEofEndsCleanly) {
   TempDir dir("chat_cli");
   const std::string model = write_chat_model(dir);

@@ -143,5 +143,16 @@ TEST(ChatTemplate, TrimFollowsPythonWhiteSpace) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+TEST(ChatTemplate, PlainWritesEachContentOnALine) {
+  const ChatTemplate t = ChatTemplate::plain("<s>");
+  EXPECT_EQ(t.family(), ChatFamily::plain);
+  EXPECT_EQ(to_string(ChatFamily::plain), "plain");
+  const std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}};
+  EXPECT_EQ(t.render(m), "<s>Be brief.\nHi\nYo\n");
+  EXPECT_EQ(ChatTemplate::plain("").render(std::span(m).subspan(1, 1)), "Hi\n");
+  const std::vector<ChatMessage> bad = {{"tool", "x"}};
+  EXPECT_THROW((void)t.render(bad), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace snapkv

@@ -41,9 +41,10 @@ class File;
 
 namespace snapkv {
 
-enum class ChatFamily { llama3, chatml, mistral };
+// plain: no template at all (`--no-chat`): each message's content on a line of its own.
+enum class ChatFamily { llama3, chatml, mistral, plain };
 
-// "llama3", "chatml", "mistral".
+// "llama3", "chatml", "mistral", "plain".
 std::string_view to_string(ChatFamily family);
 
 struct ChatMessage {
@@ -65,6 +66,9 @@ class ChatTemplate {
                                 std::string eos_text);
   // Reads tokenizer.chat_template and the BOS / EOS token texts (tokenizer.ggml.*).
   static ChatTemplate from_gguf(const gguf::File& file);
+  // No template (`chat --no-chat`, a base model): bos_text (empty: none) and then each message's
+  // content followed by "\n", whatever its role; the generation prompt adds nothing.
+  static ChatTemplate plain(std::string bos_text);
 
   // Throws std::invalid_argument for a role other than system / user / assistant, or (mistral)
   // turns that do not alternate user / assistant.
@@ -79,6 +83,7 @@ class ChatTemplate {
   std::string render_llama3(std::span<const ChatMessage> messages, const ChatOptions& o) const;
   std::string render_chatml(std::span<const ChatMessage> messages, const ChatOptions& o) const;
   std::string render_mistral(std::span<const ChatMessage> messages) const;
+  std::string render_plain(std::span<const ChatMessage> messages) const;
 
   ChatFamily family_ = ChatFamily::chatml;
   std::string bos_text_;
