@@ -2,6 +2,7 @@
 // matrix-vector product, so the weight rows can be dotted with int8 codes. Scalar loops (a row is
 // quantized once and then read by every weight row, so this is not the hot loop); round to nearest
 // with ties to even (std::nearbyint in the default rounding mode).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -86,7 +87,7 @@ void quantize_act_q8_K(BlockQ8_K* out, const float* x, size_t n) {
     }
     for (size_t j = 0; j < kQK_K; ++j) {
       const float v = std::nearbyint(iscale * xb[j]);
-      o.qs[j] = static_cast<int8_t>(std::fmin(127.0f, v));
+      o.qs[j] = static_cast<int8_t>(std::min(127.0f, v));  // v is finite: no libm fmin call
     }
     for (size_t j = 0; j < kQK_K / 16; ++j) {
       int sum = 0;
