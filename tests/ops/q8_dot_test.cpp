@@ -463,5 +463,34 @@ TEST(Q8Act, PrecisionSwitch) {
   EXPECT_EQ(matmul_precision(), mm);
 }
 
+// `fastest` (the matmul default): q8 for gemv and for Q8_0 / Q4_0 products of several tokens, f32
+// for the K-quants' multi-token products and for types without integer kernels; the products it
+// runs are those of the precision it names, bit for bit.
+TEST(Q8Act, FastestResolvesPerType) {
+  EXPECT_EQ(kDefaultMatmulPrecision, GemmPrecision::fastest);
+  EXPECT_STREQ(to_string(GemmPrecision::fastest), "fastest");
+  for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, 1), GemmPrecision::q8);
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, 512), GemmPrecision::q8);
+  }
+  for (WeightType type : {WeightType::q4_K, WeightType::q6_K, WeightType::f16}) {
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, 1), GemmPrecision::q8);
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, kGemmMinTokens), GemmPrecision::f32);
+  }
+  EXPECT_EQ(resolve_precision(GemmPrecision::f32, WeightType::q8_0, 512), GemmPrecision::f32);
+  EXPECT_EQ(resolve_precision(GemmPrecision::q8, WeightType::q4_K, 512), GemmPrecision::q8);
+  const size_t rows = 40, cols = 512, n_tokens = 9;
+  const auto x = random_vec(n_tokens * cols, 71);
+  for (WeightType type : {WeightType::q8_0, WeightType::q4_K}) {
+    const auto bytes = encode(type, random_vec(rows * cols, 72, 0.05f), rows, cols);
+    const WeightMatrix w{type, bytes.data(), rows, cols};
+    std::vector<float> fastest(n_tokens * rows), named(n_tokens * rows);
+    matmul(fastest.data(), x.data(), w, n_tokens, GemmPrecision::fastest);
+    matmul(named.data(), x.data(), w, n_tokens, resolve_precision(GemmPrecision::fastest, type, 9));
+    EXPECT_EQ(0, std::memcmp(fastest.data(), named.data(), fastest.size() * sizeof(float)))
+        << to_string(type);
+  }
+}
+
 }  // namespace
 }  // namespace snapkv
