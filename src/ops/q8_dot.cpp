@@ -33,6 +33,7 @@
                       const BlockQ8_K* a, size_t n_tokens, size_t n);                \
   void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows,     \
                       const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n);                  \
   const char* q8_dot_isa();                                                          \
   }
 
@@ -58,6 +59,7 @@ struct Q8DotKernels {
   void (*gemm_q4_K)(float*, size_t, const BlockQ4_K*, size_t, const BlockQ8_K*, size_t, size_t);
   void (*gemm_q5_K)(float*, size_t, const BlockQ5_K*, size_t, const BlockQ8_K*, size_t, size_t);
   void (*gemm_q6_K)(float*, size_t, const BlockQ6_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*quantize_q8_0)(BlockQ8_0*, const float*, size_t);
   const char* (*isa)();
 };
 
@@ -65,7 +67,7 @@ struct Q8DotKernels {
   Q8DotKernels {                                                                           \
     &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K,        \
         &NS::dot_q6_K_q8_K, &NS::gemm_q8_0_q8_0, &NS::gemm_q4_0_q8_0, &NS::gemm_q4_K_q8_K, \
-        &NS::gemm_q5_K_q8_K, &NS::gemm_q6_K_q8_K, &NS::q8_dot_isa                          \
+        &NS::gemm_q5_K_q8_K, &NS::gemm_q6_K_q8_K, &NS::quantize_act_q8_0, &NS::q8_dot_isa  \
   }
 
 const Q8DotKernels kQ8DotTables[kIsaLevelCount] = {SNAPKV_Q8_DOT_TABLE(isa_scalar),
@@ -112,6 +114,13 @@ void gemm_q5_K_q8_K(float* out, size_t ldo, const BlockQ5_K* w, size_t n_rows, c
 void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows, const BlockQ8_K* a,
                     size_t n_tokens, size_t n) {
   q8_kernels().gemm_q6_K(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n) {
+  if (n % kQ8BlockSize != 0) {
+    quantize_act_q8_0_ref(out, x, n);  // throws the length error
+    return;
+  }
+  q8_kernels().quantize_q8_0(out, x, n);
 }
 const char* q8_dot_isa() {
   return q8_kernels().isa();

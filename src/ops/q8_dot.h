@@ -47,6 +47,8 @@ static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block must be 292 bytes as in ggml
 
 // x [n] -> out [n / 32] (n a multiple of 32) and out [n / 256] (n a multiple of 256).
 void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n);
+// The scalar loop that quantize_act_q8_0 (the active ISA level's copy) equals byte for byte.
+void quantize_act_q8_0_ref(BlockQ8_0* out, const float* x, size_t n);
 void quantize_act_q8_K(BlockQ8_K* out, const float* x, size_t n);
 
 // Weight row w [n / block] against quantized activations a [n / block].

@@ -429,6 +429,31 @@ TEST(Q8Act, QuantizersStayWithinBound) {
   EXPECT_THROW(quantize_act_q8_K(k.data(), x.data(), 300), std::invalid_argument);
 }
 
+// The active level's Q8_0 activation quantizer against the scalar reference, byte for byte: random
+// rows at several scales, ties (x * id exactly half-way), all-zero, tiny (1 / d overflows), huge
+// (the fp16 scale overflows) and non-finite blocks.
+TEST(Q8Act, Q8_0QuantizerEqualsReference) {
+  const size_t n_blocks = 12, n = n_blocks * kQ8BlockSize;
+  std::vector<float> x = random_vec(n, 81);
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[i] = static_cast<float>(i) - 15.5f;  // amax 15.5
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[kQ8BlockSize + i] = 0.0f;            // zero
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[2 * kQ8BlockSize + i] = 1e-38f;      // tiny
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[3 * kQ8BlockSize + i] *= 1e7f;       // huge
+  x[4 * kQ8BlockSize + 5] = std::numeric_limits<float>::quiet_NaN();
+  x[5 * kQ8BlockSize + 31] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 6 * kQ8BlockSize; i < 7 * kQ8BlockSize; ++i) x[i] *= 1e-3f;
+  for (size_t i = 7 * kQ8BlockSize; i < 8 * kQ8BlockSize; ++i) {
+    x[i] = 127.0f * static_cast<float>(static_cast<int>(i % 7) - 3) / 2.0f / 127.0f;  // ties
+  }
+  x[7 * kQ8BlockSize] = 1.0f;  // amax 1: d = 1 / 127, x * id lands on halves
+  std::vector<BlockQ8_0> fast(n_blocks), ref(n_blocks);
+  quantize_act_q8_0(fast.data(), x.data(), n);
+  quantize_act_q8_0_ref(ref.data(), x.data(), n);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    EXPECT_EQ(0, std::memcmp(&fast[b], &ref[b], sizeof(BlockQ8_0))) << "block " << b;
+  }
+}
+
 TEST(Q8Act, TypesWithoutIntegerKernelKeepTheF32Path) {
   const size_t rows = 9, cols = 512;
   const auto x = random_vec(cols, 61);
