@@ -13,8 +13,10 @@
 //    < 2^31.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "ops/q8_dot.h"
 #include "util/isa.h"
@@ -228,8 +230,9 @@ float lanes_dot(const Block* w, const BlockQ8_0* a, size_t n) {
 // fma(dw * da, s, lane) per block, hsum at the end); the tile only shares loads and the per-block
 // weight work between kTileRows rows and kTileTokens tokens held in registers.
 //   VNNI: the activation codes are made unsigned (a + 128, an xor of the sign bit) once per token
-//     and block, and dpbusd starts from -128 * (sum of the 4 weight codes), computed once per row
-//     and block: (a + 128) w - 128 w = a w exactly (|lane| <= 4 * 255 * 128, no saturation).
+//     and block, and dpbusd starts from -128 * (sum of the 4 weight codes), computed with the
+//     rows' fp32 scales once per row group and token chunk (RowPrep): (a + 128) w - 128 w = a w
+//     exactly (|lane| <= 4 * 255 * 128, no saturation).
 //   AVX2: |w| once per row and block, then maddubs(|w|, a * sign(w)) as in mul_sum_i8.
 
 // Full unrolling of the loops over the tile's rows and tokens, early enough that the accumulator
@@ -243,9 +246,40 @@ constexpr size_t kTileRows = 2, kTileTokens = 4;  // 8 accumulators of the 16 ym
 #endif
 constexpr size_t kTokenChunk = 64;  // activation rows that stay in L2 while a row group sweeps them
 
+// Per-row work of a row group, done once per group and token chunk (VNNI): corr [kTileRows][nb],
+// -128 * (the 4-code sums of each block), the starting value of dpbusd; dw [nb][4], the rows'
+// scales as fp32 (zero beyond the group's rows).
+struct RowPrep {
+  const void* corr = nullptr;  // __m256i values
+  const float* dw = nullptr;
+};
+
+// Scratch of one thread for RowPrep (grown, never shrunk; freed at thread exit).
+struct PrepScratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+  PrepScratch() = default;
+  PrepScratch(const PrepScratch&) = delete;
+  PrepScratch& operator=(const PrepScratch&) = delete;
+  ~PrepScratch() { std::free(data); }
+  void* get(size_t n) {
+    if (n > bytes) {
+      std::free(data);
+      bytes = (n + 63) / 64 * 64;
+      data = std::aligned_alloc(64, bytes);
+      if (data == nullptr) {
+        bytes = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return data;
+  }
+};
+
 // out [RN][ldo]: out[t * ldo + r] = lanes_dot(w + r * nb, a + t * nb, 32 * nb), r < RM, t < RN.
 template <size_t RM, size_t RN, class Block>
-void tile_lanes(float* out, size_t ldo, const Block* w, const BlockQ8_0* a, size_t nb) {
+void tile_lanes(float* out, size_t ldo, const Block* w, const BlockQ8_0* a, size_t nb,
+                [[maybe_unused]] const RowPrep& prep) {
 #if SNAPKV_Q8_AVX2
   __m256 acc[RM][RN];
   SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
@@ -253,24 +287,26 @@ void tile_lanes(float* out, size_t ldo, const Block* w, const BlockQ8_0* a, size
   }
   for (size_t b = 0; b < nb; ++b) {
     __m256i wq[RM], wx[RM];  // the codes, and their -128 * sums (VNNI) or magnitudes (AVX2)
-    alignas(16) float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     alignas(16) float scale[RN][4];
+#if SNAPKV_Q8_VNNI
+    const auto* corr = static_cast<const __m256i*>(prep.corr);
+    SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
+      wq[r] = codes(w[r * nb + b]);
+      wx[r] = _mm256_load_si256(corr + r * nb + b);
+    }
+    const __m128 dw4 = _mm_load_ps(prep.dw + 4 * b);
+#else
+    alignas(16) float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
       const Block& block = w[r * nb + b];
       wq[r] = codes(block);
-#if SNAPKV_Q8_VNNI
-      wx[r] =
-          _mm256_sub_epi32(_mm256_setzero_si256(),
-                           _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                               _mm256_set1_epi8(static_cast<char>(0x80)), wq[r]));
-#else
       wx[r] = _mm256_sign_epi8(wq[r], wq[r]);
-#endif
       dw[r] = half(block.d);
     }
+    const __m128 dw4 = _mm_load_ps(dw);
+#endif
     // dw * da of every pair, once per block (the same float products as lanes_dot's, four rows
     // per vector multiply), read back as broadcast operands of the fmas
-    const __m128 dw4 = _mm_load_ps(dw);
     SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
       _mm_store_ps(scale[t], _mm_mul_ps(dw4, _mm_set1_ps(half(a[t * nb + b].d))));
     }
@@ -307,47 +343,78 @@ void tile_lanes(float* out, size_t ldo, const Block* w, const BlockQ8_0* a, size
 
 template <size_t RM, class Block>
 void tile_lanes_rows(size_t rn, float* out, size_t ldo, const Block* w, const BlockQ8_0* a,
-                     size_t nb) {
+                     size_t nb, const RowPrep& prep) {
   static_assert(kTileTokens == 4, "the switch below covers 1..4 tokens");
   switch (rn) {
     case 1:
-      return tile_lanes<RM, 1>(out, ldo, w, a, nb);
+      return tile_lanes<RM, 1>(out, ldo, w, a, nb, prep);
     case 2:
-      return tile_lanes<RM, 2>(out, ldo, w, a, nb);
+      return tile_lanes<RM, 2>(out, ldo, w, a, nb, prep);
     case 3:
-      return tile_lanes<RM, 3>(out, ldo, w, a, nb);
+      return tile_lanes<RM, 3>(out, ldo, w, a, nb, prep);
     default:
-      return tile_lanes<RM, 4>(out, ldo, w, a, nb);
+      return tile_lanes<RM, 4>(out, ldo, w, a, nb, prep);
   }
 }
 
 template <class Block>
 void tile_lanes_any(size_t rm, size_t rn, float* out, size_t ldo, const Block* w,
-                    const BlockQ8_0* a, size_t nb) {
+                    const BlockQ8_0* a, size_t nb, const RowPrep& prep) {
   static_assert(kTileRows <= 4, "the switch below covers 1..4 rows");
   switch (rm) {
     case 1:
-      return tile_lanes_rows<1>(rn, out, ldo, w, a, nb);
+      return tile_lanes_rows<1>(rn, out, ldo, w, a, nb, prep);
     case 2:
-      return tile_lanes_rows<2>(rn, out, ldo, w, a, nb);
+      return tile_lanes_rows<2>(rn, out, ldo, w, a, nb, prep);
     case 3:
-      return tile_lanes_rows<3>(rn, out, ldo, w, a, nb);
+      return tile_lanes_rows<3>(rn, out, ldo, w, a, nb, prep);
     default:
-      return tile_lanes_rows<4>(rn, out, ldo, w, a, nb);
+      return tile_lanes_rows<4>(rn, out, ldo, w, a, nb, prep);
   }
+}
+
+// RowPrep of rows [0, rm) of w (VNNI only; a no-op elsewhere).
+template <class Block>
+RowPrep prepare_rows(PrepScratch& scratch, [[maybe_unused]] const Block* w,
+                     [[maybe_unused]] size_t rm, size_t nb) {
+  RowPrep prep;
+#if SNAPKV_Q8_VNNI
+  auto* base = static_cast<uint8_t*>(scratch.get(nb * (kTileRows * sizeof(__m256i) + 16)));
+  auto* corr = reinterpret_cast<__m256i*>(base);
+  auto* dw = reinterpret_cast<float*>(base + nb * kTileRows * sizeof(__m256i));
+  for (size_t b = 0; b < nb; ++b) {
+    for (size_t r = 0; r < kTileRows; ++r) {
+      const bool live = r < rm;
+      const __m256i wq = live ? codes(w[r * nb + b]) : _mm256_setzero_si256();
+      corr[r * nb + b] =
+          _mm256_sub_epi32(_mm256_setzero_si256(),
+                           _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                               _mm256_set1_epi8(static_cast<char>(0x80)), wq));
+      dw[4 * b + r] = live ? half(w[r * nb + b].d) : 0.0f;
+    }
+  }
+  prep.corr = corr;
+  prep.dw = dw;
+#else
+  (void)scratch;
+  (void)nb;
+#endif
+  return prep;
 }
 
 template <class Block>
 void gemm_lanes(float* out, size_t ldo, const Block* w, size_t n_rows, const BlockQ8_0* a,
                 size_t n_tokens, size_t n) {
+  static thread_local PrepScratch scratch;
   const size_t nb = n / kQ8BlockSize;
   for (size_t c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
     const size_t c1 = std::min(n_tokens, c0 + kTokenChunk);
     for (size_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
       const size_t rm = std::min(kTileRows, n_rows - r0);
+      const RowPrep prep = prepare_rows(scratch, w + r0 * nb, rm, nb);
       for (size_t t0 = c0; t0 < c1; t0 += kTileTokens) {
         tile_lanes_any(rm, std::min(kTileTokens, c1 - t0), out + t0 * ldo + r0, ldo, w + r0 * nb,
-                       a + t0 * nb, nb);
+                       a + t0 * nb, nb, prep);
       }
     }
   }
