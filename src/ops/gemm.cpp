@@ -1,8 +1,9 @@
 // Weight-format-aware GEMV/GEMM: F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside
 // the kernels. Validation, threading, the BLAS calls and the double-precision references are
 // here; the inner loops (row dots and dequantization) are the active ISA level's kernels
-// (gemm_simd.cpp, dispatched through ops/kernels.h). GemmPrecision::q8 hands Q8_0 / Q4_0 / Q4_K /
-// Q5_K / Q6_K weights to gemm_q8.cpp (quantized activations, integer dots) instead.
+// (gemm_simd.cpp, dispatched through ops/kernels.h). GemmPrecision::q8 (and `fastest` where it
+// resolves to q8) hands Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights to gemm_q8.cpp (quantized
+// activations, integer dots) instead.
 #include "snapkv/ops/gemm.h"
 
 #include <cblas.h>
@@ -70,7 +71,8 @@ GemmPrecision parse_precision(const char* text) {
   const std::string s(text);
   if (s == "f32") return GemmPrecision::f32;
   if (s == "q8") return GemmPrecision::q8;
-  throw_invalid("gemm", "SNAPKV_GEMM_PRECISION not a known precision", s, "f32 or q8");
+  if (s == "fastest") return GemmPrecision::fastest;
+  throw_invalid("gemm", "SNAPKV_GEMM_PRECISION not a known precision", s, "f32, q8 or fastest");
 }
 
 GemmPrecision load_precision(std::atomic<int>& slot, GemmPrecision fallback) {
@@ -99,7 +101,22 @@ size_t rows_per_task(size_t rows, size_t cols) {
 using ops_internal::rows_per_task;
 
 const char* to_string(GemmPrecision p) {
-  return p == GemmPrecision::q8 ? "q8" : "f32";
+  switch (p) {
+    case GemmPrecision::f32:
+      return "f32";
+    case GemmPrecision::q8:
+      return "q8";
+    case GemmPrecision::fastest:
+      return "fastest";
+  }
+  return "?";
+}
+
+GemmPrecision resolve_precision(GemmPrecision p, WeightType type, size_t n_tokens) {
+  if (p != GemmPrecision::fastest) return p;
+  if (n_tokens < kGemmMinTokens) return GemmPrecision::q8;
+  return type == WeightType::q8_0 || type == WeightType::q4_0 ? GemmPrecision::q8
+                                                              : GemmPrecision::f32;
 }
 
 void set_gemm_precision(GemmPrecision p) {
@@ -275,7 +292,10 @@ void gemv(float* out, const float* x, const WeightMatrix& w) {
 
 void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision precision) {
   validate_weight(w, "gemv weight");
-  if (precision == GemmPrecision::q8 && ops_internal::matmul_q8(out, x, w, 1)) return;
+  if (resolve_precision(precision, w.type, 1) == GemmPrecision::q8 &&
+      ops_internal::matmul_q8(out, x, w, 1)) {
+    return;
+  }
   const size_t per_task = rows_per_task(w.rows, w.cols);
   const size_t n_tasks = (w.rows + per_task - 1) / per_task;
   const auto& kernels = ops_internal::ops_kernels();
@@ -317,7 +337,10 @@ void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
             GemmPrecision precision) {
   validate_weight(w, "matmul weight");
   if (n_tokens == 0) return;
-  if (precision == GemmPrecision::q8 && ops_internal::matmul_q8(out, x, w, n_tokens)) return;
+  if (resolve_precision(precision, w.type, n_tokens) == GemmPrecision::q8 &&
+      ops_internal::matmul_q8(out, x, w, n_tokens)) {
+    return;
+  }
   if (n_tokens < kGemmMinTokens || !blas_allowed()) {
     for (size_t t = 0; t < n_tokens; ++t) {
       gemv(out + t * w.rows, x + t * w.cols, w, GemmPrecision::f32);

@@ -1,7 +1,9 @@
 // Activation quantizers of q8_dot.h: a row of fp32 activations -> Q8_0 or Q8_K blocks, once per
-// matrix-vector product, so the weight rows can be dotted with int8 codes. Scalar loops (a row is
-// quantized once and then read by every weight row, so this is not the hot loop); round to nearest
-// with ties to even (std::nearbyint in the default rounding mode).
+// matrix-vector product, so the weight rows can be dotted with int8 codes. Scalar loops; round to
+// nearest with ties to even (std::nearbyint in the default rounding mode). The Q8_0 one is the
+// reference of the per-ISA quantize_act_q8_0 (q8_dot_simd.cpp), which prefill calls for every
+// token row; the Q8_K one is read by every weight row of a product, so it is not a hot loop.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,7 +43,7 @@ void check_length(size_t n, size_t block, const char* what) {
 
 }  // namespace
 
-void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n) {
+void quantize_act_q8_0_ref(BlockQ8_0* out, const float* x, size_t n) {
   check_length(n, kQ8BlockSize, "quantize_act_q8_0");
   for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
     const float* xb = x + b * kQ8BlockSize;
@@ -86,7 +88,7 @@ void quantize_act_q8_K(BlockQ8_K* out, const float* x, size_t n) {
     }
     for (size_t j = 0; j < kQK_K; ++j) {
       const float v = std::nearbyint(iscale * xb[j]);
-      o.qs[j] = static_cast<int8_t>(std::fmin(127.0f, v));
+      o.qs[j] = static_cast<int8_t>(std::min(127.0f, v));  // v is finite: no libm fmin call
     }
     for (size_t j = 0; j < kQK_K / 16; ++j) {
       int sum = 0;

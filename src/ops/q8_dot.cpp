@@ -6,20 +6,35 @@
 #include "snapkv/util/cpu.h"
 #include "util/isa_tables.h"
 
-#define SNAPKV_Q8_DOT_DECLARE(NS)                                            \
-  namespace snapkv::NS {                                                     \
-  using ops_internal::BlockQ8_K;                                             \
-  float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);     \
-  float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);     \
-  float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);     \
-  float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);     \
-  float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);     \
-  float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n); \
-  float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n); \
-  float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n); \
-  float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n); \
-  float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n); \
-  const char* q8_dot_isa();                                                  \
+#define SNAPKV_Q8_DOT_DECLARE(NS)                                                    \
+  namespace snapkv::NS {                                                             \
+  using ops_internal::BlockQ8_K;                                                     \
+  float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);             \
+  float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);             \
+  float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);             \
+  float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);             \
+  float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);             \
+  float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);         \
+  float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);         \
+  float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);         \
+  void gemm_q8_0_q8_0(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows,     \
+                      const BlockQ8_0* a, size_t n_tokens, size_t n);                \
+  void gemm_q4_0_q8_0(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows,     \
+                      const BlockQ8_0* a, size_t n_tokens, size_t n);                \
+  void gemm_q8_0_q8_0_ref(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows, \
+                          const BlockQ8_0* a, size_t n_tokens, size_t n);            \
+  void gemm_q4_0_q8_0_ref(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows, \
+                          const BlockQ8_0* a, size_t n_tokens, size_t n);            \
+  void gemm_q4_K_q8_K(float* out, size_t ldo, const BlockQ4_K* w, size_t n_rows,     \
+                      const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void gemm_q5_K_q8_K(float* out, size_t ldo, const BlockQ5_K* w, size_t n_rows,     \
+                      const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows,     \
+                      const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n);                  \
+  const char* q8_dot_isa();                                                          \
   }
 
 SNAPKV_Q8_DOT_DECLARE(isa_scalar)
@@ -39,13 +54,20 @@ struct Q8DotKernels {
   float (*q4_K)(const BlockQ4_K*, const BlockQ8_K*, size_t);
   float (*q5_K)(const BlockQ5_K*, const BlockQ8_K*, size_t);
   float (*q6_K)(const BlockQ6_K*, const BlockQ8_K*, size_t);
+  void (*gemm_q8_0)(float*, size_t, const BlockQ8_0*, size_t, const BlockQ8_0*, size_t, size_t);
+  void (*gemm_q4_0)(float*, size_t, const BlockQ4_0*, size_t, const BlockQ8_0*, size_t, size_t);
+  void (*gemm_q4_K)(float*, size_t, const BlockQ4_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*gemm_q5_K)(float*, size_t, const BlockQ5_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*gemm_q6_K)(float*, size_t, const BlockQ6_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*quantize_q8_0)(BlockQ8_0*, const float*, size_t);
   const char* (*isa)();
 };
 
-#define SNAPKV_Q8_DOT_TABLE(NS)                                                     \
-  Q8DotKernels {                                                                    \
-    &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K, \
-        &NS::dot_q6_K_q8_K, &NS::q8_dot_isa                                         \
+#define SNAPKV_Q8_DOT_TABLE(NS)                                                            \
+  Q8DotKernels {                                                                           \
+    &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K,        \
+        &NS::dot_q6_K_q8_K, &NS::gemm_q8_0_q8_0, &NS::gemm_q4_0_q8_0, &NS::gemm_q4_K_q8_K, \
+        &NS::gemm_q5_K_q8_K, &NS::gemm_q6_K_q8_K, &NS::quantize_act_q8_0, &NS::q8_dot_isa  \
   }
 
 const Q8DotKernels kQ8DotTables[kIsaLevelCount] = {SNAPKV_Q8_DOT_TABLE(isa_scalar),
@@ -73,6 +95,33 @@ float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
 float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
   return q8_kernels().q6_K(w, a, n);
 }
+void gemm_q8_0_q8_0(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n) {
+  q8_kernels().gemm_q8_0(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q4_0_q8_0(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n) {
+  q8_kernels().gemm_q4_0(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q4_K_q8_K(float* out, size_t ldo, const BlockQ4_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n) {
+  q8_kernels().gemm_q4_K(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q5_K_q8_K(float* out, size_t ldo, const BlockQ5_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n) {
+  q8_kernels().gemm_q5_K(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n) {
+  q8_kernels().gemm_q6_K(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n) {
+  if (n % kQ8BlockSize != 0) {
+    quantize_act_q8_0_ref(out, x, n);  // throws the length error
+    return;
+  }
+  q8_kernels().quantize_q8_0(out, x, n);
+}
 const char* q8_dot_isa() {
   return q8_kernels().isa();
 }
@@ -91,6 +140,15 @@ float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
 }
 float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
   return isa_scalar::dot_q6_K_q8_K_ref(w, a, n);
+}
+
+void gemm_q8_0_q8_0_ref(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows,
+                        const BlockQ8_0* a, size_t n_tokens, size_t n) {
+  isa_scalar::gemm_q8_0_q8_0_ref(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q4_0_q8_0_ref(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows,
+                        const BlockQ8_0* a, size_t n_tokens, size_t n) {
+  isa_scalar::gemm_q4_0_q8_0_ref(out, ldo, w, n_rows, a, n_tokens, n);
 }
 
 }  // namespace snapkv::ops_internal

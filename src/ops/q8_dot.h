@@ -47,6 +47,8 @@ static_assert(sizeof(BlockQ8_K) == 292, "Q8_K block must be 292 bytes as in ggml
 
 // x [n] -> out [n / 32] (n a multiple of 32) and out [n / 256] (n a multiple of 256).
 void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n);
+// The scalar loop that quantize_act_q8_0 (the active ISA level's copy) equals byte for byte.
+void quantize_act_q8_0_ref(BlockQ8_0* out, const float* x, size_t n);
 void quantize_act_q8_K(BlockQ8_K* out, const float* x, size_t n);
 
 // Weight row w [n / block] against quantized activations a [n / block].
@@ -61,6 +63,28 @@ float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);
 float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);
 float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);
 float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);
+
+// Tiles for prefill: out [n_tokens][ldo] (the first n_rows columns of each row written),
+// out[t * ldo + r] = dot_<weight>_q8_0(w + r * n / 32, a + t * n / 32, n) bit for bit: w holds
+// n_rows rows of n / 32 blocks back to back, a n_tokens rows. The fast kernel holds a few weight
+// rows and activation rows in registers at once (maddubs on AVX2, dpbusd on VNNI) and runs each
+// pair's float operations in the order of dot_*; the reference calls the reference dot per pair.
+void gemm_q8_0_q8_0(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n);
+void gemm_q4_0_q8_0(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n);
+// The K-quants: the same contract with Q8_K activations (n / 256 blocks per row), the pair dots
+// in a loop (one dispatch per call instead of one per pair); their reference is dot_*_ref per pair.
+void gemm_q4_K_q8_K(float* out, size_t ldo, const BlockQ4_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n);
+void gemm_q5_K_q8_K(float* out, size_t ldo, const BlockQ5_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n);
+void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n);
+void gemm_q8_0_q8_0_ref(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows,
+                        const BlockQ8_0* a, size_t n_tokens, size_t n);
+void gemm_q4_0_q8_0_ref(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows,
+                        const BlockQ8_0* a, size_t n_tokens, size_t n);
 
 // gemm_q8.cpp: out [n_tokens][rows] = x [n_tokens][cols] W^T with quantized activations when
 // w.type has an integer kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); returns false, touching nothing,

@@ -11,7 +11,12 @@
 //  - Q6_K: codes 0..63 (the -32 offset is applied through the activation block sums), pairs <=
 //    16002; times an int8 scale: |super-block sum| <= 256 * 63 * 127 * 128 + 32 * 128 * 256 * 127
 //    < 2^31.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
 
 #include "ops/q8_dot.h"
 #include "util/isa.h"
@@ -170,6 +175,38 @@ __m256i codes(const BlockQ8_0& b) {
 __m256i codes(const BlockQ4_0& b) {
   return q4_0_codes(b);
 }
+
+// unpack_k4's 8 scales and 8 mins of a Q4_K / Q5_K super-block, one byte each (s in byte s), from
+// three 32-bit words of the 12 packed bytes: bytes 0..3 hold the low 6 bits of sc[0..3], bytes
+// 4..7 those of m[0..3]; bytes 8..11 the low nibbles of sc[4..7] and m[4..7], whose top 2 bits are
+// bits 6..7 of bytes 0..3 (sc) and 4..7 (m).
+struct K4Scales {
+  uint64_t sc, m;
+};
+K4Scales unpack_k4_words(const uint8_t* q) {
+  uint32_t w0, w1, w2;
+  std::memcpy(&w0, q, 4);
+  std::memcpy(&w1, q + 4, 4);
+  std::memcpy(&w2, q + 8, 4);
+  const uint32_t sc_hi = (w2 & 0x0F0F0F0Fu) | (((w0 >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((w2 >> 4) & 0x0F0F0F0Fu) | (((w1 >> 6) & 0x03030303u) << 4);
+  return {(w0 & 0x3F3F3F3Fu) | (uint64_t{sc_hi} << 32),
+          (w1 & 0x3F3F3F3Fu) | (uint64_t{m_hi} << 32)};
+}
+
+// mins_dot with the mins packed as K4Scales::m: sum_s m[s] * (bsums[2s] + bsums[2s + 1]) as one
+// madd of the 16 block sums (|bsum| <= 16 * 127) with each min repeated twice.
+int32_t mins_dot_packed(uint64_t m, const BlockQ8_K& a) {
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m)));
+  const __m256i pairs =
+      _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+  return hsum_i32(_mm256_madd_epi16(load256(a.bsums), pairs));
+}
+
+// Scale byte s of a K4Scales word, broadcast to 16 int16 lanes.
+__m256i scale_at(uint64_t sc, size_t s) {
+  return _mm256_set1_epi16(static_cast<int16_t>((sc >> (8 * s)) & 0xFF));
+}
 #endif
 
 template <class Block>
@@ -185,6 +222,211 @@ float lanes_dot(const Block* w, const BlockQ8_0* a, size_t n) {
 #else
   return lanes_dot_ref(w, a, n);
 #endif
+}
+
+// ---- Tiles of weight rows x activation rows (prefill) -------------------------------------
+//
+// gemm_lanes: every (row, token) pair gets exactly the float operations of lanes_dot (8 fp32 lanes,
+// fma(dw * da, s, lane) per block, hsum at the end); the tile only shares loads and the per-block
+// weight work between kTileRows rows and kTileTokens tokens held in registers.
+//   VNNI: the activation codes are made unsigned (a + 128, an xor of the sign bit) once per token
+//     and block, and dpbusd starts from -128 * (sum of the 4 weight codes), computed with the
+//     rows' fp32 scales once per row group and token chunk (RowPrep): (a + 128) w - 128 w = a w
+//     exactly (|lane| <= 4 * 255 * 128, no saturation).
+//   AVX2: |w| once per row and block, then maddubs(|w|, a * sign(w)) as in mul_sum_i8.
+
+// Full unrolling of the loops over the tile's rows and tokens, early enough that the accumulator
+// array becomes registers (GCC otherwise keeps it on the stack).
+#define SNAPKV_UNROLL _Pragma("GCC unroll 8")
+
+#if SNAPKV_Q8_VNNI
+constexpr size_t kTileRows = 4, kTileTokens = 4;  // 16 accumulators of the 32 ymm registers
+#else
+constexpr size_t kTileRows = 2, kTileTokens = 4;  // 8 accumulators of the 16 ymm registers
+#endif
+constexpr size_t kTokenChunk = 64;  // activation rows that stay in L2 while a row group sweeps them
+
+// Per-row work of a row group, done once per group and token chunk (VNNI): corr [kTileRows][nb],
+// -128 * (the 4-code sums of each block), the starting value of dpbusd; dw [nb][4], the rows'
+// scales as fp32 (zero beyond the group's rows).
+struct RowPrep {
+  const void* corr = nullptr;  // __m256i values
+  const float* dw = nullptr;
+};
+
+// Scratch of one thread for RowPrep (grown, never shrunk; freed at thread exit).
+struct PrepScratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+  PrepScratch() = default;
+  PrepScratch(const PrepScratch&) = delete;
+  PrepScratch& operator=(const PrepScratch&) = delete;
+  ~PrepScratch() { std::free(data); }
+  void* get(size_t n) {
+    if (n > bytes) {
+      std::free(data);
+      bytes = (n + 63) / 64 * 64;
+      data = std::aligned_alloc(64, bytes);
+      if (data == nullptr) {
+        bytes = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return data;
+  }
+};
+
+// out [RN][ldo]: out[t * ldo + r] = lanes_dot(w + r * nb, a + t * nb, 32 * nb), r < RM, t < RN.
+template <size_t RM, size_t RN, class Block>
+void tile_lanes(float* out, size_t ldo, const Block* w, const BlockQ8_0* a, size_t nb,
+                [[maybe_unused]] const RowPrep& prep) {
+#if SNAPKV_Q8_AVX2
+  __m256 acc[RM][RN];
+  SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
+    SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (size_t b = 0; b < nb; ++b) {
+    __m256i wq[RM], wx[RM];  // the codes, and their -128 * sums (VNNI) or magnitudes (AVX2)
+    alignas(16) float scale[RN][4];
+#if SNAPKV_Q8_VNNI
+    const auto* corr = static_cast<const __m256i*>(prep.corr);
+    SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
+      wq[r] = codes(w[r * nb + b]);
+      wx[r] = _mm256_load_si256(corr + r * nb + b);
+    }
+    const __m128 dw4 = _mm_load_ps(prep.dw + 4 * b);
+#else
+    alignas(16) float dw[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
+      const Block& block = w[r * nb + b];
+      wq[r] = codes(block);
+      wx[r] = _mm256_sign_epi8(wq[r], wq[r]);
+      dw[r] = half(block.d);
+    }
+    const __m128 dw4 = _mm_load_ps(dw);
+#endif
+    // dw * da of every pair, once per block (the same float products as lanes_dot's, four rows
+    // per vector multiply), read back as broadcast operands of the fmas
+    SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
+      _mm_store_ps(scale[t], _mm_mul_ps(dw4, _mm_set1_ps(half(a[t * nb + b].d))));
+    }
+    // (through memory: 16 broadcast operands, not 16 more live registers)
+    asm volatile("" : : "r"(&scale[0][0]) : "memory");
+    SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
+      const __m256i aq = load256(a[t * nb + b].qs);
+#if SNAPKV_Q8_VNNI
+      const __m256i au = _mm256_xor_si256(aq, _mm256_set1_epi8(static_cast<char>(0x80)));
+#endif
+      SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
+#if SNAPKV_Q8_VNNI
+        const __m256i s = _mm256_dpbusd_epi32(wx[r], au, wq[r]);
+#else
+        const __m256i s = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(wx[r], _mm256_sign_epi8(aq, wq[r])), _mm256_set1_epi16(1));
+#endif
+        acc[r][t] =
+            _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[t][r]), _mm256_cvtepi32_ps(s), acc[r][t]);
+      }
+    }
+  }
+  SNAPKV_UNROLL for (size_t r = 0; r < RM; ++r) {
+    SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) out[t * ldo + r] = hsum(acc[r][t]);
+  }
+#else
+  for (size_t r = 0; r < RM; ++r) {
+    for (size_t t = 0; t < RN; ++t) {
+      out[t * ldo + r] = lanes_dot_ref(w + r * nb, a + t * nb, kQ8BlockSize * nb);
+    }
+  }
+#endif
+}
+
+template <size_t RM, class Block>
+void tile_lanes_rows(size_t rn, float* out, size_t ldo, const Block* w, const BlockQ8_0* a,
+                     size_t nb, const RowPrep& prep) {
+  static_assert(kTileTokens == 4, "the switch below covers 1..4 tokens");
+  switch (rn) {
+    case 1:
+      return tile_lanes<RM, 1>(out, ldo, w, a, nb, prep);
+    case 2:
+      return tile_lanes<RM, 2>(out, ldo, w, a, nb, prep);
+    case 3:
+      return tile_lanes<RM, 3>(out, ldo, w, a, nb, prep);
+    default:
+      return tile_lanes<RM, 4>(out, ldo, w, a, nb, prep);
+  }
+}
+
+template <class Block>
+void tile_lanes_any(size_t rm, size_t rn, float* out, size_t ldo, const Block* w,
+                    const BlockQ8_0* a, size_t nb, const RowPrep& prep) {
+  static_assert(kTileRows <= 4, "the switch below covers 1..4 rows");
+  switch (rm) {
+    case 1:
+      return tile_lanes_rows<1>(rn, out, ldo, w, a, nb, prep);
+    case 2:
+      return tile_lanes_rows<2>(rn, out, ldo, w, a, nb, prep);
+    case 3:
+      return tile_lanes_rows<3>(rn, out, ldo, w, a, nb, prep);
+    default:
+      return tile_lanes_rows<4>(rn, out, ldo, w, a, nb, prep);
+  }
+}
+
+// RowPrep of rows [0, rm) of w (VNNI only; a no-op elsewhere).
+template <class Block>
+RowPrep prepare_rows(PrepScratch& scratch, [[maybe_unused]] const Block* w,
+                     [[maybe_unused]] size_t rm, size_t nb) {
+  RowPrep prep;
+#if SNAPKV_Q8_VNNI
+  auto* base = static_cast<uint8_t*>(scratch.get(nb * (kTileRows * sizeof(__m256i) + 16)));
+  auto* corr = reinterpret_cast<__m256i*>(base);
+  auto* dw = reinterpret_cast<float*>(base + nb * kTileRows * sizeof(__m256i));
+  for (size_t b = 0; b < nb; ++b) {
+    for (size_t r = 0; r < kTileRows; ++r) {
+      const bool live = r < rm;
+      const __m256i wq = live ? codes(w[r * nb + b]) : _mm256_setzero_si256();
+      corr[r * nb + b] =
+          _mm256_sub_epi32(_mm256_setzero_si256(),
+                           _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                               _mm256_set1_epi8(static_cast<char>(0x80)), wq));
+      dw[4 * b + r] = live ? half(w[r * nb + b].d) : 0.0f;
+    }
+  }
+  prep.corr = corr;
+  prep.dw = dw;
+#else
+  (void)scratch;
+  (void)nb;
+#endif
+  return prep;
+}
+
+template <class Block>
+void gemm_lanes(float* out, size_t ldo, const Block* w, size_t n_rows, const BlockQ8_0* a,
+                size_t n_tokens, size_t n) {
+  static thread_local PrepScratch scratch;
+  const size_t nb = n / kQ8BlockSize;
+  for (size_t c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+    const size_t c1 = std::min(n_tokens, c0 + kTokenChunk);
+    for (size_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
+      const size_t rm = std::min(kTileRows, n_rows - r0);
+      const RowPrep prep = prepare_rows(scratch, w + r0 * nb, rm, nb);
+      for (size_t t0 = c0; t0 < c1; t0 += kTileTokens) {
+        tile_lanes_any(rm, std::min(kTileTokens, c1 - t0), out + t0 * ldo + r0, ldo, w + r0 * nb,
+                       a + t0 * nb, nb, prep);
+      }
+    }
+  }
+}
+
+template <class Block>
+void gemm_lanes_ref(float* out, size_t ldo, const Block* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n) {
+  const size_t nb = n / kQ8BlockSize;
+  for (size_t t = 0; t < n_tokens; ++t) {
+    for (size_t r = 0; r < n_rows; ++r) out[t * ldo + r] = lanes_dot_ref(w + r * nb, a + t * nb, n);
+  }
 }
 
 }  // namespace
@@ -214,6 +456,23 @@ float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n) {
   return lanes_dot(w, a, n);
 }
 
+void gemm_q8_0_q8_0(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n) {
+  gemm_lanes(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q4_0_q8_0(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows, const BlockQ8_0* a,
+                    size_t n_tokens, size_t n) {
+  gemm_lanes(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q8_0_q8_0_ref(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows,
+                        const BlockQ8_0* a, size_t n_tokens, size_t n) {
+  gemm_lanes_ref(out, ldo, w, n_rows, a, n_tokens, n);
+}
+void gemm_q4_0_q8_0_ref(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows,
+                        const BlockQ8_0* a, size_t n_tokens, size_t n) {
+  gemm_lanes_ref(out, ldo, w, n_rows, a, n_tokens, n);
+}
+
 // ---- Q4_K ------------------------------------------------------------------------------------
 
 float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
@@ -232,8 +491,7 @@ float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   float sum = 0.0f;
   for (size_t b = 0; b < n / kQK_K; ++b) {
-    int sc[8], m[8];
-    unpack_k4(w[b].scales, sc, m);
+    const K4Scales k4 = unpack_k4_words(w[b].scales);
     __m256i acc = _mm256_setzero_si256();
     for (size_t g = 0; g < 4; ++g) {
       const __m256i bytes = load256(w[b].qs + 32 * g);
@@ -241,12 +499,11 @@ float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
       const __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[b].qs + 64 * g));
       const __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[b].qs + 64 * g + 32));
-      acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g]))));
-      acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g + 1]))));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, scale_at(k4.sc, 2 * g)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, scale_at(k4.sc, 2 * g + 1)));
     }
-    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, hsum_i32(acc), mins_dot(m, a[b]));
+    sum =
+        accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, hsum_i32(acc), mins_dot_packed(k4.m, a[b]));
   }
   return sum;
 #else
@@ -272,8 +529,7 @@ float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   float sum = 0.0f;
   for (size_t b = 0; b < n / kQK_K; ++b) {
-    int sc[8], m[8];
-    unpack_k4(w[b].scales, sc, m);
+    const K4Scales k4 = unpack_k4_words(w[b].scales);
     const __m256i qh = load256(w[b].qh);
     __m256i acc = _mm256_setzero_si256();
     for (size_t g = 0; g < 4; ++g) {
@@ -286,12 +542,11 @@ float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
                                          _mm256_slli_epi16(h1, 4));
       const __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[b].qs + 64 * g));
       const __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[b].qs + 64 * g + 32));
-      acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g]))));
-      acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(static_cast<int16_t>(sc[2 * g + 1]))));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, scale_at(k4.sc, 2 * g)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, scale_at(k4.sc, 2 * g + 1)));
     }
-    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, hsum_i32(acc), mins_dot(m, a[b]));
+    sum =
+        accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, hsum_i32(acc), mins_dot_packed(k4.m, a[b]));
   }
   return sum;
 #else
@@ -315,14 +570,31 @@ float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
   return sum;
 }
 
+#if SNAPKV_Q8_AVX2
+// Byte shuffles that broadcast int16 lane 2k of a 128-bit lane to the low 128 bits and lane 2k + 1
+// to the high 128 bits.
+#define SNAPKV_Q6_PICK(k)                                                                         \
+  _mm256_setr_epi8(4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, \
+                   4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k, 4 * k + 1, 4 * k + 2,    \
+                   4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3,   \
+                   4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2, 4 * k + 3, 4 * k + 2,   \
+                   4 * k + 3)
+#endif
+
 float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
 #if SNAPKV_Q8_AVX2
+  const __m256i kQ6ScalePick[4] = {SNAPKV_Q6_PICK(0), SNAPKV_Q6_PICK(1), SNAPKV_Q6_PICK(2),
+                                   SNAPKV_Q6_PICK(3)};
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
   float sum = 0.0f;
   for (size_t b = 0; b < n / kQK_K; ++b) {
-    const int8_t* sc = w[b].scales;
+    // the 16 scales as int16; per half h, its 8 scales in both 128-bit lanes
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
     __m256i acc = _mm256_setzero_si256();
     for (size_t h = 0; h < 2; ++h) {
+      const __m256i sc_h = h == 0 ? _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                                  : _mm256_permute2x128_si256(sc16, sc16, 0x11);
       const __m256i qh = load256(w[b].qh + 32 * h);
       const __m256i ql0 = load256(w[b].ql + 64 * h);
       const __m256i ql1 = load256(w[b].ql + 64 * h + 32);
@@ -332,19 +604,107 @@ float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, static_cast<int>(2 * k)), low2);
         const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63
         const __m256i p = _mm256_maddubs_epi16(q, load256(a[b].qs + 128 * h + 32 * k));
-        const size_t s = 8 * h + 2 * k;  // elements 0..15 of the 32 -> s, 16..31 -> s + 1
-        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+        // elements 0..15 of the 32 take scale 8h + 2k (low lane), 16..31 scale 8h + 2k + 1
+        const __m256i scale = _mm256_shuffle_epi8(sc_h, kQ6ScalePick[k]);
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale));
       }
     }
-    int32_t offset = 0;  // the -32 of every code: 32 * sum_s sc[s] * bsums[s]
-    for (size_t s = 0; s < 16; ++s) offset += sc[s] * a[b].bsums[s];
+    // the -32 of every code: 32 * sum_s sc[s] * bsums[s] (|sc * bsum| <= 128 * 16 * 127)
+    const int32_t offset = hsum_i32(_mm256_madd_epi16(sc16, load256(a[b].bsums)));
     const int32_t sumi = hsum_i32(acc) - 32 * offset;
     sum = std::fma(half(w[b].d) * a[b].d, static_cast<float>(sumi), sum);
   }
   return sum;
 #else
   return SNAPKV_ISA::dot_q6_K_q8_K_ref(w, a, n);
+#endif
+}
+
+// ---- Rows x tokens of the K-quants: the pair dots above in a loop ---------------------------
+
+namespace {
+
+constexpr size_t kPairTokens = 16;  // token rows that one weight row (in L1) meets in turn
+
+template <class Block, class Dot>
+void gemm_pairs(float* out, size_t ldo, const Block* w, size_t n_rows, const BlockQ8_K* a,
+                size_t n_tokens, size_t n, Dot dot) {
+  const size_t nb = n / kQK_K;
+  for (size_t t0 = 0; t0 < n_tokens; t0 += kPairTokens) {
+    const size_t t1 = std::min(n_tokens, t0 + kPairTokens);
+    for (size_t r = 0; r < n_rows; ++r) {
+      for (size_t t = t0; t < t1; ++t) out[t * ldo + r] = dot(w + r * nb, a + t * nb, n);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_q4_K_q8_K(float* out, size_t ldo, const BlockQ4_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n) {
+  gemm_pairs(out, ldo, w, n_rows, a, n_tokens, n,
+             [](const BlockQ4_K* x, const BlockQ8_K* y, size_t m) {
+               return SNAPKV_ISA::dot_q4_K_q8_K(x, y, m);
+             });
+}
+void gemm_q5_K_q8_K(float* out, size_t ldo, const BlockQ5_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n) {
+  gemm_pairs(out, ldo, w, n_rows, a, n_tokens, n,
+             [](const BlockQ5_K* x, const BlockQ8_K* y, size_t m) {
+               return SNAPKV_ISA::dot_q5_K_q8_K(x, y, m);
+             });
+}
+void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows, const BlockQ8_K* a,
+                    size_t n_tokens, size_t n) {
+  gemm_pairs(out, ldo, w, n_rows, a, n_tokens, n,
+             [](const BlockQ6_K* x, const BlockQ8_K* y, size_t m) {
+               return SNAPKV_ISA::dot_q6_K_q8_K(x, y, m);
+             });
+}
+
+// ---- Activation quantizer (Q8_0) -----------------------------------------------------------
+// quantize_act_q8_0_ref's operations, 8 lanes at a time: the block maximum of |x| (exact in any
+// order), the same scalar d = amax / 127 and id = 1 / d, x * id rounded to nearest-even by
+// round_ps, then narrowed to int8 (|q| <= 127: no saturation). A block with a NaN or an infinity,
+// or whose id is not finite, is left to the reference.
+
+void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n) {
+#if SNAPKV_Q8_AVX2
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const float* xb = x + b * kQ8BlockSize;
+    __m256 v[4], amax = _mm256_setzero_ps();
+    int bad = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      const __m256 a = _mm256_and_ps(v[i], abs_mask);
+      bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or infinity
+      amax = _mm256_max_ps(amax, a);
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (bad != 0 || !std::isfinite(id)) {
+      ops_internal::quantize_act_q8_0_ref(out + b, xb, kQ8BlockSize);
+      continue;
+    }
+    out[b].d = fp32_to_fp16(d);
+    __m256i q[4];
+    for (size_t i = 0; i < 4; ++i) {
+      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], _mm256_set1_ps(id)),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // packs work per 128-bit lane: the bytes come out as (0 2 4 6 | 1 3 5 7) groups of 4
+    const __m256i q16 = _mm256_packs_epi32(q[0], q[1]), r16 = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, r16),
+                                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), bytes);
+  }
+#else
+  ops_internal::quantize_act_q8_0_ref(out, x, n);
 #endif
 }
 

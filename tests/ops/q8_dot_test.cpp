@@ -7,6 +7,7 @@
 //    weights with the unquantized activations: sum_i |w_i| e_i (e_i the activation rounding bound
 //    of element i) + gamma_k * sum_i |w_i| |a_i| (the fp32 operations after the integer sums);
 //  - zeros, all-equal, tiny and huge activation blocks; NaN propagates;
+//  - the register-tiled prefill kernels equal the per-pair reference dots at every tile edge;
 //  - gemv / matmul under q8 use exactly these kernels, and keep the f32 path for Q2_K / Q3_K.
 #include "ops/q8_dot.h"
 
@@ -320,6 +321,76 @@ TEST_P(Q8DotTest, GemvAndMatmulUseTheKernels) {
   set_num_threads(saved);
 }
 
+// The rows x tokens kernels (gemm_*: register-tiled for Q8_0 / Q4_0, pair loops for the K-quants)
+// against the per-pair reference dots, bit for bit, at every edge of the tiling: row and token
+// counts that are not multiples of the tile (1..9 rows, 1..5 tokens, and 67 tokens, past one
+// 64-token chunk), an output stride wider than the rows (the columns beyond stay untouched),
+// random bytes for every weight code (-128 included) and activation codes spanning [-127, 127].
+// The Q8_0 / Q4_0 tiles' own references (gemm_*_ref) are held to the same values.
+template <class Block, class ABlock>
+using GemmKernel = void (*)(float*, size_t, const Block*, size_t, const ABlock*, size_t, size_t);
+
+void quantize_rows(std::vector<BlockQ8_0>& act, const std::vector<float>& x) {
+  quantize_act_q8_0(act.data(), x.data(), x.size());
+}
+void quantize_rows(std::vector<BlockQ8_K>& act, const std::vector<float>& x) {
+  quantize_act_q8_K(act.data(), x.data(), x.size());
+}
+void refresh_sums(BlockQ8_0&) {}
+void refresh_sums(BlockQ8_K& a) {  // the block sums after a code was changed by hand
+  for (size_t j = 0; j < kQK_K / 16; ++j) {
+    int sum = 0;
+    for (size_t i = 0; i < 16; ++i) sum += a.qs[16 * j + i];
+    a.bsums[j] = static_cast<int16_t>(sum);
+  }
+}
+
+template <class Block, class ABlock>
+void check_tiles(WeightType type, GemmKernel<Block, ABlock> fast, GemmKernel<Block, ABlock> ref,
+                 float (*pair_ref)(const Block*, const ABlock*, size_t)) {
+  const size_t block = act_block(type), cols = 3 * block, max_rows = 9, max_tokens = 67;
+  const size_t nb = cols / block;
+  const auto bytes = random_blocks(type, max_rows, cols, 61);
+  const auto* w = reinterpret_cast<const Block*>(bytes.data());
+  std::vector<ABlock> act(max_tokens * nb);
+  quantize_rows(act, random_vec(max_tokens * cols, 62));
+  for (size_t b = 0; b < nb; ++b) {  // the extremes of the codes
+    act[b].qs[0] = -127;
+    act[b].qs[1] = 127;
+    refresh_sums(act[b]);
+  }
+  const float sentinel = 12345.0f;
+  for (size_t rows = 1; rows <= max_rows; ++rows) {
+    for (size_t tokens : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5}, max_tokens}) {
+      const size_t ldo = rows + 3;
+      std::vector<float> got(tokens * ldo, sentinel), want(tokens * ldo, sentinel);
+      fast(got.data(), ldo, w, rows, act.data(), tokens, cols);
+      if (ref != nullptr) ref(want.data(), ldo, w, rows, act.data(), tokens, cols);
+      for (size_t t = 0; t < tokens; ++t) {
+        for (size_t c = 0; c < ldo; ++c) {
+          const float expect =
+              c < rows ? pair_ref(w + c * nb, act.data() + t * nb, cols) : sentinel;
+          ASSERT_EQ(0, std::memcmp(&got[t * ldo + c], &expect, sizeof expect))
+              << "fast rows " << rows << " tokens " << tokens << " t " << t << " c " << c;
+          if (ref == nullptr) continue;
+          ASSERT_EQ(0, std::memcmp(&want[t * ldo + c], &expect, sizeof expect))
+              << "ref rows " << rows << " tokens " << tokens << " t " << t << " c " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(Q8Tile, TilesEqualThePairDotsAtEveryShape) {
+  check_tiles<BlockQ8_0, BlockQ8_0>(WeightType::q8_0, gemm_q8_0_q8_0, gemm_q8_0_q8_0_ref,
+                                    dot_q8_0_q8_0_ref);
+  check_tiles<BlockQ4_0, BlockQ8_0>(WeightType::q4_0, gemm_q4_0_q8_0, gemm_q4_0_q8_0_ref,
+                                    dot_q4_0_q8_0_ref);
+  check_tiles<BlockQ4_K, BlockQ8_K>(WeightType::q4_K, gemm_q4_K_q8_K, nullptr, dot_q4_K_q8_K_ref);
+  check_tiles<BlockQ5_K, BlockQ8_K>(WeightType::q5_K, gemm_q5_K_q8_K, nullptr, dot_q5_K_q8_K_ref);
+  check_tiles<BlockQ6_K, BlockQ8_K>(WeightType::q6_K, gemm_q6_K_q8_K, nullptr, dot_q6_K_q8_K_ref);
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, Q8DotTest,
                          ::testing::Values(WeightType::q8_0, WeightType::q4_0, WeightType::q4_K,
                                            WeightType::q5_K, WeightType::q6_K),
@@ -358,6 +429,31 @@ TEST(Q8Act, QuantizersStayWithinBound) {
   EXPECT_THROW(quantize_act_q8_K(k.data(), x.data(), 300), std::invalid_argument);
 }
 
+// The active level's Q8_0 activation quantizer against the scalar reference, byte for byte: random
+// rows at several scales, ties (x * id exactly half-way), all-zero, tiny (1 / d overflows), huge
+// (the fp16 scale overflows) and non-finite blocks.
+TEST(Q8Act, Q8_0QuantizerEqualsReference) {
+  const size_t n_blocks = 12, n = n_blocks * kQ8BlockSize;
+  std::vector<float> x = random_vec(n, 81);
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[i] = static_cast<float>(i) - 15.5f;  // amax 15.5
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[kQ8BlockSize + i] = 0.0f;            // zero
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[2 * kQ8BlockSize + i] = 1e-38f;      // tiny
+  for (size_t i = 0; i < kQ8BlockSize; ++i) x[3 * kQ8BlockSize + i] *= 1e7f;       // huge
+  x[4 * kQ8BlockSize + 5] = std::numeric_limits<float>::quiet_NaN();
+  x[5 * kQ8BlockSize + 31] = -std::numeric_limits<float>::infinity();
+  for (size_t i = 6 * kQ8BlockSize; i < 7 * kQ8BlockSize; ++i) x[i] *= 1e-3f;
+  for (size_t i = 7 * kQ8BlockSize; i < 8 * kQ8BlockSize; ++i) {
+    x[i] = 127.0f * static_cast<float>(static_cast<int>(i % 7) - 3) / 2.0f / 127.0f;  // ties
+  }
+  x[7 * kQ8BlockSize] = 1.0f;  // amax 1: d = 1 / 127, x * id lands on halves
+  std::vector<BlockQ8_0> fast(n_blocks), ref(n_blocks);
+  quantize_act_q8_0(fast.data(), x.data(), n);
+  quantize_act_q8_0_ref(ref.data(), x.data(), n);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    EXPECT_EQ(0, std::memcmp(&fast[b], &ref[b], sizeof(BlockQ8_0))) << "block " << b;
+  }
+}
+
 TEST(Q8Act, TypesWithoutIntegerKernelKeepTheF32Path) {
   const size_t rows = 9, cols = 512;
   const auto x = random_vec(cols, 61);
@@ -390,6 +486,35 @@ TEST(Q8Act, PrecisionSwitch) {
   set_gemm_precision(gv, mm);
   EXPECT_EQ(gemv_precision(), gv);
   EXPECT_EQ(matmul_precision(), mm);
+}
+
+// `fastest` (the matmul default): q8 for gemv and for Q8_0 / Q4_0 products of several tokens, f32
+// for the K-quants' multi-token products and for types without integer kernels; the products it
+// runs are those of the precision it names, bit for bit.
+TEST(Q8Act, FastestResolvesPerType) {
+  EXPECT_EQ(kDefaultMatmulPrecision, GemmPrecision::fastest);
+  EXPECT_STREQ(to_string(GemmPrecision::fastest), "fastest");
+  for (WeightType type : {WeightType::q8_0, WeightType::q4_0}) {
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, 1), GemmPrecision::q8);
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, 512), GemmPrecision::q8);
+  }
+  for (WeightType type : {WeightType::q4_K, WeightType::q6_K, WeightType::f16}) {
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, 1), GemmPrecision::q8);
+    EXPECT_EQ(resolve_precision(GemmPrecision::fastest, type, kGemmMinTokens), GemmPrecision::f32);
+  }
+  EXPECT_EQ(resolve_precision(GemmPrecision::f32, WeightType::q8_0, 512), GemmPrecision::f32);
+  EXPECT_EQ(resolve_precision(GemmPrecision::q8, WeightType::q4_K, 512), GemmPrecision::q8);
+  const size_t rows = 40, cols = 512, n_tokens = 9;
+  const auto x = random_vec(n_tokens * cols, 71);
+  for (WeightType type : {WeightType::q8_0, WeightType::q4_K}) {
+    const auto bytes = encode(type, random_vec(rows * cols, 72, 0.05f), rows, cols);
+    const WeightMatrix w{type, bytes.data(), rows, cols};
+    std::vector<float> fastest(n_tokens * rows), named(n_tokens * rows);
+    matmul(fastest.data(), x.data(), w, n_tokens, GemmPrecision::fastest);
+    matmul(named.data(), x.data(), w, n_tokens, resolve_precision(GemmPrecision::fastest, type, 9));
+    EXPECT_EQ(0, std::memcmp(fastest.data(), named.data(), fastest.size() * sizeof(float)))
+        << to_string(type);
+  }
 }
 
 }  // namespace

@@ -11,9 +11,10 @@
 //   gemv:   out[r] = sum_c W[r][c] * x[c], rows spread over snapkv::parallel_for, F16C/AVX2 inner
 //     loops with a scalar fallback; block types decode one block into registers-sized scratch
 //     (decode_block) and dot it with x in fp32.
-//   GemmPrecision::q8 (the default for gemv): for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights x is
-//     quantized to 8 bits once per product and the rows are dotted with it in integer arithmetic
-//     (src/ops/q8_dot.h), as llama.cpp does; see GemmPrecision below.
+//   GemmPrecision::q8 (the default for gemv, and for matmul on Q8_0 / Q4_0): for Q8_0, Q4_0,
+//     Q4_K, Q5_K and Q6_K weights x is quantized to 8 bits once per product and the rows are
+//     dotted with it in integer arithmetic (src/ops/q8_dot.h), as llama.cpp does; Q8_0 / Q4_0
+//     products of several tokens run register-tiled kernels; see GemmPrecision below.
 // Each fast kernel has a scalar reference (*_ref) accumulating in double, which tests hold it to.
 // This file knows nothing about files, models or caches.
 #pragma once
@@ -75,15 +76,23 @@ void validate_weight(const WeightMatrix& w, const char* what);
 //        weights, Q8_K super-blocks for the K-quants, as llama.cpp does) and the weights are
 //        dotted with it in integer arithmetic (src/ops/q8_dot.h). Adds the activation rounding:
 //        |error| <= sum_i |w_i| * (activation scale of i's block) / 2 (+ fp32 rounding).
-enum class GemmPrecision { f32, q8 };
-const char* to_string(GemmPrecision p);  // "f32" / "q8"
+//   fastest: per weight type, whichever of the two was measured faster (bench_matmul_precision,
+//        interleaved runs on one machine): q8 for gemv and for matmul on Q8_0 / Q4_0 (the
+//        register-tiled integer kernels), f32 for matmul on the K-quants (their per-pair integer
+//        dots lose to dequantize + sgemm when many tokens share each weight row).
+enum class GemmPrecision { f32, q8, fastest };
+const char* to_string(GemmPrecision p);  // "f32" / "q8" / "fastest"
+// The precision `fastest` resolves to for a product with n_tokens rows of activations (gemv: 1);
+// f32 and q8 resolve to themselves.
+GemmPrecision resolve_precision(GemmPrecision p, WeightType type, size_t n_tokens);
 
 // The precision that gemv / matmul use when none is given. Initially the value of the environment
-// variable SNAPKV_GEMM_PRECISION ("f32" or "q8"; anything else throws std::invalid_argument on the
-// first call) or, when unset, kDefaultGemvPrecision for gemv and kDefaultMatmulPrecision for
-// matmul's multi-token path. set_gemm_precision sets them (process-wide, thread-safe).
+// variable SNAPKV_GEMM_PRECISION ("f32", "q8" or "fastest"; anything else throws
+// std::invalid_argument on the first call) or, when unset, kDefaultGemvPrecision for gemv and
+// kDefaultMatmulPrecision for matmul's multi-token path. set_gemm_precision sets them
+// (process-wide, thread-safe).
 inline constexpr GemmPrecision kDefaultGemvPrecision = GemmPrecision::q8;
-inline constexpr GemmPrecision kDefaultMatmulPrecision = GemmPrecision::f32;
+inline constexpr GemmPrecision kDefaultMatmulPrecision = GemmPrecision::fastest;
 void set_gemm_precision(GemmPrecision p);  // both
 void set_gemm_precision(GemmPrecision gemv, GemmPrecision matmul);
 GemmPrecision gemv_precision();
