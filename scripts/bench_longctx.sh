@@ -3,7 +3,8 @@
 # The prefill of such a prompt takes minutes, so it runs once, untimed, in `prepare`; `measure`
 # times only the generated tokens, each side starting from its saved prompt state:
 #
-#   scripts/bench_longctx.sh prepare   # slow (three 16K prefills and one 4K), untimed
+#   scripts/bench_longctx.sh prepare   # slow (two 16K prefills of ours, one of llama.cpp's and a
+#                                      # 4K one), untimed, resumable; `prepare llama|ours`: one side
 #   scripts/bench_longctx.sh measure   # decode only, medians of REPS; run it on a QUIET machine
 #
 # prepare (artifacts in $WORK, outside the repository):
@@ -51,7 +52,7 @@ need() { [[ -e "$1" ]] || die "missing $1${2:+ ($2)}"; }
 
 stage=${1:-}
 [[ "$stage" == prepare || "$stage" == measure ]] ||
-  die "usage: scripts/bench_longctx.sh prepare|measure, got '${stage}'" 2
+  die "usage: scripts/bench_longctx.sh prepare [all|llama|ours] | measure, got '${stage}'" 2
 [[ -x "$SNAPKV" ]] || die "no snapkv binary at '$SNAPKV'" 2
 need "$MODEL" "tools/make_big_random_model.py --ctx 20480 writes it"
 need "$LLAMA_CLI" "llama.cpp built beside the project"
@@ -67,57 +68,92 @@ with_peak_rss() {
   rm -f "$rss_file.kib"
 }
 
+# The llama.cpp side: its state after the prompt, and the peak RSS of that prefill.
+prepare_llama() {
+  if [[ ! -f "$WORK/llama.session" ]]; then
+    log "llama.cpp: prompt state (llama-cli --prompt-cache)"
+    /usr/bin/time -f '%M' -o "$WORK/llama-prefill.rss.kib" \
+      "$LLAMA_CLI" -m "$MODEL" -f "$WORK/doc.txt" -c "$LLAMA_CTX" -n 1 -t "$THREADS" --temp 0 \
+      --ignore-eos -no-cnv --prompt-cache "$WORK/llama.session.tmp" < /dev/null \
+      > "$WORK/llama-prefill.out" 2> "$WORK/llama-prefill.err"
+    need "$WORK/llama.session.tmp" "llama-cli wrote no prompt cache: see $WORK/llama-prefill.err"
+    mv "$WORK/llama.session.tmp" "$WORK/llama.session"
+  fi
+  if [[ ! -f "$WORK/llama-prefill.rss" && -f "$WORK/llama-prefill.rss.kib" ]]; then
+    echo $(($(tail -n1 "$WORK/llama-prefill.rss.kib") * 1024)) > "$WORK/llama-prefill.rss"
+  fi
+}
+
+# Our side: one `snapkv compress` per artifact, skipped when its JSON exists (written last).
+prepare_ours() {
+  local common=(--model "$MODEL" --threads "$THREADS" --json)
+  if [[ ! -f "$WORK/full.json" ]]; then
+    log "ours: full cache (end_of_prompt)"
+    with_peak_rss "$WORK/full.rss" "$WORK/full.json.tmp" "$SNAPKV" compress "${common[@]}" \
+      --prompt-file "$WORK/doc.txt" --method full --out "$WORK/full.kvc"
+    mv "$WORK/full.json.tmp" "$WORK/full.json"
+  fi
+  if [[ ! -f "$WORK/snapkv1024.json" ]]; then
+    log "ours: snapkv budget 1024, every_chunk, prefill chunk $CHUNK"
+    with_peak_rss "$WORK/snapkv1024.rss" "$WORK/snapkv1024.json.tmp" "$SNAPKV" compress \
+      "${common[@]}" --prompt-file "$WORK/doc.txt" --method snapkv --budget 1024 \
+      --chunk-mode every_chunk --prefill-chunk "$CHUNK" --out "$WORK/snapkv1024.kvc"
+    mv "$WORK/snapkv1024.json.tmp" "$WORK/snapkv1024.json"
+  fi
+  if [[ ! -f "$WORK/snapkv1024-short.json" ]]; then
+    log "ours: the same every_chunk prefill of the $SHORT_TOKENS-token prefix (peak RSS only)"
+    with_peak_rss "$WORK/snapkv1024-short.rss" "$WORK/snapkv1024-short.json.tmp" "$SNAPKV" \
+      compress "${common[@]}" --prompt-file "$WORK/doc-short.txt" --method snapkv --budget 1024 \
+      --chunk-mode every_chunk --prefill-chunk "$CHUNK" --out "$WORK/snapkv1024-short.kvc"
+    rm -f "$WORK/snapkv1024-short.kvc"
+    mv "$WORK/snapkv1024-short.json.tmp" "$WORK/snapkv1024-short.json"
+  fi
+}
+
+# Resumable: every step is skipped when its output exists. `prepare llama` / `prepare ours` run
+# one side only (the two may run at once, e.g. in two shells).
 prepare() {
+  local side=${1:-all}
+  [[ "$side" == all || "$side" == llama || "$side" == ours ]] ||
+    die "usage: scripts/bench_longctx.sh prepare [all|llama|ours], got '$side'" 2
   mkdir -p "$WORK"
-  log "document of about $TOKENS tokens"
-  python3 - "$SNAPKV" "$MODEL" "$TOKENS" "$WORK/doc.txt" <<'EOF'
+  if [[ ! -f "$WORK/doc.txt" ]]; then
+    log "document of about $TOKENS tokens"
+    python3 - "$SNAPKV" "$MODEL" "$TOKENS" "$WORK/doc.txt" <<'PY'
 import sys
 sys.path.insert(0, "scripts")
 import bench_ttft
 snapkv, model, tokens, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-print("[bench_longctx] doc.txt: %d tokens" % bench_ttft.make_document(snapkv, model, tokens, path, 3),
-      file=sys.stderr)
-EOF
-  python3 - "$SNAPKV" "$MODEL" "$SHORT_TOKENS" "$WORK/doc.txt" "$WORK/doc-short.txt" <<'EOF'
+n = bench_ttft.make_document(snapkv, model, tokens, path + ".tmp", 3)
+print("[bench_longctx] doc.txt: %d tokens" % n, file=sys.stderr)
+PY
+    mv "$WORK/doc.txt.tmp" "$WORK/doc.txt"
+  fi
+  if [[ ! -f "$WORK/doc-short.txt" ]]; then
+    python3 - "$SNAPKV" "$MODEL" "$SHORT_TOKENS" "$WORK/doc.txt" "$WORK/doc-short.txt" <<'PY'
 import sys
 sys.path.insert(0, "scripts")
 import bench_ttft
 snapkv, model, tokens, src, dst = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 words = open(src).read().split(" ")
+tmp = dst + ".tmp"
 lo, hi = 1, len(words)
 while lo < hi:  # the longest prefix of whole words within `tokens` tokens
     mid = (lo + hi + 1) // 2
-    open(dst, "w").write(" ".join(words[:mid]))
-    if bench_ttft.count_tokens(snapkv, model, dst) <= tokens:
+    open(tmp, "w").write(" ".join(words[:mid]))
+    if bench_ttft.count_tokens(snapkv, model, tmp) <= tokens:
         lo = mid
     else:
         hi = mid - 1
-open(dst, "w").write(" ".join(words[:lo]))
-print("[bench_longctx] doc-short.txt: %d tokens" % bench_ttft.count_tokens(snapkv, model, dst),
+open(tmp, "w").write(" ".join(words[:lo]))
+print("[bench_longctx] doc-short.txt: %d tokens" % bench_ttft.count_tokens(snapkv, model, tmp),
       file=sys.stderr)
-EOF
-  local common=(--model "$MODEL" --threads "$THREADS" --json)
-  log "llama.cpp: prompt state (llama-cli --prompt-cache)"
-  rm -f "$WORK/llama.session"
-  /usr/bin/time -f '%M' -o "$WORK/llama-prefill.rss.kib" \
-    "$LLAMA_CLI" -m "$MODEL" -f "$WORK/doc.txt" -c "$LLAMA_CTX" -n 1 -t "$THREADS" --temp 0 \
-    --ignore-eos -no-cnv --prompt-cache "$WORK/llama.session" < /dev/null \
-    > "$WORK/llama-prefill.out" 2> "$WORK/llama-prefill.err"
-  echo $(($(tail -n1 "$WORK/llama-prefill.rss.kib") * 1024)) > "$WORK/llama-prefill.rss"
-  need "$WORK/llama.session" "llama-cli wrote no prompt cache: see $WORK/llama-prefill.err"
-  log "ours: full cache (end_of_prompt)"
-  with_peak_rss "$WORK/full.rss" "$WORK/full.json" "$SNAPKV" compress "${common[@]}" \
-    --prompt-file "$WORK/doc.txt" --method full --out "$WORK/full.kvc"
-  log "ours: snapkv budget 1024, every_chunk, prefill chunk $CHUNK"
-  with_peak_rss "$WORK/snapkv1024.rss" "$WORK/snapkv1024.json" "$SNAPKV" compress "${common[@]}" \
-    --prompt-file "$WORK/doc.txt" --method snapkv --budget 1024 --chunk-mode every_chunk \
-    --prefill-chunk "$CHUNK" --out "$WORK/snapkv1024.kvc"
-  log "ours: the same every_chunk prefill of the $SHORT_TOKENS-token prefix (peak RSS only)"
-  with_peak_rss "$WORK/snapkv1024-short.rss" "$WORK/snapkv1024-short.json" "$SNAPKV" compress \
-    "${common[@]}" --prompt-file "$WORK/doc-short.txt" --method snapkv --budget 1024 \
-    --chunk-mode every_chunk --prefill-chunk "$CHUNK" --out "$WORK/snapkv1024-short.kvc"
-  rm -f "$WORK/snapkv1024-short.kvc"
-  log "prepare done: $(ls "$WORK" | tr '\n' ' ')"
+PY
+    mv "$WORK/doc-short.txt.tmp" "$WORK/doc-short.txt"
+  fi
+  [[ "$side" == ours ]] || prepare_llama
+  [[ "$side" == llama ]] || prepare_ours
+  log "prepare ($side) done: $(ls "$WORK" | tr '\n' ' ')"
 }
 
 measure() {
@@ -152,4 +188,4 @@ measure() {
     --gen "$GEN" --threads "$THREADS" | tee "$OUT/longctx.txt"
 }
 
-"$stage"
+"$stage" "${@:2}"
