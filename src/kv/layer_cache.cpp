@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "kv/scratch.h"
 #include "snapkv/kv/allocation.h"
 #include "snapkv/kv/fork.h"
 #include "snapkv/kv/snapkv_score.h"
@@ -64,7 +65,17 @@ void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* d
 void check_values(const Tensor3& t, const char* name, bool stored_in_fp16) {
   const size_t n = t.dim0 * t.dim1 * t.dim2;
   const float limit = stored_in_fp16 ? kFp16Max : std::numeric_limits<float>::max();
-  for (size_t i = 0; i < n; ++i) {
+  // Blocks scanned without an early exit (a loop the compiler vectorises); only a block holding
+  // a bad value is walked again to name it.
+  constexpr size_t kBlock = 4096;
+  size_t i = 0;
+  for (; i < n; i += kBlock) {
+    const size_t end = std::min(n, i + kBlock);
+    bool bad = false;
+    for (size_t j = i; j < end; ++j) bad |= !(std::fabs(t.data[j]) <= limit);  // also NaN
+    if (bad) break;
+  }
+  for (; i < n; ++i) {
     if (!(std::fabs(t.data[i]) <= limit)) {  // also catches NaN
       const size_t row = i / t.dim2;
       const bool finite = std::isfinite(t.data[i]);
@@ -254,6 +265,18 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   // (and rows a routing codec still holds are routed).
   if (decode) end_prompt();
 
+  if (!decode && evicts && config_.chunk_mode == ChunkMode::every_chunk &&
+      config_.codec == CodecKind::fp16 && config_.head_allocation != HeadAllocation::ada) {
+    tokens_seen_ += n_new;
+    pending_queries_ = window_queries;
+    pending_window_ = n_window;
+    if (select_then_store(k, v, window_queries.empty() ? nullptr : window_queries.data(), n_window,
+                          layer_budget())) {
+      return;
+    }
+    tokens_seen_ -= n_new;  // the chunk fits: stored below like any other
+  }
+
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     key_stores_[h]->append(k.data + h * n_new * head_dim, n_new);
     value_stores_[h]->append(v.data + h * n_new * head_dim, n_new);
@@ -341,8 +364,12 @@ void LayerCache::end_prompt() {
 }
 
 size_t LayerCache::layer_budget() const {
+  return layer_budget_at(tokens_seen_);
+}
+
+size_t LayerCache::layer_budget_at(size_t tokens_seen) const {
   if (config_.layer_allocation == LayerAllocation::uniform) return config_.budget;
-  return layer_budgets(config_, n_layers_, tokens_seen_)[layer_index_];
+  return layer_budgets(config_, n_layers_, tokens_seen)[layer_index_];
 }
 
 bool LayerCache::over_budget() const {
@@ -445,22 +472,21 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
   std::vector<SelectionResult> results(n_kv);
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_rows = key_stores_[h]->rows();
-    if (n_rows == 0) return;                     // an empty head (ada) has nothing to score
-    std::vector<float> keys(n_rows * head_dim);  // [n_rows][head_dim]
-    key_stores_[h]->read(keys.data(), 0, n_rows);
-    std::vector<float> values;  // [n_rows][head_dim], for the policies that read values
+    if (n_rows == 0) return;  // an empty head (ada) has nothing to score
+    float* keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);  // [n_rows][head_dim]
+    key_stores_[h]->read(keys, 0, n_rows);
     SelectionInput in;
     in.kv_head = h;
     in.head_dim = head_dim;
     in.n_rows = n_rows;
-    in.keys = keys.data();
+    in.keys = keys;
     in.positions = positions_[h].data();
     in.budget = budget;
     in.rope = rope_ ? &*rope_ : nullptr;
     if (policy.needs_values()) {
-      values.resize(n_rows * head_dim);
-      value_stores_[h]->read(values.data(), 0, n_rows);
-      in.values = values.data();
+      float* values = scratch_floats(ScratchSlot::values, n_rows * head_dim);  // [n_rows][head_dim]
+      value_stores_[h]->read(values, 0, n_rows);
+      in.values = values;
     }
     if (queries != nullptr) {
       in.queries = queries + h * n_group * n_window * head_dim;  // this KV head's group
