@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -65,15 +66,33 @@ void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* d
 void check_values(const Tensor3& t, const char* name, bool stored_in_fp16) {
   const size_t n = t.dim0 * t.dim1 * t.dim2;
   const float limit = stored_in_fp16 ? kFp16Max : std::numeric_limits<float>::max();
-  // Blocks scanned without an early exit (a loop the compiler vectorises); only a block holding
-  // a bad value is walked again to name it.
-  constexpr size_t kBlock = 4096;
-  size_t i = 0;
-  for (; i < n; i += kBlock) {
-    const size_t end = std::min(n, i + kBlock);
-    bool bad = false;
-    for (size_t j = i; j < end; ++j) bad |= !(std::fabs(t.data[j]) <= limit);  // also NaN
-    if (bad) break;
+  // Slices scanned without an early exit (a loop the compiler vectorises), spread over the workers
+  // when large (a 64K-token chunk is 2 x 256 MiB of k and v); the walk that names the first bad
+  // value starts at the first slice holding one.
+  // |x| <= limit compared on the bits: with the sign cleared, a float's bits order like its
+  // magnitude as a non-negative int32, and Inf and NaN sit above every finite value (SSE2 pcmpgtd).
+  int32_t limit_bits = 0;
+  std::memcpy(&limit_bits, &limit, sizeof limit_bits);
+  const auto has_bad = [&](size_t begin, size_t end) {
+    int32_t bad = 0;
+    for (size_t j = begin; j < end; ++j) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, t.data + j, sizeof bits);
+      bad |= static_cast<int32_t>(bits & 0x7fffffffu) > limit_bits ? 1 : 0;
+    }
+    return bad != 0;
+  };
+  constexpr size_t kSlice = size_t{1} << 16;
+  const size_t n_slices = (n + kSlice - 1) / kSlice;
+  size_t i = n;
+  if (n_slices <= 1) {
+    if (has_bad(0, n)) i = 0;
+  } else {
+    std::vector<uint8_t> bad(n_slices, 0);
+    parallel_for(n_slices,
+                 [&](size_t s) { bad[s] = has_bad(s * kSlice, std::min(n, (s + 1) * kSlice)); });
+    const auto first = std::find(bad.begin(), bad.end(), uint8_t{1});
+    if (first != bad.end()) i = static_cast<size_t>(first - bad.begin()) * kSlice;
   }
   for (; i < n; ++i) {
     if (!(std::fabs(t.data[i]) <= limit)) {  // also catches NaN
