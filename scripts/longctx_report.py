@@ -87,9 +87,14 @@ def llama(out_dir):
     rates, runs = [], None
     for path in sorted(glob.glob(os.path.join(out_dir, "llama-*.err"))):
         with open(path, errors="replace") as f:
-            m = EVAL_RE.search(f.read())
+            text = f.read()
+        m = EVAL_RE.search(text)
         if not m:
             fail("no 'eval time' line in %s" % path)
+        p = PROMPT_RE.search(text)
+        if p and int(p.group(2)) > 8:  # the prompt cache did not match: the prompt was re-run
+            fail("%s: llama-cli evaluated %s prompt tokens, expected the saved state to be used "
+                 "(a stale llama.session? rerun prepare)" % (path, p.group(2)))
         ms, n = float(m.group(1)), int(m.group(2))
         rates.append(1000.0 * n / ms)
         runs = n
