@@ -36,6 +36,7 @@ struct AskOptions {
   std::string questions_file;
   size_t max_tokens = 32;
   bool multiline = false;
+  bool ignore_eos = false;
   size_t chunk = 512;
   int threads = 0;
   snapkv::cli::JsonOutput json;
@@ -93,16 +94,20 @@ int run_ask(AskOptions& o) {
     const double ttft_s = ttft_timer.seconds();
     (void)first;  // answer_greedy takes the same arg-max again
     Timer decode_timer;
-    const GreedyAnswer answer =
-        answer_greedy(session, std::move(logits), tokenizer, o.max_tokens, !o.multiline);
+    const GreedyAnswer answer = answer_greedy(session, std::move(logits), tokenizer, o.max_tokens,
+                                              !o.multiline, o.ignore_eos);
     const double decode_s = decode_timer.seconds();
     if (o.json.given()) {
-      answers.push_back({{"question", q},
-                         {"answer", answer.text},
-                         {"tokens", answer.tokens},
-                         {"question_tokens", q_tokens.size()},
-                         {"ttft_s", ttft_s},
-                         {"decode_s", decode_s}});
+      answers.push_back(
+          {{"question", q},
+           {"answer", answer.text},
+           {"tokens", answer.tokens},
+           {"question_tokens", q_tokens.size()},
+           {"ttft_s", ttft_s},
+           {"decode_s", decode_s},
+           {"decode_steps", answer.decode_steps},
+           {"decode_tok_s",
+            answer.decode_steps > 0 ? static_cast<double>(answer.decode_steps) / decode_s : 0.0}});
     }
     if (!o.json.to_stdout()) {
       std::printf("Q: %s\nA: %s\n", q.c_str(), answer.text.c_str());
@@ -118,7 +123,17 @@ int run_ask(AskOptions& o) {
     j["policy"] = to_string(loaded.config.policy);
     j["codec"] = to_string(loaded.config.codec);
     j["budget"] = loaded.config.budget;
-    j["kept_rows"] = loaded.session.cache_stats().tokens_kept;
+    const CacheStats stats = loaded.session.cache_stats();
+    j["kept_rows"] = stats.tokens_kept;
+    j["kv_bytes"] = stats.bytes_stored;  // the loaded cache, every layer
+    // What one decode step reads of the weights: every matrix and the output head, one row of
+    // the token embedding (a memory-traffic bound divides this plus the kept KV by a bandwidth).
+    const LlamaWeights& w = model.weights();
+    j["weight_bytes"] = model.weight_bytes();
+    j["weight_bytes_per_step"] = model.weight_bytes() -
+                                 (w.tied_output ? 0 : w.token_embd.total_bytes()) +
+                                 w.token_embd.row_bytes();
+    j["threads"] = snapkv::num_threads();
     j["answers"] = answers;
     o.json.write(j, "ask");  // invalid UTF-8 in answers is replaced when writing
   }
@@ -143,6 +158,8 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--max-tokens", o->max_tokens, "Tokens per answer (stops at EOS)")
           ->capture_default_str();
       sub.add_flag("--multiline", o->multiline, "Do not stop an answer at its first newline");
+      sub.add_flag("--ignore-eos", o->ignore_eos,
+                   "Do not stop an answer at EOS (fixed-length decode, for benchmarks)");
       sub.add_option("--prefill-chunk", o->chunk, "Tokens per forward of the question")
           ->capture_default_str();
       sub.add_option("--threads", o->threads, "Worker threads and OpenBLAS threads (0 = all cores)")

@@ -21,6 +21,11 @@
 #            model at 2K (3 repetitions) and the 0.73B file at 4K (TTFT_BIG_REPS, default 1).
 #   serve    scripts/serve_load.py: 200 requests from 8 concurrent clients against `snapkv serve` on
 #            the shipped model (failures, latency percentiles, server RSS at start and end).
+#   longctx  scripts/bench_longctx.sh measure: decode after a 16K-token prompt on the 0.73B F16 file
+#            (ours full and SnapKV budget 1024 from .kvc files, llama.cpp full from its prompt
+#            cache), the memory-traffic bound from a read bandwidth measured in the same run, the
+#            prefills' peak RSS. Not in the default PARTS: its untimed `prepare` (three 16K
+#            prefills, ~25 min) runs first when $LONGCTX_WORK (default /work/longctx) lacks its files.
 # Environment: OUT (default docs/results/bench), SNAPKV (default build/snapkv), LLAMA_BUILD (default
 # /work/llama.cpp/build), BIG_DIR (default /work/models-big), THREADS (default 2).
 set -euo pipefail
@@ -80,8 +85,17 @@ for part in $PARTS; do
       python3 scripts/serve_load.py --snapkv "$SNAPKV" --json "$OUT/serve_load.json" \
         | tee "$OUT/serve_load.txt"
       ;;
+    longctx)
+      export WORK=${LONGCTX_WORK:-/work/longctx} SNAPKV LLAMA_BUILD THREADS
+      if [[ ! -f "$WORK/snapkv1024-short.json" || ! -f "$WORK/llama.session" ]]; then
+        log "longctx: prepare (untimed prefills) into $WORK"
+        MODEL="$BIG_DIR/random-0.73b-ctx20k.gguf" scripts/bench_longctx.sh prepare
+      fi
+      log "longctx: measure"
+      OUT="$OUT/longctx" MODEL="$BIG_DIR/random-0.73b-ctx20k.gguf" scripts/bench_longctx.sh measure
+      ;;
     *)
-      echo "bench_record.sh: error: unknown part '$part', expected engine|kernels|ttft|serve" >&2
+      echo "bench_record.sh: error: unknown part '$part', expected engine|kernels|ttft|serve|longctx" >&2
       exit 2
       ;;
   esac

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
+#include "kv/scratch.h"
 #include "snapkv/kv/allocation.h"
 #include "snapkv/kv/fork.h"
 #include "snapkv/kv/snapkv_score.h"
@@ -64,7 +66,35 @@ void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* d
 void check_values(const Tensor3& t, const char* name, bool stored_in_fp16) {
   const size_t n = t.dim0 * t.dim1 * t.dim2;
   const float limit = stored_in_fp16 ? kFp16Max : std::numeric_limits<float>::max();
-  for (size_t i = 0; i < n; ++i) {
+  // Slices scanned without an early exit (a loop the compiler vectorises), spread over the workers
+  // when large (a 64K-token chunk is 2 x 256 MiB of k and v); the walk that names the first bad
+  // value starts at the first slice holding one.
+  // |x| <= limit compared on the bits: with the sign cleared, a float's bits order like its
+  // magnitude as a non-negative int32, and Inf and NaN sit above every finite value (SSE2 pcmpgtd).
+  int32_t limit_bits = 0;
+  std::memcpy(&limit_bits, &limit, sizeof limit_bits);
+  const auto has_bad = [&](size_t begin, size_t end) {
+    int32_t bad = 0;
+    for (size_t j = begin; j < end; ++j) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, t.data + j, sizeof bits);
+      bad |= static_cast<int32_t>(bits & 0x7fffffffu) > limit_bits ? 1 : 0;
+    }
+    return bad != 0;
+  };
+  constexpr size_t kSlice = size_t{1} << 16;
+  const size_t n_slices = (n + kSlice - 1) / kSlice;
+  size_t i = n;
+  if (n_slices <= 1) {
+    if (has_bad(0, n)) i = 0;
+  } else {
+    std::vector<uint8_t> bad(n_slices, 0);
+    parallel_for(n_slices,
+                 [&](size_t s) { bad[s] = has_bad(s * kSlice, std::min(n, (s + 1) * kSlice)); });
+    const auto first = std::find(bad.begin(), bad.end(), uint8_t{1});
+    if (first != bad.end()) i = static_cast<size_t>(first - bad.begin()) * kSlice;
+  }
+  for (; i < n; ++i) {
     if (!(std::fabs(t.data[i]) <= limit)) {  // also catches NaN
       const size_t row = i / t.dim2;
       const bool finite = std::isfinite(t.data[i]);
@@ -254,6 +284,18 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   // (and rows a routing codec still holds are routed).
   if (decode) end_prompt();
 
+  if (!decode && evicts && config_.chunk_mode == ChunkMode::every_chunk &&
+      config_.codec == CodecKind::fp16 && config_.head_allocation != HeadAllocation::ada) {
+    tokens_seen_ += n_new;
+    pending_queries_ = window_queries;
+    pending_window_ = n_window;
+    if (select_then_store(k, v, window_queries.empty() ? nullptr : window_queries.data(), n_window,
+                          layer_budget())) {
+      return;
+    }
+    tokens_seen_ -= n_new;  // the chunk fits: stored below like any other
+  }
+
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {
     key_stores_[h]->append(k.data + h * n_new * head_dim, n_new);
     value_stores_[h]->append(v.data + h * n_new * head_dim, n_new);
@@ -341,8 +383,12 @@ void LayerCache::end_prompt() {
 }
 
 size_t LayerCache::layer_budget() const {
+  return layer_budget_at(tokens_seen_);
+}
+
+size_t LayerCache::layer_budget_at(size_t tokens_seen) const {
   if (config_.layer_allocation == LayerAllocation::uniform) return config_.budget;
-  return layer_budgets(config_, n_layers_, tokens_seen_)[layer_index_];
+  return layer_budgets(config_, n_layers_, tokens_seen)[layer_index_];
 }
 
 bool LayerCache::over_budget() const {
@@ -445,22 +491,21 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
   std::vector<SelectionResult> results(n_kv);
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_rows = key_stores_[h]->rows();
-    if (n_rows == 0) return;                     // an empty head (ada) has nothing to score
-    std::vector<float> keys(n_rows * head_dim);  // [n_rows][head_dim]
-    key_stores_[h]->read(keys.data(), 0, n_rows);
-    std::vector<float> values;  // [n_rows][head_dim], for the policies that read values
+    if (n_rows == 0) return;  // an empty head (ada) has nothing to score
+    float* keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);  // [n_rows][head_dim]
+    key_stores_[h]->read(keys, 0, n_rows);
     SelectionInput in;
     in.kv_head = h;
     in.head_dim = head_dim;
     in.n_rows = n_rows;
-    in.keys = keys.data();
+    in.keys = keys;
     in.positions = positions_[h].data();
     in.budget = budget;
     in.rope = rope_ ? &*rope_ : nullptr;
     if (policy.needs_values()) {
-      values.resize(n_rows * head_dim);
-      value_stores_[h]->read(values.data(), 0, n_rows);
-      in.values = values.data();
+      float* values = scratch_floats(ScratchSlot::values, n_rows * head_dim);  // [n_rows][head_dim]
+      value_stores_[h]->read(values, 0, n_rows);
+      in.values = values;
     }
     if (queries != nullptr) {
       in.queries = queries + h * n_group * n_window * head_dim;  // this KV head's group

@@ -1,6 +1,8 @@
 // SnapKV window scores (sgemm logits + stable softmax per window row), pooling and selection.
 #include "snapkv/kv/snapkv_score.h"
 
+#include "kv/scratch.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -50,8 +52,8 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
   const size_t n_total = n_group * w;  // query rows, ordered [n_group][w]
   const size_t n_tiles = (n_rows + kColBlock - 1) / kColBlock;
   const size_t chunk = std::min(kRowChunk, n_total);
-  std::vector<float> q(chunk * head_dim);        // [chunk][head_dim] contiguous query rows
-  std::vector<float> logits(chunk * n_rows);     // [chunk][n_rows]
+  std::vector<float> q(chunk * head_dim);  // [chunk][head_dim] contiguous query rows
+  float* logits = scratch_floats(ScratchSlot::logits, chunk * n_rows);  // [chunk][n_rows]
   std::vector<float> tile_max(chunk * n_tiles);  // [chunk][n_tiles] shift used per tile
   std::vector<float> row_max(chunk), row_sum(chunk);
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -69,7 +71,7 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
     for (size_t t = 0; t < n_tiles; ++t) {
       const size_t c0 = t * kColBlock;
       const size_t nc = std::min(kColBlock, n_rows - c0);
-      sgemm_nt(logits.data() + c0, q.data(), keys + c0 * head_dim, m, nc, head_dim, scale, n_rows);
+      sgemm_nt(logits + c0, q.data(), keys + c0 * head_dim, m, nc, head_dim, scale, n_rows);
       for (size_t i = 0; i < m; ++i) {
         const size_t end = std::min(visible(i), c0 + nc);
         float& shift = tile_max[i * n_tiles + t];
@@ -77,7 +79,7 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
           shift = neg_inf;  // the whole tile is masked for this row
           continue;
         }
-        float* row = logits.data() + i * n_rows + c0;
+        float* row = logits + i * n_rows + c0;
         const float new_max = std::max(row_max[i], max_value(row, end - c0));
         const float tile_sum = exp_shift_sum(row, end - c0, new_max);
         row_sum[i] = row_sum[i] * exp_approx(row_max[i] - new_max) + tile_sum;
@@ -94,7 +96,7 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
         const size_t end = std::min(visible(i), c0 + nc);
         // row_sum >= 1: the row's maximum contributes exp(0).
         const float factor = exp_approx(shift - row_max[i]) / row_sum[i];
-        axpy(out + c0, factor, logits.data() + i * n_rows + c0, end - c0);
+        axpy(out + c0, factor, logits + i * n_rows + c0, end - c0);
       }
     }
   }

@@ -52,13 +52,13 @@ PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
 }
 
 GreedyAnswer answer_greedy(LlamaSession& session, std::vector<float> logits,
-                           const Tokenizer& tokenizer, size_t max_new_tokens,
-                           bool stop_at_newline) {
+                           const Tokenizer& tokenizer, size_t max_new_tokens, bool stop_at_newline,
+                           bool ignore_eos) {
   GreedyAnswer out;
   const size_t n_ctx = session.model().config().n_ctx;
   for (size_t step = 0; step < max_new_tokens; ++step) {
     const int32_t token = argmax(logits);
-    if (token == tokenizer.eos()) break;
+    if (token == tokenizer.eos() && !ignore_eos) break;
     out.tokens.push_back(token);
     out.text += tokenizer.token_to_piece(token);
     if (stop_at_newline && out.text.find('\n') != std::string::npos) break;

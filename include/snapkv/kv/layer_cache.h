@@ -214,6 +214,14 @@ class LayerCache {
   void compress(const float* queries, size_t n_window, EvictionPolicy& policy, size_t budget,
                 bool ada, const float* external = nullptr);
   bool over_budget() const;
+  size_t layer_budget_at(size_t tokens_seen) const;
+  // every_chunk with fp16 rows and one budget per head (kv/layer_cache_select.cpp): when the
+  // chunk k, v [n_kv_heads][S][head_dim] takes the layer over `budget`, selects among the stored
+  // rows and the chunk's before storing, so rows evicted at once are never written. The same
+  // rows, positions and scores as appending the chunk and then compress(). tokens_seen_ already
+  // counts the chunk; returns false (nothing done) when the chunk fits the budget.
+  bool select_then_store(Tensor3 k, Tensor3 v, const float* queries, size_t n_window,
+                         size_t budget);
   // Routes the rows a routing codec (zipcache) holds unrouted in head h: with `scores` (the
   // policy's, one per retained row) when given, else SnapKV's window attention with `queries`
   // ([n_heads][n_window][head_dim] or nullptr: the last `window` keys as proxies).

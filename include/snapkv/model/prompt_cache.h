@@ -46,10 +46,12 @@ struct GreedyAnswer {
   size_t decode_steps = 0;
 };
 
-// Greedy (arg-max) decoding from `logits` [n_vocab] (the last prompt position's): stops at EOS,
+// Greedy (arg-max) decoding from `logits` [n_vocab] (the last prompt position's): stops at EOS
+// (unless ignore_eos: then EOS is decoded like any token, as benchmarks of a fixed length need),
 // after max_new_tokens tokens, or, with stop_at_newline, once the text holds a newline. The same
 // loop as the evaluation harness, so a loaded cache reproduces its predictions token for token.
 GreedyAnswer answer_greedy(LlamaSession& session, std::vector<float> logits,
-                           const Tokenizer& tokenizer, size_t max_new_tokens, bool stop_at_newline);
+                           const Tokenizer& tokenizer, size_t max_new_tokens, bool stop_at_newline,
+                           bool ignore_eos = false);
 
 }  // namespace snapkv

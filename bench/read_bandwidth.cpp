@@ -1,0 +1,77 @@
+// Read bandwidth of main memory: a 1 GiB buffer (far beyond any last-level cache) summed by T
+// threads over snapkv's parallel_for seam, each thread one contiguous slice, as decode reads its
+// weights and KV rows. bytes_per_second counts bytes read (nothing is written). This is the
+// denominator of a decode's memory-traffic bound (scripts/bench_longctx.sh): a decode step cannot
+// be faster than (weight bytes + KV bytes it reads) / this bandwidth.
+//
+//   build/bench/bench_read_bandwidth --benchmark_filter='BM_ReadBandwidth/2$'
+//
+// Arguments: threads 1, 2, 4, 8 (those up to the hardware's concurrency).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "snapkv/util/parallel.h"
+
+namespace {
+
+constexpr size_t kReadBytes = size_t{1} << 30;
+
+// Sum of `n` words with four independent accumulators (the loads, not the adds, are the limit).
+uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  for (; i < n; ++i) a += p[i];
+  return a + b + c + d;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int saved = snapkv::num_threads();
+  snapkv::set_num_threads(threads);
+  const size_t n_words = kReadBytes / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(n_words, 1);  // written once: every page is resident
+  const size_t n_slices = static_cast<size_t>(threads);
+  std::vector<uint64_t> partial(n_slices * 8, 0);  // one cache line per slice
+  auto read_all = [&] {
+    snapkv::parallel_for(n_slices, [&](size_t s) {
+      const size_t begin = n_words * s / n_slices, end = n_words * (s + 1) / n_slices;
+      partial[s * 8] = sum_words(buffer.data() + begin, end - begin);
+    });
+    uint64_t total = 0;
+    for (size_t s = 0; s < n_slices; ++s) total += partial[s * 8];
+    return total;
+  };
+  if (read_all() != n_words) state.SkipWithError("read_bandwidth: wrong sum");
+  for (auto _ : state) {
+    uint64_t total = read_all();
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(kReadBytes));
+  state.counters["threads"] = threads;
+  snapkv::set_num_threads(saved);
+}
+
+void thread_args(benchmark::internal::Benchmark* b) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  for (int t : {1, 2, 4, 8}) {
+    if (static_cast<unsigned>(t) <= hw) b->Arg(t);
+  }
+}
+
+BENCHMARK(BM_ReadBandwidth)->Apply(thread_args)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,122 @@
+// LayerCache::select_then_store: an every_chunk prefill update that selects before it stores.
+//
+// Appending a chunk of S rows and compressing at once (LayerCache::compress) writes every row to
+// the fp16 stores, reads them all back as fp32 for the policy, then drops all but the budget. At
+// S = 64K that is 256 MiB of fresh store pages per layer for rows that live a few milliseconds.
+// Here the candidates are built in a per-thread scratch instead: the stored rows read back, then
+// the chunk's rows rounded through fp16 exactly as Fp16RowStore::append/read would round them,
+// so the policy sees the same keys (and values) as after an append; only the kept rows of the
+// chunk are then appended. Rows, positions, scores and compression count equal the general path
+// (tests/kv/layer_cache_select_test.cpp holds the two equal); only fp16 rows with one budget per
+// head take this path (LayerCache::update decides).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kv/scratch.h"
+#include "snapkv/kv/layer_cache.h"
+#include "snapkv/util/error.h"
+#include "snapkv/util/fp16.h"
+#include "snapkv/util/parallel.h"
+
+namespace snapkv {
+namespace {
+
+// out = in rounded to binary16 and back: [n]. The conversions Fp16RowStore uses.
+void round_through_fp16(float* out, const float* in, size_t n) {
+  constexpr size_t kBlock = 4096;
+  fp16_t half[kBlock];
+  for (size_t i = 0; i < n; i += kBlock) {
+    const size_t len = std::min(kBlock, n - i);
+    fp32_to_fp16_n(half, in + i, len);
+    fp16_to_fp32_n(out + i, half, len);
+  }
+}
+
+// Rows keep[i] - base (keep[i] >= base) of src [..][head_dim], gathered: [n][head_dim].
+std::vector<float> gather_rows(const float* src, std::span<const uint32_t> keep, size_t base,
+                               size_t head_dim) {
+  std::vector<float> out(keep.size() * head_dim);
+  for (size_t i = 0; i < keep.size(); ++i) {
+    std::copy_n(src + (keep[i] - base) * head_dim, head_dim, out.data() + i * head_dim);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, size_t n_window,
+                                   size_t budget) {
+  const size_t n_kv = dims_.n_kv_heads, head_dim = dims_.head_dim, n_new = k.dim1;
+  const size_t n_group = dims_.n_heads / n_kv;
+  for (size_t h = 0; h < n_kv; ++h) {
+    if (positions_[h].size() + n_new <= budget) return false;  // the general path keeps them all
+  }
+  const int64_t first_new = static_cast<int64_t>(tokens_seen_ - n_new);
+  const bool needs_values = policy_->needs_values();
+  std::vector<SelectionResult> results(n_kv);
+  std::vector<std::vector<int64_t>> candidates(n_kv);  // [n_kv][n_old + n_new] positions
+  parallel_for(n_kv, [&](size_t h) {
+    const size_t n_old = key_stores_[h]->rows(), n_rows = n_old + n_new;
+    float* keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);  // [n_rows][head_dim]
+    key_stores_[h]->read(keys, 0, n_old);
+    round_through_fp16(keys + n_old * head_dim, k.data + h * n_new * head_dim, n_new * head_dim);
+    std::vector<int64_t>& pos = candidates[h];
+    pos.reserve(n_rows);
+    pos.assign(positions_[h].begin(), positions_[h].end());
+    for (size_t i = 0; i < n_new; ++i) pos.push_back(first_new + static_cast<int64_t>(i));
+    SelectionInput in;
+    in.kv_head = h;
+    in.head_dim = head_dim;
+    in.n_rows = n_rows;
+    in.keys = keys;
+    in.positions = pos.data();
+    in.budget = budget;
+    in.rope = rope_ ? &*rope_ : nullptr;
+    if (needs_values) {
+      float* values = scratch_floats(ScratchSlot::values, n_rows * head_dim);
+      value_stores_[h]->read(values, 0, n_old);
+      round_through_fp16(values + n_old * head_dim, v.data + h * n_new * head_dim,
+                         n_new * head_dim);
+      in.values = values;
+    }
+    if (queries != nullptr) {
+      in.queries = queries + h * n_group * n_window * head_dim;  // this KV head's group
+      in.n_group = n_group;
+      in.n_window = n_window;
+    }
+    results[h] = policy_->select(in);
+  });
+  for (size_t h = 0; h < n_kv; ++h) {
+    const std::vector<uint32_t>& keep = results[h].keep;
+    const std::vector<int64_t>& pos = candidates[h];
+    SNAPKV_CHECK(keep.size() == std::min(budget, pos.size()));
+    const size_t n_old = key_stores_[h]->rows();
+    const auto split = std::lower_bound(keep.begin(), keep.end(), static_cast<uint32_t>(n_old));
+    const std::span<const uint32_t> keep_old(keep.data(),
+                                             static_cast<size_t>(split - keep.begin()));
+    const std::span<const uint32_t> keep_new(keep.data() + keep_old.size(),
+                                             keep.size() - keep_old.size());
+    key_stores_[h]->retain(keep_old);
+    value_stores_[h]->retain(keep_old);
+    const float* k_head = k.data + h * n_new * head_dim;
+    const float* v_head = v.data + h * n_new * head_dim;
+    key_stores_[h]->append(gather_rows(k_head, keep_new, n_old, head_dim).data(), keep_new.size());
+    value_stores_[h]->append(gather_rows(v_head, keep_new, n_old, head_dim).data(),
+                             keep_new.size());
+    std::vector<int64_t> kept_positions(keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) kept_positions[i] = pos[keep[i]];
+    positions_[h] = std::move(kept_positions);
+    std::vector<float> kept_scores;  // as compress(): the policy's scores of the kept rows
+    if (results[h].scores.size() == pos.size()) {
+      kept_scores.resize(keep.size());
+      for (size_t i = 0; i < keep.size(); ++i) kept_scores[i] = results[h].scores[keep[i]];
+    }
+    settle_head(h, kept_scores, queries, n_window);
+    last_scores_[h] = std::move(results[h].scores);
+  }
+  ++compressions_;
+  return true;
+}
+
+}  // namespace snapkv
