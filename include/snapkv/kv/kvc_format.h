@@ -120,7 +120,7 @@ struct KvcConfigRecord {
   uint8_t keep_window;      // 0 or 1
   uint8_t causal;           // 0 or 1
   uint8_t pad[6];           // zero
-  uint64_t rotation_seed;   // kivi2r/kivi4r/zipcacher (was reserved, zero: files without it read as 0)
+  uint64_t rotation_seed;   // kivi2r/kivi4r/zipcacher (was reserved: old files read as 0)
   uint64_t kitty_channels;  // kitty (likewise)
 };
 static_assert(sizeof(KvcConfigRecord) == 192, "KvcConfigRecord is 192 bytes");
