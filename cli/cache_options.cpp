@@ -27,7 +27,8 @@ std::map<const CLI::App*, const CacheOptions*>& registry() {
 const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
-    "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear "
+    "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear, "
+    "zipcacher (rotated zipcache) "
     "(full cache + codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
@@ -47,6 +48,7 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.seed = seed;
   d.rotation_seed = rotation_seed;
   d.kitty_channels = kitty_channels;
+  d.kivi_residual = kivi_residual;
   d.zip_salient = zip_salient;
   d.zip_high_bits = zip_high;
   d.gear_bits = gear_bits;
@@ -199,7 +201,12 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->capture_default_str()
       ->group(group);
   app.add_option("--rotation-seed", o.rotation_seed,
-                 "kivi2r/kivi4r: seed of the Hadamard rotation's random signs")
+                 "kivi2r/kivi4r/zipcacher: seed of the Hadamard rotation's random signs")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--kivi-residual", o.kivi_residual,
+                 "KIVI-family codecs: rows kept fp16 before packing, a multiple of the group (32); "
+                 "zipcache/zipcacher: rows per quantized segment")
       ->capture_default_str()
       ->group(group);
   app.add_option("--kitty-channels", o.kitty_channels,
@@ -207,11 +214,13 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->capture_default_str()
       ->group(group);
   app.add_option("--zip-salient", o.zip_salient,
-                 "zipcache: fraction in [0, 1] of the prompt's rows, by the policy's scores, kept "
+                 "zipcache/zipcacher: fraction in [0, 1] of the prompt's rows, by the policy's "
+                 "scores, kept "
                  "at --zip-high precision (the rest 2-bit)")
       ->capture_default_str()
       ->group(group);
-  app.add_option("--zip-high", o.zip_high, "zipcache: precision of the salient rows, 4 | 16 (fp16)")
+  app.add_option("--zip-high", o.zip_high,
+                 "zipcache/zipcacher: precision of the salient rows, 4 | 16 (fp16)")
       ->capture_default_str()
       ->group(group);
   app.add_option("--gear-rank", o.gear_rank,

@@ -15,7 +15,8 @@ constexpr const char* kPolicyNames =
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
-constexpr const char* kCodecNames = "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear";
+constexpr const char* kCodecNames =
+    "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -106,6 +107,7 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
   c.seed = defaults.seed;
   c.rotation_seed = defaults.rotation_seed;
   c.kitty_channels = defaults.kitty_channels;
+  c.kivi_residual = defaults.kivi_residual;
   c.zip_salient = defaults.zip_salient;
   c.zip_high_bits = defaults.zip_high_bits;
   c.gear_bits = defaults.gear_bits;

@@ -21,6 +21,7 @@ json method_defaults_json(const MethodDefaults& d) {
           {"random_seed", d.seed},
           {"decode_budget", d.decode_budget},
           {"decode_interval", d.decode_interval},
+          {"kivi_residual", d.kivi_residual},
           {"zip_salient", d.zip_salient},
           {"zip_high_bits", d.zip_high_bits},
           {"gear_bits", d.gear_bits},

@@ -18,6 +18,7 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
       return make_kivi_row_store(config, role, head_dim);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
+    case CodecKind::zipcacher:
       return make_rotated_row_store(config, role, head_dim);
     case CodecKind::zipcache:
       return make_zipcache_row_store(config, role, head_dim);
@@ -25,7 +26,7 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
       return make_gear_row_store(config, role, head_dim);
   }
   throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear");
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher");
 }
 
 std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
@@ -40,6 +41,7 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
       return load_kivi_row_store(config, role, head_dim, record);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
+    case CodecKind::zipcacher:
       return load_rotated_row_store(config, role, head_dim, record);
     case CodecKind::zipcache:
       return load_zipcache_row_store(config, role, head_dim, record);
@@ -47,7 +49,7 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
       return load_gear_row_store(config, role, head_dim, record);
   }
   throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear");
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher");
 }
 
 }  // namespace snapkv

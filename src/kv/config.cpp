@@ -70,7 +70,7 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 8> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 9> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
@@ -79,6 +79,7 @@ constexpr std::array<std::pair<std::string_view, CodecKind>, 8> kCodecNames{{
     {"kitty", CodecKind::kitty},
     {"zipcache", CodecKind::zipcache},
     {"gear", CodecKind::gear},
+    {"zipcacher", CodecKind::zipcacher},
 }};
 
 template <typename Enum, size_t N>
@@ -234,6 +235,14 @@ std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& con
 
 bool policy_uses_queries(PolicyKind k) {
   return k == PolicyKind::snapkv || k == PolicyKind::chunkkv || k == PolicyKind::expected_attention;
+}
+
+bool codec_is_rotated(CodecKind k) {
+  return k == CodecKind::kivi2r || k == CodecKind::kivi4r || k == CodecKind::zipcacher;
+}
+
+bool codec_routes_rows(CodecKind k) {
+  return k == CodecKind::zipcache || k == CodecKind::zipcacher;
 }
 
 bool policy_scores_rows(PolicyKind k) {

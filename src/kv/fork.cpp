@@ -16,7 +16,7 @@ std::string num(size_t v) {
 bool wants_window_queries(const CacheConfig& config) {
   if (config.query_source == QuerySource::keys) return false;
   // zipcache routes rows by the window's attention when the policy hands it no scores.
-  if (config.codec == CodecKind::zipcache) return true;
+  if (codec_routes_rows(config.codec)) return true;
   return config.policy != PolicyKind::full && policy_uses_queries(config.policy);
 }
 
@@ -27,11 +27,11 @@ bool can_be_fork_base(const CacheConfig& config) {
 std::optional<ForkKey> fork_key(const CacheConfig& c) {
   if (c.chunk_mode != ChunkMode::end_of_prompt) return std::nullopt;
   ForkKey key{c.codec, c.kivi_group, c.kivi_residual, c.kivi_fp16_sinks, c.window};
-  if (c.codec == CodecKind::kivi2r || c.codec == CodecKind::kivi4r) {
+  if (codec_is_rotated(c.codec)) {
     key.rotation_seed = c.rotation_seed;
   }
   if (c.codec == CodecKind::kitty) key.kitty_channels = c.kitty_channels;
-  if (c.codec == CodecKind::zipcache) {
+  if (codec_routes_rows(c.codec)) {
     key.zip_salient = c.zip_salient;
     key.zip_high_bits = c.zip_high_bits;
   } else if (c.codec == CodecKind::gear) {
@@ -45,7 +45,7 @@ std::optional<ForkKey> fork_key(const CacheConfig& c) {
 std::string to_string(const ForkKey& k) {
   std::string out = std::string(to_string(k.codec)) + "/" + num(k.kivi_group) + "/" +
                     num(k.kivi_residual) + "/" + num(k.kivi_fp16_sinks) + "/w" + num(k.window);
-  if (k.codec == CodecKind::zipcache) {
+  if (codec_routes_rows(k.codec)) {
     out += "/s" + std::to_string(k.zip_salient) + "/h" + num(k.zip_high_bits);
   } else if (k.codec == CodecKind::gear) {
     out += "/r" + num(k.gear_rank) + "/p" + std::to_string(k.gear_sparse) + "/b" + num(k.gear_bits);

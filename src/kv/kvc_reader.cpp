@@ -100,11 +100,11 @@ void parse_allocation(const KvcAllocationRecord& r, CacheConfig& c) {
     c.gear_sparse = r.codec_fraction;
     c.gear_rank = r.codec_count;
     c.gear_bits = r.codec_bits;
-  } else if (c.codec == CodecKind::zipcache) {
+  } else if (codec_routes_rows(c.codec)) {
     c.zip_salient = r.codec_fraction;
     c.zip_high_bits = r.codec_bits;
   }
-  if (c.codec == CodecKind::zipcache
+  if (codec_routes_rows(c.codec)
           ? r.codec_count != 0
           : c.codec != CodecKind::gear &&
                 (r.codec_fraction != 0.0 || r.codec_count != 0 || r.codec_bits != 0)) {

@@ -65,7 +65,7 @@ KvcAllocationRecord allocation_record(const CacheConfig& c) {
     r.codec_fraction = c.gear_sparse;
     r.codec_count = static_cast<uint32_t>(c.gear_rank);
     r.codec_bits = static_cast<uint32_t>(c.gear_bits);
-  } else if (c.codec == CodecKind::zipcache) {
+  } else if (codec_routes_rows(c.codec)) {
     r.codec_fraction = c.zip_salient;
     r.codec_bits = static_cast<uint32_t>(c.zip_high_bits);
   }

@@ -1,15 +1,18 @@
-// RotatedStore: the rotated KIVI codecs kivi2r / kivi4r. It wraps a KIVI store that holds the rows
+// RotatedStore: the rotated codecs kivi2r / kivi4r (inner store KIVI 2/4-bit) and the values of
+// zipcacher (inner store zipcache, include/snapkv/kv/zipcache.h; zipcacher's keys are a plain
+// zipcache store, made and loaded here too). It wraps an inner store that holds the rows
 // turned by the seeded Hadamard rotation R of kv/rotation.h and keeps the RowStore contract in the
 // original coordinates:
-//   append  rows -> R rows -> KIVI (rounded to fp16, then quantized as KIVI does)
-//   dot     q . k == (R q) . (R k): the n_q queries are rotated, the KIVI key kernel does the rest
-//   accum   sum_i w_i v_i == R^T sum_i w_i (R v_i): the KIVI value kernel sums the stored rows
+//   append  rows -> R rows -> inner (rounded to fp16, then quantized as the inner codec does)
+//   dot     q . k == (R q) . (R k): the n_q queries are rotated, the inner key kernel does the rest
+//   accum   sum_i w_i v_i == R^T sum_i w_i (R v_i): the inner value kernel sums the stored rows
 //           into a [n_q][head_dim] buffer, which is rotated back and added to out
 //   read    R^T of the decoded rows (what the policies score and the tests use as reference)
-// No dequantized copy of the cache is made; the extra work per call is O(n_q head_dim log).
-// Retain, clone and bytes go to the KIVI store (bytes adds the 8-byte seed: the signs are derived
-// from it). The .kvc record is KvcRotatedStore (the seed, checked against the config's
-// rotation_seed on load) followed by the KIVI store's record.
+//   settle  goes to the inner store unchanged: a row's saliency does not depend on coordinates
+// No dequantized copy of the cache is made by the wrapper; the extra work per call is
+// O(n_q head_dim log). Retain, settle, clone and bytes go to the inner store (bytes adds the
+// 8-byte seed: the signs are derived from it). The .kvc record is KvcRotatedStore (the seed,
+// checked against the config's rotation_seed on load) followed by the inner store's record.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -43,6 +46,9 @@ class RotatedStore final : public RowStore {
 
   void retain(std::span<const uint32_t> keep) override { inner_->retain(keep); }
 
+  size_t unsettled_rows() const override { return inner_->unsettled_rows(); }
+  void settle(std::span<const float> saliency) override { inner_->settle(saliency); }
+
   void read(float* out, size_t begin, size_t end) const override {
     inner_->read(out, begin, end);
     rotation_.unrotate(out, end - begin);  // inner checked the range
@@ -73,7 +79,7 @@ class RotatedStore final : public RowStore {
   }
 
  private:
-  std::unique_ptr<RowStore> inner_;  // KIVI store of the rotated rows
+  std::unique_ptr<RowStore> inner_;  // KIVI or zipcache store of the rotated rows
   HadamardRotation rotation_;
 };
 
@@ -86,33 +92,49 @@ CacheConfig inner_config(const CacheConfig& config) {
     case CodecKind::kivi4r:
       c.codec = CodecKind::kivi4;
       break;
+    case CodecKind::zipcacher:
+      c.codec = CodecKind::zipcache;
+      break;
     default:
-      throw_invalid("rotated", "codec is not a rotated KIVI codec",
-                    std::string(to_string(config.codec)), "kivi2r|kivi4r");
+      throw_invalid("rotated", "codec is not a rotated codec", std::string(to_string(config.codec)),
+                    "kivi2r|kivi4r|zipcacher");
   }
   return c;
+}
+
+std::unique_ptr<RowStore> make_inner(const CacheConfig& inner, RowRole role, size_t head_dim) {
+  if (inner.codec == CodecKind::zipcache) return make_zipcache_row_store(inner, role, head_dim);
+  return make_kivi_row_store(inner, role, head_dim);
 }
 
 }  // namespace
 
 std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowRole role,
                                                  size_t head_dim) {
-  return std::make_unique<RotatedStore>(make_kivi_row_store(inner_config(config), role, head_dim),
+  if (config.codec == CodecKind::zipcacher && role == RowRole::key) {
+    return make_zipcache_row_store(inner_config(config), role, head_dim);
+  }
+  return std::make_unique<RotatedStore>(make_inner(inner_config(config), role, head_dim),
                                         config.rotation_seed);
 }
 
 std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowRole role,
                                                  size_t head_dim, std::span<const uint8_t> record) {
   const CacheConfig inner = inner_config(config);
+  if (config.codec == CodecKind::zipcacher && role == RowRole::key) {
+    return load_zipcache_row_store(inner, role, head_dim, record);
+  }
   kvc::ByteReader in(record);
   const auto h = in.pod<KvcRotatedStore>("rotated store header");
   if (h.rotation_seed != config.rotation_seed) {
     throw_runtime("kvc", "rotated store seed differs from the config's rotation_seed",
                   std::to_string(h.rotation_seed), std::to_string(config.rotation_seed));
   }
-  std::unique_ptr<RowStore> kivi =
-      load_kivi_row_store(inner, role, head_dim, record.subspan(in.position()));
-  return std::make_unique<RotatedStore>(std::move(kivi), h.rotation_seed);
+  const std::span<const uint8_t> rest = record.subspan(in.position());
+  std::unique_ptr<RowStore> stored = inner.codec == CodecKind::zipcache
+                                         ? load_zipcache_row_store(inner, role, head_dim, rest)
+                                         : load_kivi_row_store(inner, role, head_dim, rest);
+  return std::make_unique<RotatedStore>(std::move(stored), h.rotation_seed);
 }
 
 }  // namespace snapkv

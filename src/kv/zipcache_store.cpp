@@ -86,21 +86,11 @@ class ZipCacheStore final : public RowStore {
       if (pending_route_[i] == kZipUnrouted) unrouted.push_back(static_cast<uint32_t>(i));
     }
     for (const uint32_t i : unrouted) pending_route_[i] = kZipRoutedLow;
-    if (saliency.empty() || unrouted.empty()) return;
-    const size_t base = prec_.size();
-    for (const uint32_t i : unrouted) {
-      if (!std::isfinite(saliency[base + i])) {
-        throw_invalid("zipcache", "saliency of row " + num(base + i),
-                      std::to_string(saliency[base + i]), "a finite number");
-      }
-    }
-    const size_t n_high = std::min(
-        unrouted.size(),
-        static_cast<size_t>(std::llround(salient_ * static_cast<double>(unrouted.size()))));
-    std::stable_sort(unrouted.begin(), unrouted.end(), [&](uint32_t a, uint32_t b) {
-      return saliency[base + a] > saliency[base + b];
-    });
-    for (size_t k = 0; k < n_high; ++k) pending_route_[unrouted[k]] = kZipRoutedHigh;
+    if (!saliency.empty() && !unrouted.empty()) route_high(saliency, unrouted);
+    // Every pending row is routed now: whole segments leave for the quantized region at once, so
+    // the next attention (which reads the cache before its own rows are appended) sees them
+    // quantized.
+    while (pending_route_.size() >= residual_cap_) flush_front();
   }
 
   void retain(std::span<const uint32_t> keep) override {
@@ -203,6 +193,24 @@ class ZipCacheStore final : public RowStore {
 
  private:
   static constexpr size_t kDecodeRows = 64;
+
+  // Routes the round(salient * n) highest-saliency rows of `unrouted` (pending indices) high.
+  void route_high(std::span<const float> saliency, std::vector<uint32_t>& unrouted) {
+    const size_t base = prec_.size();
+    for (const uint32_t i : unrouted) {
+      if (!std::isfinite(saliency[base + i])) {
+        throw_invalid("zipcache", "saliency of row " + num(base + i),
+                      std::to_string(saliency[base + i]), "a finite number");
+      }
+    }
+    const size_t n_high = std::min(
+        unrouted.size(),
+        static_cast<size_t>(std::llround(salient_ * static_cast<double>(unrouted.size()))));
+    std::stable_sort(unrouted.begin(), unrouted.end(), [&](uint32_t a, uint32_t b) {
+      return saliency[base + a] > saliency[base + b];
+    });
+    for (size_t k = 0; k < n_high; ++k) pending_route_[unrouted[k]] = kZipRoutedHigh;
+  }
 
   size_t n_high() const {
     return static_cast<size_t>(std::count(prec_.begin(), prec_.end(), kZipHigh));

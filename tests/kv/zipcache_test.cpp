@@ -277,6 +277,7 @@ TEST(ZipCacheStore, RepeatedEvictionNeverChangesKeptRows) {
       } else {
         s->settle(sal);
       }
+      check(false);  // settling quantizes whole segments of the routed rows
       std::vector<uint32_t> keep;
       std::vector<int> kept_ids;
       for (uint32_t r = 0; r < ids.size(); ++r) {

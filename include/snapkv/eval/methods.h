@@ -40,8 +40,9 @@ struct MethodDefaults {
   ChunkMode chunk_mode = CacheConfig{}.chunk_mode;
   size_t chunk_size = CacheConfig{}.chunk_size;          // chunkkv
   uint64_t seed = CacheConfig{}.seed;                    // random policy
-  uint64_t rotation_seed = CacheConfig{}.rotation_seed;  // kivi2r / kivi4r
+  uint64_t rotation_seed = CacheConfig{}.rotation_seed;  // kivi2r / kivi4r / zipcacher
   size_t kitty_channels = CacheConfig{}.kitty_channels;  // kitty
+  size_t kivi_residual = CacheConfig{}.kivi_residual;    // fp16 residual / zipcache segment
   // Decode-time budget (CacheConfig::decode_budget / decode_interval), applied to every evicting
   // method (the full-cache baselines stay full); 0 = off.
   size_t decode_budget = CacheConfig{}.decode_budget;

@@ -62,7 +62,17 @@ enum class ChunkMode {
 // kitty: 2-bit KIVI whose largest-magnitude key channels per block stay fp16 (kv/kivi.h).
 // zipcache: per-row mixed precision routed by the policy's scores (kv/zipcache.h);
 // gear: KIVI plus a low-rank and a sparse correction of its error (kv/gear.h).
-enum class CodecKind { fp16, kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear };
+// zipcacher: zipcache whose value rows are turned by the rotation of kivi2r before quantization
+// (kv/rotated_store.cpp); its keys are zipcache's (their per-channel scales already tame outlier
+// channels; rotated keys measured worse, docs/results/codecs-zipcacher/).
+enum class CodecKind { fp16, kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher };
+
+// True for the codecs that quantize Hadamard-rotated rows (kivi2r, kivi4r; zipcacher its values):
+// they use CacheConfig::rotation_seed.
+bool codec_is_rotated(CodecKind k);
+// True for the codecs that route rows by saliency (zipcache, zipcacher): they use zip_salient
+// and zip_high_bits, and rank rows with the window's queries when the policy gives no scores.
+bool codec_routes_rows(CodecKind k);
 
 // kitty stores channel indices as uint16 (kv/kivi.h).
 inline constexpr size_t kMaxKittyChannels = 65535;
@@ -110,7 +120,8 @@ struct CacheConfig {
   size_t kivi_residual = 128;
   // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI).
   size_t kivi_fp16_sinks = 0;
-  // kivi2r/kivi4r: seed of the rotation's random signs (kv/rotation.h); saved in .kvc files.
+  // kivi2r/kivi4r/zipcacher: seed of the rotation's random signs (kv/rotation.h); saved in .kvc
+  // files.
   uint64_t rotation_seed = 0;
   // kitty: key channels per key block kept fp16 (the largest max |x| over the block's rows);
   // must be below head_dim (checked when a store is made). Default 8: on the dev seed (2, 1K, six
@@ -118,8 +129,8 @@ struct CacheConfig {
   // 70.5 vs full 74.2); it keeps a quarter of head_dim 32 in fp16 (KV 39.7% of fp16, kivi2 28%).
   size_t kitty_channels = 8;
 
-  // zipcache (kv/zipcache.h): the fraction of a prompt's rows, ranked by the policy's scores,
-  // stored at zip_high_bits (4, or 16 = fp16); the other rows get 2 bits.
+  // zipcache, zipcacher (kv/zipcache.h): the fraction of a prompt's rows, ranked by the policy's
+  // scores, stored at zip_high_bits (4, or 16 = fp16); the other rows get 2 bits.
   double zip_salient = 0.2;
   size_t zip_high_bits = 4;
   // gear (kv/gear.h): KIVI at gear_bits (2 or 4) plus a rank-gear_rank approximation of the

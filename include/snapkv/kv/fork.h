@@ -37,7 +37,7 @@ struct ForkKey {
   CodecKind codec = CodecKind::fp16;
   size_t kivi_group = 0, kivi_residual = 0, kivi_fp16_sinks = 0;
   size_t window = 0;
-  uint64_t rotation_seed = 0;  // kivi2r/kivi4r only (0 for other codecs)
+  uint64_t rotation_seed = 0;  // kivi2r/kivi4r/zipcacher only (0 for other codecs)
   size_t kitty_channels = 0;   // kitty only (0 for other codecs)
   // zipcache / gear parameters (the stores are made with them during the shared prefill)
   double zip_salient = 0, gear_sparse = 0;

@@ -45,6 +45,8 @@
 //                 fp16   boost_values[n_quant][K]      (those channels of each quantized row)
 //   kivi2r/kivi4r: KvcRotatedStore (the rotation seed, == the config's rotation_seed), then the
 //                 kivi2/kivi4 record of the rotated rows (kv/rotation.h).
+//   zipcacher:    keys: the zipcache record; values: KvcRotatedStore, then the zipcache record
+//                 of the rotated rows.
 //   gear:         the kivi record (at gear_bits), then KvcGearCorrection and the correction
 //                 arrays of include/snapkv/kv/gear.h.
 //   zipcache:     KvcZipStore, then the arrays listed in include/snapkv/kv/zipcache.h.
@@ -118,7 +120,7 @@ struct KvcConfigRecord {
   uint8_t keep_window;      // 0 or 1
   uint8_t causal;           // 0 or 1
   uint8_t pad[6];           // zero
-  uint64_t rotation_seed;   // kivi2r/kivi4r (was reserved, zero: files without it read as 0)
+  uint64_t rotation_seed;   // kivi2r/kivi4r/zipcacher (was reserved: old files read as 0)
   uint64_t kitty_channels;  // kitty (likewise)
 };
 static_assert(sizeof(KvcConfigRecord) == 192, "KvcConfigRecord is 192 bytes");

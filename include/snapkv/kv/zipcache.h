@@ -23,7 +23,11 @@
 //            append wait). Unrouted rows are never quantized.
 //   settle   (RowStore::settle) routes the unrouted rows: with scores, the
 //            round(zip_salient * n_unrouted) highest-scoring rows (ties to the earlier row) are
-//            high, the rest low; without scores all are low.
+//            high, the rest low; without scores all are low. Then, every pending row being
+//            routed, the oldest R rows are quantized as one segment while R or more wait, so
+//            fewer than R rows stay fp16 after a settle. (The model attends over the cache before
+//            a step's own rows are appended: settling is what makes the next step read the
+//            prompt quantized, as it reads KIVI's flushed rows.)
 // LayerCache settles a prompt's rows with the policy's scores of the kept rows after each
 // compression; when no compression ran (policy full, a prompt within the budget, or a policy
 // without scores: streaming, random, chunkkv) it scores them with SnapKV's observation window
