@@ -13,9 +13,10 @@ namespace snapkv {
 namespace {
 
 // Rows per span: the span's scores ([n_q][span] floats) stay within 16 KiB (L1), at least 32
-// rows (one KIVI key block) and at most 256.
+// rows (one KIVI key block); long spans spread the per-span work (the rotated codecs turn the
+// queries and the partial sum once per span) over more rows.
 size_t span_rows(size_t n_q) {
-  return std::clamp<size_t>(4096 / std::max<size_t>(n_q, 1), 32, 256);
+  return std::clamp<size_t>(4096 / std::max<size_t>(n_q, 1), 32, 1024);
 }
 
 }  // namespace
