@@ -1,20 +1,25 @@
-// Decode attention per step over fp16 / kivi4 / kivi2 caches, against the machine's memory copy
-// bandwidth measured in the same run.
+// Decode attention per step over the cache codecs (fp16, kivi4, kivi2, and at 16K / 64K rows also
+// kivi4r, kivi2r, kitty, zipcache, gear), against fp16 and the machine's memory copy bandwidth
+// measured in the same run.
 //
 // Shape: 8 KV heads, 32 query heads (GQA groups of 4), head_dim 128, one query per head (a decode
 // step), 4K / 16K / 64K retained rows. Two paths:
 //   BM_DecodeStores: per KV head, one dot_rows + softmax + accumulate_rows for the 4 query heads
-//                    of its group (the RowStore interface as designed for GQA); threads:1 runs the
-//                    heads on the calling thread, threads:0 spreads them over parallel_for;
-//   BM_DecodeAttend: LayerCache::attend with the step's own k, v (what the engine calls).
-// Counters: bytes_per_step = key + value bytes of the stores (all read once per step), GB/s =
-// bytes_per_step / time per step, copy_ratio = GB/s over the copy bandwidth. The copy bandwidth
-// (BM_MemcpyBandwidth, and the copy_GBps counter) is memcpy of a 256 MiB buffer on one thread
-// counted as bytes read + bytes written per second (the STREAM convention), median of 3 timed
-// copies at start-up. On a shared, loaded machine wall time includes waiting for a core, so the
-// single-thread runs also time the calling thread's CPU time (cpu_ms_per_step, cpu_GBps,
-// cpu_copy_ratio against the copy's own CPU-time rate); quote those when the load is high.
-// Run: build-kivi/bench/bench_kivi_attention --benchmark_repetitions=3
+//                    of its group (the whole-store, two-pass RowStore interface); threads:1 runs
+//                    the heads on the calling thread, threads:0 spreads them over parallel_for;
+//   BM_DecodeAttend: LayerCache::attend with the step's own k, v (what the engine calls: the
+//                    fused one-pass span attention where the codec has span kernels).
+// Counters: bytes_per_step = key + value bytes of the stores (all read once per step; KV bytes),
+// GB/s = bytes_per_step / time per step, copy_ratio = GB/s over the copy bandwidth,
+// vs_fp16 = the fp16 cache's time per step on the same path, rows and threads (measured earlier
+// in this run) over this codec's: above 1 the codec is faster than fp16, below 1 slower, and
+// slower_than_fp16 is then 1. The copy bandwidth (BM_MemcpyBandwidth, and the copy_GBps counter)
+// is memcpy of a 256 MiB buffer on one thread counted as bytes read + bytes written per second
+// (the STREAM convention), median of 3 timed copies at start-up. On a shared, loaded machine
+// wall time includes waiting for a core, so the single-thread runs also time the calling
+// thread's CPU time (cpu_ms_per_step, cpu_GBps, cpu_copy_ratio against the copy's own CPU-time
+// rate); quote those when the load is high.
+// Run: build/bench/bench_kivi_attention --benchmark_repetitions=3
 //        --benchmark_report_aggregates_only=true   (medians are the figures to quote)
 #include <benchmark/benchmark.h>
 
@@ -25,6 +30,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "snapkv/kv/layer_cache.h"
@@ -129,6 +135,28 @@ const LayerCache& cache_for(CodecKind codec, size_t rows) {
   return *slot;
 }
 
+// Seconds per step of the fp16 cache per (path, rows, threads), filled as the fp16 runs finish
+// (they are registered before the other codecs of the same rows).
+std::map<std::tuple<int, size_t, int>, double>& fp16_step_seconds() {
+  static std::map<std::tuple<int, size_t, int>, double> seconds;
+  return seconds;
+}
+
+// vs_fp16 / slower_than_fp16 of one run; path: 0 stores, 1 attend.
+void compare_with_fp16(benchmark::State& state, int path, double step_seconds) {
+  const auto codec = static_cast<CodecKind>(state.range(0));
+  const std::tuple<int, size_t, int> key{path, static_cast<size_t>(state.range(1)),
+                                         static_cast<int>(state.range(2))};
+  if (codec == CodecKind::fp16) {
+    fp16_step_seconds()[key] = step_seconds;
+    return;
+  }
+  const auto it = fp16_step_seconds().find(key);
+  if (it == fp16_step_seconds().end()) return;  // fp16 filtered out of this run
+  state.counters["vs_fp16"] = it->second / step_seconds;
+  state.counters["slower_than_fp16"] = step_seconds > it->second ? 1.0 : 0.0;
+}
+
 size_t store_bytes(const LayerCache& c) {
   return c.stats().bytes_stored;
 }
@@ -195,6 +223,7 @@ void BM_DecodeStores(benchmark::State& state) {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   set_counters(state, store_bytes(cache), seconds, one_thread ? cpu_seconds : 0.0);
+  compare_with_fp16(state, 0, seconds / double(state.iterations()));
 }
 
 void BM_DecodeAttend(benchmark::State& state) {
@@ -217,12 +246,17 @@ void BM_DecodeAttend(benchmark::State& state) {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   set_counters(state, store_bytes(cache), seconds, 0.0);
+  compare_with_fp16(state, 1, seconds / double(state.iterations()));
 }
 
 void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
   b->ArgNames({"codec", "rows", "threads"});
   for (size_t rows : {size_t{4096}, size_t{16384}, size_t{65536}}) {
-    for (CodecKind c : {CodecKind::fp16, CodecKind::kivi4, CodecKind::kivi2}) {
+    for (CodecKind c :
+         {CodecKind::fp16, CodecKind::kivi4, CodecKind::kivi2, CodecKind::kivi4r, CodecKind::kivi2r,
+          CodecKind::kitty, CodecKind::zipcache, CodecKind::gear}) {
+      const bool newer = c != CodecKind::fp16 && c != CodecKind::kivi4 && c != CodecKind::kivi2;
+      if (newer && rows < 16384) continue;  // the newer codecs at 16K and 64K rows
       for (int64_t threads : {int64_t{1}, int64_t{0}}) {
         if (!with_threads && threads == 1) continue;
         b->Args({static_cast<int64_t>(c), static_cast<int64_t>(rows), threads});

@@ -1,7 +1,7 @@
-// fp16 rows [n][head_dim] read through the F16C kernels of ops/dot.h: the dot products and weighted
-// sums every fp16 region uses (Fp16RowStore's rows, the KIVI stores' sinks and residual), and the
-// in-place compaction eviction applies to them. One definition, so every fp16 region of every
-// codec rounds alike. Private to kv/.
+// fp16 rows [n][head_dim]: the dot products and weighted sums every fp16 region uses
+// (Fp16RowStore's rows, the KIVI stores' sinks and residual), and the in-place compaction eviction
+// applies to them. One definition, so every fp16 region of every codec rounds alike. Private to
+// kv/.
 #pragma once
 
 #include <algorithm>
@@ -10,28 +10,26 @@
 #include <span>
 #include <vector>
 
-#include "snapkv/ops/dot.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
 
 // out[j * stride + i] = dot(q[j], row i) for i < n.  q: [n_q][head_dim], data: [n][head_dim].
-inline void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
-                          size_t n, size_t head_dim) {
-  for (size_t i = 0; i < n; ++i) {
-    const fp16_t* row = data + i * head_dim;
-    for (size_t j = 0; j < n_q; ++j) out[j * stride + i] = dot_f16(q + j * head_dim, row, head_dim);
-  }
-}
+// The fast kernel (kv/fp16_rows_simd.cpp, the active ISA level) converts each row to fp32 once
+// and dots it with every query of the group, several rows in flight; *_scalar is its reference
+// (one dot_f16_scalar per row and query, summed in channel order).
+void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
+                   size_t n, size_t head_dim);
+void fp16_rows_dot_scalar(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
+                          size_t n, size_t head_dim);
 
 // out[j][:] += w[j * stride + i] * row i for i < n.  out: [n_q][head_dim], data: [n][head_dim].
-inline void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q,
-                                 const fp16_t* data, size_t n, size_t head_dim) {
-  for (size_t i = 0; i < n; ++i) {
-    const fp16_t* row = data + i * head_dim;
-    for (size_t j = 0; j < n_q; ++j) axpy_f16(out + j * head_dim, w[j * stride + i], row, head_dim);
-  }
-}
+// The fast kernel walks a tile of rows per slice of channels with the group's outputs in
+// registers (each row converted once per query group); *_scalar adds row by row (axpy order).
+void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q, const fp16_t* data,
+                          size_t n, size_t head_dim);
+void fp16_rows_accumulate_scalar(float* out, const float* w, size_t stride, size_t n_q,
+                                 const fp16_t* data, size_t n, size_t head_dim);
 
 // Keeps rows keep[i] - base of data [rows][head_dim], in place and in order; resizes data.
 // keep: strictly increasing, each >= base and < base + rows (the caller checked).
@@ -49,3 +47,15 @@ inline void fp16_rows_compact(std::vector<fp16_t>& data, std::span<const uint32_
 }
 
 }  // namespace snapkv
+
+// The fast kernels as compiled for each ISA level (kv/fp16_rows_simd.cpp; util/isa.h).
+#define SNAPKV_FP16_ROWS_DECLARE(NS)                                                            \
+  namespace snapkv::NS {                                                                        \
+  void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data, \
+                     size_t n, size_t head_dim);                                                \
+  void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q,              \
+                            const fp16_t* data, size_t n, size_t head_dim);                     \
+  }
+SNAPKV_FP16_ROWS_DECLARE(isa_scalar)
+SNAPKV_FP16_ROWS_DECLARE(isa_avx2)
+SNAPKV_FP16_ROWS_DECLARE(isa_avx512)

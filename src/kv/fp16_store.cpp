@@ -1,6 +1,5 @@
 // The fp16 RowStore: rows kept as IEEE binary16, contiguous [rows][head_dim]. Reads go through
-// the F16C kernels of ops/dot.h (dot_f16, axpy_f16) via kv/fp16_rows.h, so attention never builds
-// an fp32 copy.
+// the multi-query F16C kernels of kv/fp16_rows.h, so attention never builds an fp32 copy.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -70,6 +69,21 @@ class Fp16RowStore final : public RowStore {
     fp16_rows_accumulate(out, w, rows_, n_q, data_.data(), rows_, head_dim_);
   }
 
+  void dot_span(float* out, size_t stride, const float* q, size_t n_q, size_t begin,
+                size_t end) const override {
+    check_span(begin, end);
+    fp16_rows_dot(out, stride, q, n_q, data_.data() + begin * head_dim_, end - begin, head_dim_);
+  }
+
+  void accumulate_span(float* out, const float* w, size_t stride, size_t n_q, size_t begin,
+                       size_t end) const override {
+    check_span(begin, end);
+    fp16_rows_accumulate(out, w, stride, n_q, data_.data() + begin * head_dim_, end - begin,
+                         head_dim_);
+  }
+
+  bool has_span_kernels() const override { return true; }
+
   size_t bytes() const override { return data_.size() * sizeof(fp16_t); }
 
   std::unique_ptr<RowStore> clone() const override { return std::make_unique<Fp16RowStore>(*this); }
@@ -99,6 +113,14 @@ class Fp16RowStore final : public RowStore {
   }
 
  private:
+  void check_span(size_t begin, size_t end) const {
+    if (begin > end || end > rows_) {
+      throw_invalid("fp16_store", "span out of bounds",
+                    "[" + std::to_string(begin) + ", " + std::to_string(end) + ")",
+                    "a range within [0, " + std::to_string(rows_) + "]");
+    }
+  }
+
   size_t head_dim_;
   size_t rows_ = 0;
   std::vector<fp16_t> data_;  // [rows_][head_dim_]

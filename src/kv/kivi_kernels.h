@@ -44,11 +44,11 @@ void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* 
                             size_t n_rows, size_t head_dim, size_t group, int bits);
 
 // Rows per tile of the fast value kernel (the codes stay in L1 while the words are walked), and
-// the fp32 scratch it needs: coefficients [tile][n_groups][4], params [tile][n_groups][2] and the
-// zero sums [n_q][n_groups].
+// the fp32 scratch it needs: coefficients [tile][n_groups][4], params [tile][n_groups][2], the
+// zero sums [n_q][n_groups] and those of one group of 4 queries [n_groups][4].
 inline constexpr size_t kKiviValueTile = 32;
 constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t group) {
-  return ((head_dim + group - 1) / group) * (6 * kKiviValueTile + n_q);
+  return ((head_dim + group - 1) / group) * (6 * kKiviValueTile + n_q + 4);
 }
 
 }  // namespace snapkv

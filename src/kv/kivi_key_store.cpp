@@ -15,6 +15,7 @@
 #include "kv/kivi_store.h"
 #include "kv/kvc_bytes.h"
 #include "snapkv/kv/kivi.h"
+#include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {
@@ -50,6 +51,52 @@ class KiviKeyStore final : public KiviStore {
       if (boost_ > 0) boost_dot(out + row0, stride, q, n_q, b, row0, n);
       row0 = blocks_[b].row_end;
     }
+  }
+
+  // Whole blocks run the packed kernel; a block the span cuts (only when a caller's span does not
+  // come from span_end) is decoded and dotted row by row.
+  void dot_quantized_span(float* out, size_t stride, const float* q, size_t n_q, size_t begin,
+                          size_t end) const override {
+    thread_local std::vector<float> params;  // [2][head_dim] scales, zeros of one block
+    thread_local std::vector<float> rows;    // [rows of a cut block][head_dim]
+    params.resize(2 * head_dim_);
+    for (size_t b = block_of(begin); b < blocks_.size(); ++b) {
+      const size_t first = b == 0 ? 0 : blocks_[b - 1].row_end, stop = blocks_[b].row_end;
+      if (first >= end) break;
+      fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
+      if (first >= begin && stop <= end) {
+        float* dst = out + (first - begin);
+        kivi_key_block_dot(dst, stride, q, n_q, params.data(), params.data() + head_dim_,
+                           block_words(b), stop - first, head_dim_, bits_);
+        if (boost_ > 0) boost_dot(dst, stride, q, n_q, b, first, stop - first);
+        continue;
+      }
+      const size_t lo = std::max(begin, first), hi = std::min(end, stop);
+      rows.resize((hi - lo) * head_dim_);
+      read_quantized(rows.data(), lo, hi);
+      for (size_t r = lo; r < hi; ++r) {
+        for (size_t j = 0; j < n_q; ++j) {
+          out[j * stride + (r - begin)] =
+              dot(q + j * head_dim_, rows.data() + (r - lo) * head_dim_, head_dim_);
+        }
+      }
+    }
+  }
+
+  // Whole blocks from the one holding begin while they end by limit (at least that one block).
+  size_t quantized_span_end(size_t begin, size_t limit) const override {
+    size_t b = block_of(begin);
+    size_t end = blocks_[b].row_end;
+    while (b + 1 < blocks_.size() && blocks_[b + 1].row_end <= limit) end = blocks_[++b].row_end;
+    return end;
+  }
+
+  // The block holding quantized row `row` (< n_quant()).
+  size_t block_of(size_t row) const {
+    return static_cast<size_t>(
+        std::upper_bound(blocks_.begin(), blocks_.end(), row,
+                         [](size_t r, const KiviKeyBlock& blk) { return r < blk.row_end; }) -
+        blocks_.begin());
   }
 
   void read_quantized(float* out, size_t begin, size_t end) const override {

@@ -13,7 +13,16 @@
 #include "util/isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
+// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #define SNAPKV_KIVI_AVX2 1
 #endif
 
@@ -183,7 +192,7 @@ void key_block_dot_dispatch(int nq, float* out, size_t out_stride, const float* 
   }
 }
 
-// NQ queries (<= 4) over value rows [0, n_rows); coef: [n_rows][n_groups][NQ] = w * scale.
+// NQ queries (<= 4) over value rows [0, n_rows); coef: [n_rows][n_groups][4] = w * scale.
 // Requires head_dim % 8 == 0 and every word inside one group (group % 8 == 0 or one group).
 template <int NQ, int Bits>
 void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
@@ -212,8 +221,8 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
       const uint8_t* row = codes + r * row_bytes;
       const __m256 x0 = unpack8<Bits>(load_word<Bits>(row, wi));
       const __m256 x1 = unpack8<Bits>(load_word<Bits>(row, wi + 1));
-      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * NQ, 1, x0);
-      fma_queries<NQ>(acc1, coef + (r * n_groups + g1) * NQ, 1, x1);
+      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
+      fma_queries<NQ>(acc1, coef + (r * n_groups + g1) * 4, 1, x1);
     }
     store(acc0, wi);
     store(acc1, wi + 1);
@@ -224,7 +233,7 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
     load(acc0, wi);
     for (size_t r = 0; r < n_rows; ++r) {
       const __m256 x0 = unpack8<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
-      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * NQ, 1, x0);
+      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
     }
     store(acc0, wi);
   }
@@ -250,6 +259,190 @@ void value_tile_dispatch(int nq, float* out, size_t out_stride, const float* coe
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define SNAPKV_KIVI_AVX512 1
+
+// 16 codes as 16 floats: Bits = 2: the 32-bit word `w` holds codes 0..15 at bits 2k; Bits = 4: the
+// 64-bit `w` holds codes 0..15 at bits 4k. A variable shift per lane, a mask and a convert.
+template <int Bits>
+inline __m512 unpack16(uint64_t w) {
+  if constexpr (Bits == 2) {
+    const __m512i shifts =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i v = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(w)), shifts);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(3)));
+  } else {
+    const __m512i shifts =
+        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i both = _mm512_permutexvar_epi32(
+        halves, _mm512_zextsi128_si512(_mm_cvtsi64_si128(static_cast<long long>(w))));
+    const __m512i v = _mm512_srlv_epi32(both, shifts);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+  }
+}
+
+struct Acc4x16 {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+         a3 = _mm512_setzero_ps();
+  __m512 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
+};
+
+// acc.aj += coef[j * stride] * x for j < NQ.
+template <int NQ>
+inline void fma16(Acc4x16& acc, const float* coef, size_t stride, __m512 x) {
+  acc.a0 = _mm512_fmadd_ps(_mm512_set1_ps(coef[0]), x, acc.a0);
+  if constexpr (NQ > 1) acc.a1 = _mm512_fmadd_ps(_mm512_set1_ps(coef[stride]), x, acc.a1);
+  if constexpr (NQ > 2) acc.a2 = _mm512_fmadd_ps(_mm512_set1_ps(coef[2 * stride]), x, acc.a2);
+  if constexpr (NQ > 3) acc.a3 = _mm512_fmadd_ps(_mm512_set1_ps(coef[3 * stride]), x, acc.a3);
+}
+
+// The codes of rows 16p .. 16p+15 of channel c in a key block (two octets; the second one past
+// the block's last octet reads as 0).
+template <int Bits>
+inline uint64_t key_pair_word(const uint8_t* words, size_t pair, size_t n_oct, size_t c,
+                              size_t head_dim) {
+  const uint8_t* w0 = words + (2 * pair) * head_dim * Bits;
+  const uint64_t lo = load_word<Bits>(w0, c);
+  const uint64_t hi = 2 * pair + 1 < n_oct ? load_word<Bits>(w0 + head_dim * Bits, c) : 0;
+  return lo | (hi << (8 * Bits));
+}
+
+// NQ queries (<= 4) against a key block, 16 rows (two octets) per vector, two vectors (32 rows, a
+// whole block of G = 32) per pass; qs, qz as in key_block_dot_nq.
+template <int NQ, int Bits>
+void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t qs_stride,
+                        const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
+  const size_t n_oct = ceil_div(n_rows, kKiviOctet);
+  const size_t n_pairs = ceil_div(n_oct, 2);
+  auto store = [&](const Acc4x16& acc, size_t pair) {
+    const size_t row0 = pair * 16;
+    const size_t valid = std::min<size_t>(16, n_rows - row0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    for (int j = 0; j < NQ; ++j) {
+      const __m512 v = _mm512_add_ps(acc.get(j), _mm512_set1_ps(qz[j]));
+      _mm512_mask_storeu_ps(out + static_cast<size_t>(j) * out_stride + row0, mask, v);
+    }
+  };
+  size_t p = 0;
+  for (; p + 2 <= n_pairs; p += 2) {
+    Acc4x16 acc0, acc1;
+    for (size_t c = 0; c < head_dim; ++c) {
+      const __m512 x0 = unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim));
+      const __m512 x1 = unpack16<Bits>(key_pair_word<Bits>(words, p + 1, n_oct, c, head_dim));
+      fma16<NQ>(acc0, qs + c, qs_stride, x0);
+      fma16<NQ>(acc1, qs + c, qs_stride, x1);
+    }
+    store(acc0, p);
+    store(acc1, p + 1);
+  }
+  if (p < n_pairs) {
+    Acc4x16 acc0;
+    for (size_t c = 0; c < head_dim; ++c) {
+      fma16<NQ>(acc0, qs + c, qs_stride,
+                unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim)));
+    }
+    store(acc0, p);
+  }
+}
+
+template <int Bits>
+void key_block_dot16_dispatch(int nq, float* out, size_t out_stride, const float* qs,
+                              size_t qs_stride, const float* qz, const uint8_t* words,
+                              size_t n_rows, size_t head_dim) {
+  switch (nq) {
+    case 1:
+      return key_block_dot16_nq<1, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
+                                         head_dim);
+    case 2:
+      return key_block_dot16_nq<2, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
+                                         head_dim);
+    case 3:
+      return key_block_dot16_nq<3, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
+                                         head_dim);
+    default:
+      return key_block_dot16_nq<4, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
+                                         head_dim);
+  }
+}
+
+// The 16 codes of channels 16k .. 16k+15 of a value row (two words).
+template <int Bits>
+inline uint64_t value_pair_word(const uint8_t* row, size_t k) {
+  uint64_t w = 0;
+  std::memcpy(&w, row + 2 * k * Bits, 2 * Bits);
+  return w;
+}
+
+// NQ queries (<= 4) over value rows [0, n_rows), 16 channels per vector, two vectors (32
+// channels) per pass; coef: [n_rows][n_groups][4]. Requires head_dim % 16 == 0 and every 16
+// channels inside one group (group % 16 == 0 or one group).
+template <int NQ, int Bits>
+void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
+                     size_t n_rows, size_t head_dim, size_t group, size_t n_groups) {
+  const size_t n_vec = head_dim / 16;
+  const size_t row_bytes = head_dim / kKiviOctet * Bits;
+  auto group_of = [&](size_t k) { return std::min(k * 16 / group, n_groups - 1); };
+  auto load = [&](Acc4x16& acc, size_t k) {
+    acc.a0 = _mm512_loadu_ps(out + k * 16);
+    if constexpr (NQ > 1) acc.a1 = _mm512_loadu_ps(out + out_stride + k * 16);
+    if constexpr (NQ > 2) acc.a2 = _mm512_loadu_ps(out + 2 * out_stride + k * 16);
+    if constexpr (NQ > 3) acc.a3 = _mm512_loadu_ps(out + 3 * out_stride + k * 16);
+  };
+  auto store = [&](const Acc4x16& acc, size_t k) {
+    for (int j = 0; j < NQ; ++j) {
+      _mm512_storeu_ps(out + static_cast<size_t>(j) * out_stride + k * 16, acc.get(j));
+    }
+  };
+  size_t k = 0;
+  for (; k + 2 <= n_vec; k += 2) {
+    const size_t g0 = group_of(k), g1 = group_of(k + 1);
+    Acc4x16 acc0, acc1;
+    load(acc0, k);
+    load(acc1, k + 1);
+    for (size_t r = 0; r < n_rows; ++r) {
+      const uint8_t* row = codes + r * row_bytes;
+      fma16<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
+                unpack16<Bits>(value_pair_word<Bits>(row, k)));
+      fma16<NQ>(acc1, coef + (r * n_groups + g1) * 4, 1,
+                unpack16<Bits>(value_pair_word<Bits>(row, k + 1)));
+    }
+    store(acc0, k);
+    store(acc1, k + 1);
+  }
+  if (k < n_vec) {
+    const size_t g0 = group_of(k);
+    Acc4x16 acc0;
+    load(acc0, k);
+    for (size_t r = 0; r < n_rows; ++r) {
+      fma16<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
+                unpack16<Bits>(value_pair_word<Bits>(codes + r * row_bytes, k)));
+    }
+    store(acc0, k);
+  }
+}
+
+template <int Bits>
+void value_tile16_dispatch(int nq, float* out, size_t out_stride, const float* coef,
+                           const uint8_t* codes, size_t n_rows, size_t head_dim, size_t group,
+                           size_t n_groups) {
+  switch (nq) {
+    case 1:
+      return value_tile16_nq<1, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
+                                      n_groups);
+    case 2:
+      return value_tile16_nq<2, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
+                                      n_groups);
+    case 3:
+      return value_tile16_nq<3, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
+                                      n_groups);
+    default:
+      return value_tile16_nq<4, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
+                                      n_groups);
+  }
+}
+#endif  // AVX-512
+
 #endif  // SNAPKV_KIVI_AVX2
 
 }  // namespace
@@ -262,10 +455,21 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
   float* qs = scratch;
   float* qz = scratch + n_q * head_dim;
   for (size_t j = 0; j < n_q; ++j) {
+    const float* qj = q + j * head_dim;
+    __m256 z8 = _mm256_setzero_ps();
+    size_t c = 0;
+    for (; c + 8 <= head_dim; c += 8) {
+      const __m256 qv = _mm256_loadu_ps(qj + c);
+      _mm256_storeu_ps(qs + j * head_dim + c, _mm256_mul_ps(qv, _mm256_loadu_ps(scales + c)));
+      z8 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(zeros + c), z8);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, z8);
     float z = 0.0f;
-    for (size_t c = 0; c < head_dim; ++c) {
-      qs[j * head_dim + c] = q[j * head_dim + c] * scales[c];
-      z += q[j * head_dim + c] * zeros[c];
+    for (float x : lanes) z += x;
+    for (; c < head_dim; ++c) {
+      qs[j * head_dim + c] = qj[c] * scales[c];
+      z += qj[c] * zeros[c];
     }
     qz[j] = z;
   }
@@ -273,6 +477,14 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
     const int nq = static_cast<int>(std::min<size_t>(4, n_q - j0));
     float* o = out + j0 * out_stride;
     const float* s = qs + j0 * head_dim;
+#if SNAPKV_KIVI_AVX512
+    if (bits == 2) {
+      key_block_dot16_dispatch<2>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
+    } else {
+      key_block_dot16_dispatch<4>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
+    }
+    continue;
+#endif
     if (bits == 2) {
       key_block_dot_dispatch<2>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
     } else {
@@ -296,26 +508,40 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
     float* coef = scratch;                                       // [kKiviValueTile][n_groups][4]
     float* params32 = coef + kKiviValueTile * n_groups * 4;      // [kKiviValueTile][n_groups][2]
     float* zero_sum = params32 + kKiviValueTile * n_groups * 2;  // [n_q][n_groups] sum_r w * zero
-    std::fill_n(zero_sum, n_q * n_groups, 0.0f);
+    float* zero4 = zero_sum + n_q * n_groups;                    // [n_groups][4] of one query group
     for (size_t j0 = 0; j0 < n_q; j0 += 4) {
       const size_t nq = std::min<size_t>(4, n_q - j0);
+      std::fill_n(zero4, 4 * n_groups, 0.0f);
       for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueTile) {
         const size_t nr = std::min(kKiviValueTile, n_rows - r0);
         // the tile's params in fp32 at once (F16C): [nr][n_groups] (scale, zero) pairs
         fp16_to_fp32_n(params32, reinterpret_cast<const fp16_t*>(params + r0 * n_groups),
                        2 * nr * n_groups);
+        // coef[r][g][0..4) = w(j0 + j, r) * scale(r, g); zero4[g][j] += w(j0 + j, r) * zero(r, g)
         for (size_t r = 0; r < nr; ++r) {
+          alignas(16) float wr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          for (size_t j = 0; j < nq; ++j) wr[j] = w[(j0 + j) * w_stride + r0 + r];
+          const __m128 wv = _mm_load_ps(wr);
+          const float* p = params32 + 2 * r * n_groups;
           for (size_t g = 0; g < n_groups; ++g) {
-            const float scale = params32[2 * (r * n_groups + g)];
-            const float zero = params32[2 * (r * n_groups + g) + 1];
-            for (size_t j = 0; j < nq; ++j) {
-              const float wj = w[(j0 + j) * w_stride + r0 + r];
-              coef[(r * n_groups + g) * nq + j] = wj * scale;
-              zero_sum[(j0 + j) * n_groups + g] += wj * zero;
-            }
+            _mm_storeu_ps(coef + (r * n_groups + g) * 4, _mm_mul_ps(wv, _mm_set1_ps(p[2 * g])));
+            const __m128 z = _mm_loadu_ps(zero4 + 4 * g);
+            _mm_storeu_ps(zero4 + 4 * g, _mm_fmadd_ps(wv, _mm_set1_ps(p[2 * g + 1]), z));
           }
         }
         const int inq = static_cast<int>(nq);
+#if SNAPKV_KIVI_AVX512
+        if (head_dim % 16 == 0 && (group % 16 == 0 || n_groups == 1)) {
+          if (bits == 2) {
+            value_tile16_dispatch<2>(inq, out + j0 * head_dim, head_dim, coef,
+                                     codes + r0 * row_bytes, nr, head_dim, group, n_groups);
+          } else {
+            value_tile16_dispatch<4>(inq, out + j0 * head_dim, head_dim, coef,
+                                     codes + r0 * row_bytes, nr, head_dim, group, n_groups);
+          }
+          continue;
+        }
+#endif
         if (bits == 2) {
           value_tile_dispatch<2>(inq, out + j0 * head_dim, head_dim, coef, codes + r0 * row_bytes,
                                  nr, head_dim, group, n_groups);
@@ -323,6 +549,9 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
           value_tile_dispatch<4>(inq, out + j0 * head_dim, head_dim, coef, codes + r0 * row_bytes,
                                  nr, head_dim, group, n_groups);
         }
+      }
+      for (size_t j = 0; j < nq; ++j) {
+        for (size_t g = 0; g < n_groups; ++g) zero_sum[(j0 + j) * n_groups + g] = zero4[4 * g + j];
       }
     }
     for (size_t j = 0; j < n_q; ++j) {

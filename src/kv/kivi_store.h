@@ -33,6 +33,15 @@ class KiviStore : public RowStore {
   void dot_rows(float* out, const float* q, size_t n_q) const final;
   void accumulate_rows(float* out, const float* w, size_t n_q) const final;
   size_t bytes() const final;
+  // Spans (row_store.h; kv/kivi_spans.cpp): a span never crosses a region boundary nor, among the
+  // quantized rows, a key block boundary; each region runs its own kernels. Not with gear (its
+  // corrections are added whole-store), where the decoding defaults of RowStore run instead.
+  size_t span_end(size_t begin, size_t max_rows) const final;
+  void dot_span(float* out, size_t stride, const float* q, size_t n_q, size_t begin,
+                size_t end) const final;
+  void accumulate_span(float* out, const float* w, size_t stride, size_t n_q, size_t begin,
+                       size_t end) const final;
+  bool has_span_kernels() const final { return !gear_.has_value(); }
   // .kvc record (kv/kvc_format.h: KvcKiviStore, sinks, residual, then the quantized region's
   // arrays as the role lays them out).
   void save(std::vector<uint8_t>& out) const final;
@@ -60,6 +69,18 @@ class KiviStore : public RowStore {
   virtual void dot_quantized(float* out, size_t stride, const float* q, size_t n_q) const;
   // out[j][:] += w[j * stride + r] * quantized row r. Default: decode a few rows at a time.
   virtual void accumulate_quantized(float* out, const float* w, size_t stride, size_t n_q) const;
+  // The span versions over quantized rows [begin, end) (their own numbering), out / w column 0
+  // being row begin. Defaults: decode the rows, then dot / accumulate in fp32.
+  virtual void dot_quantized_span(float* out, size_t stride, const float* q, size_t n_q,
+                                  size_t begin, size_t end) const;
+  virtual void accumulate_quantized_span(float* out, const float* w, size_t stride, size_t n_q,
+                                         size_t begin, size_t end) const;
+  // The end of a quantized span starting at begin and ending at most at limit (> begin), unless
+  // one unit of the layout (a key block) is longer. Default: limit.
+  virtual size_t quantized_span_end(size_t begin, size_t limit) const {
+    (void)begin;
+    return limit;
+  }
   // Bytes of the quantized region (codes, parameters, block table).
   virtual size_t quantized_bytes() const = 0;
 

@@ -64,6 +64,13 @@ class KiviValueStore final : public KiviStore {
                                head_dim_, group_, bits_);
   }
 
+  void accumulate_quantized_span(float* out, const float* w, size_t stride, size_t n_q,
+                                 size_t begin, size_t end) const override {
+    kivi_value_rows_accumulate(out, w, stride, n_q, codes_.data() + begin * row_bytes(),
+                               params_.data() + begin * groups_per_row_, end - begin, head_dim_,
+                               group_, bits_);
+  }
+
   void read_quantized(float* out, size_t begin, size_t end) const override {
     kivi_value_rows_decode(out, codes_.data() + begin * row_bytes(),
                            params_.data() + begin * groups_per_row_, end - begin, head_dim_, group_,

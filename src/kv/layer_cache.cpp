@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kv/scratch.h"
+#include "kv/span_attention.h"
 #include "snapkv/kv/allocation.h"
 #include "snapkv/kv/fork.h"
 #include "snapkv/kv/snapkv_score.h"
@@ -613,9 +614,37 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
       const float* src = q.data + ((kv * n_group + g) * n_new + s0) * head_dim;
       std::copy(src, src + m * head_dim, q_rows.data() + g * m * head_dim);
     }
+    const RowStore& keys = *key_stores_[kv];
+    const RowStore& values = *value_stores_[kv];
+    if (keys.has_span_kernels() && values.has_span_kernels()) {
+      // Fused: one pass over the kept rows for the whole group (kv/span_attention.h), then the
+      // chunk's own rows merged into the same online softmax.
+      std::vector<float> acc(n_rows * head_dim);  // [n_group*m][head_dim], unnormalised
+      std::vector<float> row_max(n_rows), row_sum(n_rows), logits(n_new);
+      span_attention(acc.data(), row_max.data(), row_sum.data(), q_rows.data(), n_rows, keys,
+                     values, scale);
+      for (size_t r = 0; r < n_rows; ++r) {
+        const size_t visible = s0 + r % m + 1;  // causal inside the chunk
+        float* acc_row = acc.data() + r * head_dim;
+        for (size_t j = 0; j < visible; ++j) {
+          logits[j] = scale * dot(q_rows.data() + r * head_dim, k_new + j * head_dim, head_dim);
+        }
+        online_softmax_merge(logits.data(), visible, acc_row, head_dim, row_max[r], row_sum[r]);
+        for (size_t j = 0; j < visible; ++j) {
+          axpy(acc_row, logits[j], v_new + j * head_dim, head_dim);
+        }
+        const float inv = 1.0f / row_sum[r];  // >= 1 term equal to 1
+        for (size_t c = 0; c < head_dim; ++c) acc_row[c] *= inv;
+      }
+      for (size_t g = 0; g < n_group; ++g) {
+        float* dst = out + ((kv * n_group + g) * n_new + s0) * head_dim;
+        std::copy(acc.data() + g * m * head_dim, acc.data() + (g + 1) * m * head_dim, dst);
+      }
+      return;
+    }
     std::vector<float> w_kept(n_rows * n_kept);  // [n_group*m][n_kept]
     std::vector<float> w_new(n_rows * n_new);    // [n_group*m][S], row (g,i) uses s0 + i + 1
-    if (n_kept > 0) key_stores_[kv]->dot_rows(w_kept.data(), q_rows.data(), n_rows);
+    if (n_kept > 0) keys.dot_rows(w_kept.data(), q_rows.data(), n_rows);
     for (size_t r = 0; r < n_rows; ++r) {
       const size_t i = r % m;
       float* kept_row = w_kept.data() + r * n_kept;
@@ -628,7 +657,7 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
       softmax_two(kept_row, n_kept, new_row, visible);
     }
     std::vector<float> out_rows(n_rows * head_dim, 0.0f);  // [n_group*m][head_dim]
-    if (n_kept > 0) value_stores_[kv]->accumulate_rows(out_rows.data(), w_kept.data(), n_rows);
+    if (n_kept > 0) values.accumulate_rows(out_rows.data(), w_kept.data(), n_rows);
     for (size_t r = 0; r < n_rows; ++r) {
       const size_t i = r % m;
       const float* new_row = w_new.data() + r * n_new;

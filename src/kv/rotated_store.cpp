@@ -69,6 +69,30 @@ class RotatedStore final : public RowStore {
     for (size_t i = 0; i < sum.size(); ++i) out[i] += sum[i];
   }
 
+  // Spans as dot_rows / accumulate_rows, per span (the rotation of n_q rows per call).
+  size_t span_end(size_t begin, size_t max_rows) const override {
+    return inner_->span_end(begin, max_rows);
+  }
+
+  void dot_span(float* out, size_t stride, const float* q, size_t n_q, size_t begin,
+                size_t end) const override {
+    thread_local std::vector<float> turned;  // [n_q][head_dim]
+    turned.assign(q, q + n_q * head_dim());
+    rotation_.rotate(turned.data(), n_q);
+    inner_->dot_span(out, stride, turned.data(), n_q, begin, end);
+  }
+
+  void accumulate_span(float* out, const float* w, size_t stride, size_t n_q, size_t begin,
+                       size_t end) const override {
+    thread_local std::vector<float> sum;  // [n_q][head_dim], in rotated coordinates
+    sum.assign(n_q * head_dim(), 0.0f);
+    inner_->accumulate_span(sum.data(), w, stride, n_q, begin, end);
+    rotation_.unrotate(sum.data(), n_q);
+    for (size_t i = 0; i < sum.size(); ++i) out[i] += sum[i];
+  }
+
+  bool has_span_kernels() const override { return inner_->has_span_kernels(); }
+
   size_t bytes() const override { return sizeof(uint64_t) + inner_->bytes(); }
 
   std::unique_ptr<RowStore> clone() const override { return std::make_unique<RotatedStore>(*this); }

@@ -158,7 +158,9 @@ class LayerCache {
 
   // Attention of a chunk's queries over the retained rows plus the chunk's own (not yet stored)
   // rows, causal inside the chunk. Call before update() with the same k, v. Reads the stores
-  // through dot_rows / accumulate_rows: no dequantised copy of the cache is made. Logits
+  // in one fused pass per KV head for all its query heads (span kernels and an online softmax,
+  // src/kv/span_attention.h) when both stores have span kernels, else through dot_rows /
+  // accumulate_rows: no dequantised copy of the cache is made. Logits
   // q.k / sqrt(head_dim) and the max-subtracted softmax are fp32; the chunk's own rows are used
   // in fp32 as given (not rounded to the codec). Same shape and finiteness checks as update().
   //   out [n_heads][S][head_dim], q [n_heads][S][head_dim], k, v [n_kv_heads][S][head_dim]

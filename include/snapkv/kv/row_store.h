@@ -39,6 +39,26 @@ class RowStore {
   // out[j][:] += sum_i w[j][i] * row i.  w: [n_q][rows()], out: [n_q][head_dim].
   virtual void accumulate_rows(float* out, const float* w, size_t n_q) const = 0;
 
+  // Spans: LayerCache::attend's fused pass reads the rows a span at a time (the scores of one span
+  // for the n_q queries, an online-softmax step, then the weighted sum of the same span's rows),
+  // so no score buffer over all rows is written and read again.
+  // span_end(begin, max_rows): the end of the span that starts at row begin (< rows()), in
+  // (begin, rows()]; a store ends it early at a boundary of its layout (a region, a key block)
+  // and goes past begin + max_rows only when one unit of its layout is longer than max_rows.
+  virtual size_t span_end(size_t begin, size_t max_rows) const;
+  // out[j * stride + (i - begin)] = dot(q[j], row i) for i in [begin, end) (any range within
+  // rows()). q: [n_q][head_dim], out: [n_q][stride] with stride >= end - begin.
+  virtual void dot_span(float* out, size_t stride, const float* q, size_t n_q, size_t begin,
+                        size_t end) const;
+  // out[j][:] += sum_{i in [begin, end)} w[j * stride + (i - begin)] * row i.
+  // w: [n_q][stride], out: [n_q][head_dim].
+  virtual void accumulate_span(float* out, const float* w, size_t stride, size_t n_q, size_t begin,
+                               size_t end) const;
+  // True when dot_span / accumulate_span run the codec's own kernels on the stored codes; the
+  // defaults (kv/row_store_spans.cpp) decode the span with read() and attend() then keeps the
+  // whole-store dot_rows / accumulate_rows pass instead.
+  virtual bool has_span_kernels() const { return false; }
+
   // True bytes held for the rows (payload, scales, zero points, residual), not capacity.
   virtual size_t bytes() const = 0;
 

@@ -1,0 +1,30 @@
+// Fused decode attention over one KV head's stores: one pass over the kept rows serves every
+// query row of the GQA group. The rows are read a span at a time (RowStore::span_end): the span's
+// keys are dotted with all n_q queries (each key row decoded or converted once), an online-softmax
+// step rescales the running sums, and the same span's values are added with the span's weights,
+// so the scores never exist for more than one span and no pass over all scores follows.
+// Promises: acc, row_max, row_sum such that the attention output of query j over the stored rows
+// is acc[j] / row_sum[j] (logits scale * q.k, softmax with running maximum row_max[j]); a caller
+// merges further rows (a chunk's own rows) with online_softmax_merge. Leaves out: masking (every
+// stored row is visible) and the choice of the path (LayerCache::attend takes it when both stores
+// have span kernels). Private to kv/.
+#pragma once
+
+#include <cstddef>
+
+#include "snapkv/kv/row_store.h"
+
+namespace snapkv {
+
+// acc: [n_q][head_dim] (overwritten), row_max, row_sum: [n_q] (overwritten; -inf and 0 when the
+// stores are empty), q: [n_q][head_dim]. keys and values hold the same number of rows.
+void span_attention(float* acc, float* row_max, float* row_sum, const float* q, size_t n_q,
+                    const RowStore& keys, const RowStore& values, float scale);
+
+// One query row's online-softmax step with new logits: logits [n] (finite; overwritten with
+// exp(logit - new max)), acc [head_dim] and row_sum rescaled to the new maximum. Returns the
+// factor the old sums were multiplied by.
+float online_softmax_merge(float* logits, size_t n, float* acc, size_t head_dim, float& row_max,
+                           float& row_sum);
+
+}  // namespace snapkv
