@@ -28,25 +28,36 @@ void quantize_act(BlockQ8_K* out, const float* x, size_t n) {
 // out [n_tokens][ldo] for n_rows weight rows (q8_dot.h gemm_*).
 template <class WBlock, class ABlock>
 using GemmFn = void (*)(float*, size_t, const WBlock*, size_t, const ABlock*, size_t, size_t);
+// One weight row against one activation row (q8_dot.h dot_*).
+template <class WBlock, class ABlock>
+using DotFn = float (*)(const WBlock*, const ABlock*, size_t);
+
+// Fewer tokens than this (decode: one) skip the register tiles of Q8_0 / Q4_0 and take the pair
+// dots row by row: the tile first prepares a panel of offsets and scales per row group, which a
+// single token cannot amortise (Q8_0 decode through the tile ran at 0.34x / 0.43x of the pair
+// loop's tokens/s on the 0.73B file at 1 / 2 threads, quiet machine:
+// docs/results/bench/q8_decode_fix.txt).
+// (q8_dot.h: every tile output equals its pair dot).
+constexpr size_t kMinTileTokens = 4;
 
 // Calls f(gemm kernel) for a type with an integer kernel; false for the others.
 template <class F>
 bool with_q8_kernel(WeightType type, F&& f) {
   switch (type) {
     case WeightType::q8_0:
-      f(&gemm_q8_0_q8_0);
+      f(&gemm_q8_0_q8_0, &dot_q8_0_q8_0);
       return true;
     case WeightType::q4_0:
-      f(&gemm_q4_0_q8_0);
+      f(&gemm_q4_0_q8_0, &dot_q4_0_q8_0);
       return true;
-    case WeightType::q4_K:
-      f(&gemm_q4_K_q8_K);
+    case WeightType::q4_K:  // their gemm_* is already the pair loop
+      f(&gemm_q4_K_q8_K, static_cast<DotFn<BlockQ4_K, BlockQ8_K>>(nullptr));
       return true;
     case WeightType::q5_K:
-      f(&gemm_q5_K_q8_K);
+      f(&gemm_q5_K_q8_K, static_cast<DotFn<BlockQ5_K, BlockQ8_K>>(nullptr));
       return true;
     case WeightType::q6_K:
-      f(&gemm_q6_K_q8_K);
+      f(&gemm_q6_K_q8_K, static_cast<DotFn<BlockQ6_K, BlockQ8_K>>(nullptr));
       return true;
     default:
       return false;
@@ -56,7 +67,7 @@ bool with_q8_kernel(WeightType type, F&& f) {
 // out [n_tokens][rows] = x [n_tokens][cols] W^T through quantized activations.
 template <class WBlock, class ABlock>
 void run(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
-         GemmFn<WBlock, ABlock> gemm) {
+         GemmFn<WBlock, ABlock> gemm, DotFn<WBlock, ABlock> pair) {
   const size_t n_act_blocks = w.cols / kActBlockElems<ABlock>;
   const size_t row_bytes = w.row_bytes();
   // Per calling thread (the workers read it through `act` while this thread waits).
@@ -76,6 +87,16 @@ void run(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
     const size_t r1 = std::min(w.rows, r0 + per_task);
     const auto* rows =
         reinterpret_cast<const WBlock*>(static_cast<const uint8_t*>(w.data) + r0 * row_bytes);
+    if (pair != nullptr && n_tokens < kMinTileTokens) {
+      const size_t blocks_per_row = row_bytes / sizeof(WBlock);
+      for (size_t r = 0; r < r1 - r0; ++r) {
+        for (size_t t = 0; t < n_tokens; ++t) {
+          out[t * w.rows + r0 + r] =
+              pair(rows + r * blocks_per_row, act + t * n_act_blocks, w.cols);
+        }
+      }
+      return;
+    }
     gemm(out + r0, w.rows, rows, r1 - r0, act, n_tokens, w.cols);
   });
 }
@@ -83,7 +104,8 @@ void run(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
 }  // namespace
 
 bool matmul_q8(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
-  return with_q8_kernel(w.type, [&](auto gemm) { run(out, x, w, n_tokens, gemm); });
+  return with_q8_kernel(w.type,
+                        [&](auto gemm, auto pair) { run(out, x, w, n_tokens, gemm, pair); });
 }
 
 }  // namespace snapkv::ops_internal
