@@ -36,8 +36,8 @@ using DotFn = float (*)(const WBlock*, const ABlock*, size_t);
 // dots row by row: the tile first prepares a panel of offsets and scales per row group, which a
 // single token cannot amortise (Q8_0 decode through the tile ran at 0.34x / 0.43x of the pair
 // loop's tokens/s on the 0.73B file at 1 / 2 threads, quiet machine:
-// docs/results/bench/q8_decode_fix.txt).
-// (q8_dot.h: every tile output equals its pair dot).
+// docs/results/bench/q8_decode_fix.txt). The bits are the same either way (q8_dot.h: every tile
+// output equals its pair dot).
 constexpr size_t kMinTileTokens = 4;
 
 // Calls f(gemm kernel) for a type with an integer kernel; false for the others.
