@@ -249,6 +249,37 @@ void BM_DecodeAttend(benchmark::State& state) {
   compare_with_fp16(state, 1, seconds / double(state.iterations()));
 }
 
+// The two halves of BM_DecodeStores on one thread, CPU time: keys (dot_rows of every head's
+// group) or values (accumulate_rows with uniform weights), to see where a codec's time goes.
+// half: 0 keys, 1 values.
+void BM_DecodeHalf(benchmark::State& state) {
+  const auto codec = static_cast<CodecKind>(state.range(0));
+  const auto rows = static_cast<size_t>(state.range(1));
+  const bool keys = state.range(2) == 0;
+  const LayerCache& cache = cache_for(codec, rows);
+  Noise noise{7};
+  std::vector<float> q(kHeads * kHeadDim), out(kHeads * kHeadDim);
+  for (float& x : q) x = noise.next() * 0.5f;
+  std::vector<float> scores(kGroup * rows, 1.0f / float(rows));
+  double cpu_seconds = 0;
+  for (auto _ : state) {
+    const double c0 = thread_cpu_seconds();
+    for (size_t h = 0; h < kKvHeads; ++h) {
+      if (keys) {
+        cache.keys(h).dot_rows(scores.data(), q.data() + h * kGroup * kHeadDim, kGroup);
+      } else {
+        cache.values(h).accumulate_rows(out.data() + h * kGroup * kHeadDim, scores.data(), kGroup);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(scores.data());
+    cpu_seconds += thread_cpu_seconds() - c0;
+  }
+  state.counters["cpu_ms_per_step"] = cpu_seconds / double(state.iterations()) * 1e3;
+  state.counters["cpu_ns_per_row"] =
+      cpu_seconds / double(state.iterations()) / double(rows * kKvHeads) * 1e9;
+}
+
 void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
   b->ArgNames({"codec", "rows", "threads"});
   for (size_t rows : {size_t{4096}, size_t{16384}, size_t{65536}}) {
@@ -269,6 +300,13 @@ void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
 BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeStores)->Apply([](auto* b) { decode_args(b, true); });
 BENCHMARK(BM_DecodeAttend)->Apply([](auto* b) { decode_args(b, false); });
+BENCHMARK(BM_DecodeHalf)
+    ->ArgNames({"codec", "rows", "half"})
+    ->ArgsProduct({{int64_t(CodecKind::fp16), int64_t(CodecKind::kivi4), int64_t(CodecKind::kivi2)},
+                   {16384},
+                   {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.2);
 
 }  // namespace
 

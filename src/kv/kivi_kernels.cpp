@@ -3,6 +3,7 @@
 #include "kv/kivi_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -21,10 +22,11 @@ struct KiviKernels {
                         const uint8_t*, size_t, size_t, int, float*);
   void (*value_rows_accumulate)(float*, const float*, size_t, size_t, const uint8_t*,
                                 const KiviParams*, size_t, size_t, size_t, int, float*);
+  bool (*key_q8_handles)(size_t, int);
 };
-#define SNAPKV_KIVI_TABLE(NS)                                \
-  KiviKernels {                                              \
-    &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate \
+#define SNAPKV_KIVI_TABLE(NS)                                                          \
+  KiviKernels {                                                                        \
+    &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles \
   }
 const KiviKernels kTables[kIsaLevelCount] = {SNAPKV_KIVI_TABLE(isa_scalar),
                                              SNAPKV_KIVI_TABLE(SNAPKV_ISA_NS_AVX2),
@@ -58,9 +60,55 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
   // thread_local: one buffer per worker, reused across blocks and calls (concurrent stores never
   // share it).
   thread_local std::vector<float> scratch;
-  scratch.resize(n_q * head_dim + n_q);
+  scratch.resize(kivi_key_scratch_floats(n_q, head_dim));
   isa_select(kTables).key_block_dot(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim,
                                     bits, scratch.data());
+}
+
+float kivi_key_q8_step2(const float* q, const float* scales, size_t head_dim) {
+  float mx = 0.0f;
+  for (size_t c = 0; c < head_dim; ++c) mx = std::max(mx, std::fabs(q[c] * scales[c]));
+  return mx / 127.0f / 254.0f;
+}
+
+void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q, size_t n_q,
+                                  const float* scales, const float* zeros, const uint8_t* words,
+                                  size_t n_rows, size_t head_dim, int bits) {
+  std::vector<int32_t> hi(head_dim), lo(head_dim);
+  const auto rne = [](float x) {
+    return static_cast<int32_t>(std::clamp(std::nearbyint(x), -127.0f, 127.0f));
+  };
+  for (size_t j = 0; j < n_q; ++j) {
+    const float* qj = q + j * head_dim;
+    float mx = 0.0f;  // max_c |q'_c|
+    for (size_t c = 0; c < head_dim; ++c) mx = std::max(mx, std::fabs(qj[c] * scales[c]));
+    const float step = mx / 127.0f, step2 = step / 254.0f;
+    const float inv = mx > 0.0f ? 127.0f / mx : 0.0f, inv2 = step >= 0x1p-100f ? 254.0f / step : 0.0f;
+    float qz = 0.0f;
+    for (size_t c = 0; c < head_dim; ++c) {
+      const float qs = qj[c] * scales[c];
+      hi[c] = rne(qs * inv);
+      lo[c] = rne(std::fma(-step, static_cast<float>(hi[c]), qs) * inv2);
+      qz += qj[c] * zeros[c];
+    }
+    for (size_t r = 0; r < n_rows; ++r) {
+      const uint8_t* oct_words = words + (r / kKiviOctet) * head_dim * kivi_word_bytes(bits);
+      const size_t k = r % kKiviOctet;
+      int32_t sum_hi = 0, sum_lo = 0;
+      for (size_t c = 0; c < head_dim; ++c) {
+        const auto code =
+            static_cast<int32_t>(code_at(kivi_load_word(oct_words, c, bits), k, bits));
+        sum_hi += hi[c] * code;
+        sum_lo += lo[c] * code;
+      }
+      out[j * out_stride + r] = std::fma(step2, static_cast<float>(sum_lo),
+                                         std::fma(step, static_cast<float>(sum_hi), qz));
+    }
+  }
+}
+
+bool kivi_key_dot_uses_q8(size_t head_dim, int bits) {
+  return isa_select(kTables).key_q8_handles(head_dim, bits);
 }
 
 void kivi_key_block_decode(float* out, const float* scales, const float* zeros,

@@ -23,6 +23,24 @@ void kivi_key_block_dot_scalar(float* out, size_t out_stride, const float* q, si
                                const float* scales, const float* zeros, const uint8_t* words,
                                size_t n_rows, size_t head_dim, int bits);
 
+// The integer form of kivi_key_block_dot (the reference of the AVX-512 VNNI kernel,
+// kivi_q8_simd.cpp): per query j, q'_c = q_c * scales[c] becomes a pair of int8 vectors with
+//   mx = max_c |q'_c|, step = mx / 127, step2 = step / 254 (all 0 when mx is 0),
+//   hi_c = rne(q'_c * (127 / mx)),  lo_c = rne(fma(-step, hi_c, q'_c) * (254 / step))
+// (rne: round to nearest even, saturated to [-127, 127]; lo = 0 when step < 2^-100) and
+//   out[j * out_stride + r] = fma(step2, float(L_r), fma(step, float(H_r), sum_c q_c zeros[c]))
+// with H_r = sum_c hi_c code(r, c), L_r = sum_c lo_c code(r, c) exact. Its distance from the
+// float form is at most
+//   step2 / 2 * (1 + 2^-10) * sum_c code(r, c) + the float rounding of both forms,
+// since |step hi_c + step2 lo_c - q'_c| <= step2 / 2 up to the roundings of the operands.
+void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q, size_t n_q,
+                                  const float* scales, const float* zeros, const uint8_t* words,
+                                  size_t n_rows, size_t head_dim, int bits);
+// step2 above for one query q: [head_dim].
+float kivi_key_q8_step2(const float* q, const float* scales, size_t head_dim);
+// True when kivi_key_block_dot runs the integer form at the active ISA level for this shape.
+bool kivi_key_dot_uses_q8(size_t head_dim, int bits);
+
 // Decodes rows [row_begin, row_end) of one key block into out: [row_end - row_begin][head_dim].
 void kivi_key_block_decode(float* out, const float* scales, const float* zeros,
                            const uint8_t* words, size_t row_begin, size_t row_end, size_t head_dim,
@@ -53,14 +71,24 @@ constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t g
 
 }  // namespace snapkv
 
-// The fast kernels as compiled for each ISA level (kivi_simd.cpp; util/isa.h), with a caller's
-// scratch: key_block_dot [n_q * head_dim + n_q] floats, value_rows_accumulate
-// [kivi_value_scratch_floats(n_q, head_dim, group)].
+// The fast kernels as compiled for each ISA level (kivi_simd.cpp, kivi_q8_simd.cpp; util/isa.h),
+// with a caller's scratch: key_block_dot [kivi_key_scratch_floats(n_q, head_dim)] floats,
+// value_rows_accumulate [kivi_value_scratch_floats(n_q, head_dim, group)]. key_block_dot_q8 runs
+// the integer form (false, nothing written, where the level or shape has none: key_q8_handles).
+namespace snapkv {
+constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
+  return n_q * head_dim + n_q + 5 * head_dim + 16;  // q8: 4 hd floats of vectors, hd / 2 bytes
+}
+}  // namespace snapkv
 #define SNAPKV_KIVI_KERNELS_DECLARE(NS)                                                          \
   namespace snapkv::NS {                                                                         \
   void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,             \
                           const float* scales, const float* zeros, const uint8_t* words,         \
                           size_t n_rows, size_t head_dim, int bits, float* scratch);             \
+  bool kivi_key_block_dot_q8(float* out, size_t out_stride, const float* q, size_t n_q,          \
+                             const float* scales, const float* zeros, const uint8_t* words,      \
+                             size_t n_rows, size_t head_dim, int bits, float* scratch);          \
+  bool kivi_key_q8_handles(size_t head_dim, int bits);                                           \
   void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,       \
                                   const uint8_t* codes, const KiviParams* params, size_t n_rows, \
                                   size_t head_dim, size_t group, int bits, float* scratch);      \

@@ -450,6 +450,10 @@ void value_tile16_dispatch(int nq, float* out, size_t out_stride, const float* c
 void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
                         const float* scales, const float* zeros, const uint8_t* words,
                         size_t n_rows, size_t head_dim, int bits, float* scratch) {
+  if (kivi_key_block_dot_q8(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, bits,
+                            scratch)) {
+    return;  // integer dot products (kivi_q8_simd.cpp)
+  }
 #if SNAPKV_KIVI_AVX2
   // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c]
   float* qs = scratch;

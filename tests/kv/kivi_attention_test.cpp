@@ -28,10 +28,28 @@ std::vector<float> read_all(const RowStore& s) {
 
 // A store of n realistic rows with some rows evicted (so key blocks have holes and partial
 // octets), plus fp16 sinks and a partly filled residual.
+// scale_max (when given): per channel, a bound of every key block's scale of that channel (from
+// the range of all rows ever appended, kivi_test::scale_bound).
 std::unique_ptr<RowStore> make_store(RowRole role, int bits, size_t head_dim, size_t group,
-                                     size_t n, uint32_t seed) {
+                                     size_t n, uint32_t seed,
+                                     std::vector<double>* scale_max = nullptr) {
   auto s = make_kivi_row_store(role, bits, head_dim, group, 4 * group, 3);
   const std::vector<float> x = realistic_rows(n, head_dim, seed, true);
+  if (scale_max != nullptr) {
+    const std::vector<float> more = realistic_rows(group + 3, head_dim, seed + 1, true);
+    scale_max->assign(head_dim, 0.0);
+    for (size_t c = 0; c < head_dim; ++c) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (const std::vector<float>* rows : {&x, &more}) {
+        for (size_t r = 0; r < rows->size() / head_dim; ++r) {
+          const double v = kivi_test::round_fp16((*rows)[r * head_dim + c]);
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+        }
+      }
+      (*scale_max)[c] = kivi_test::scale_bound(hi - lo, bits);
+    }
+  }
   s->append(x.data(), n - 1);
   s->append(x.data() + (n - 1) * head_dim, 1);  // packs the first rows, R at a time
   std::vector<uint32_t> keep;
@@ -54,13 +72,18 @@ constexpr Shape kShapes[] = {{128, 32}, {64, 16}, {40, 16}, {13, 5}, {24, 64}};
 // sum_c (q_c * s_c) * code + sum_c q_c * z_c in fp32: each of the ~head_dim + 2 products and sums
 // rounds once, so |fused - exact| <= 2 (head_dim + 4) u * sum_c |q_c| (|s_c code| + |z_c|), and
 // |s_c code| + |z_c| <= |x'_c| + 2 |z_c| <= |x'_c| + 2 A_c with A_c = max over rows |x'_rc|.
+// Where the key kernel runs the integer form (kivi_kernels.h) each row adds at most
+// step2 / 2 (1 + 2^-10) * sum_c code <= step2 / 2 (1 + 2^-10) * max_code * head_dim, with
+// step2 <= max_c |q_c| S_c / (127 * 254) (1 + 2^-20) and S_c >= every block's scale of channel c.
 TEST(KiviAttention, FusedDotMatchesReference) {
   for (RowRole role : {RowRole::key, RowRole::value}) {
     for (int bits : {2, 4}) {
       for (const Shape& sh : kShapes) {
         const size_t hd = sh.head_dim;
-        auto s = make_store(role, bits, hd, sh.group, 301, 42);
+        std::vector<double> scale_max;
+        auto s = make_store(role, bits, hd, sh.group, 301, 42, &scale_max);
         const size_t n = s->rows();
+        const bool q8 = role == RowRole::key && kivi_key_dot_uses_q8(hd, bits);
         const std::vector<float> x = read_all(*s);
         std::vector<double> col_max(hd, 0.0);
         for (size_t i = 0; i < n * hd; ++i) {
@@ -71,13 +94,22 @@ TEST(KiviAttention, FusedDotMatchesReference) {
           std::vector<float> out(n_q * n, NAN);
           s->dot_rows(out.data(), q.data(), n_q);
           for (size_t j = 0; j < n_q; ++j) {
+            double q8_term = 0;
+            if (q8) {
+              double step = 0;
+              for (size_t c = 0; c < hd; ++c) {
+                step = std::max(step, std::fabs(double(q[j * hd + c])) * scale_max[c]);
+              }
+              const double step2 = step / 127.0 / 254.0 * (1.0 + std::ldexp(1.0, -20));
+              q8_term = step2 / 2 * (1.0 + std::ldexp(1.0, -10)) * kivi_max_code(bits) * double(hd);
+            }
             for (size_t r = 0; r < n; ++r) {
               double ref = 0, mag = 0;
               for (size_t c = 0; c < hd; ++c) {
                 ref += double(q[j * hd + c]) * x[r * hd + c];
                 mag += std::fabs(q[j * hd + c]) * (std::fabs(x[r * hd + c]) + 2 * col_max[c]);
               }
-              const double bound = 2.0 * double(hd + 4) * kU32 * mag;
+              const double bound = 2.0 * double(hd + 4) * kU32 * mag + q8_term;
               ASSERT_NEAR(out[j * n + r], ref, bound)
                   << "role " << int(role) << " bits " << bits << " hd " << hd << " row " << r;
             }
@@ -133,7 +165,7 @@ TEST(KiviAttention, FastKernelsMatchScalarTwins) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (int bits : {2, 4}) {
-    for (size_t hd : {size_t{8}, size_t{128}, size_t{24}}) {
+    for (size_t hd : {size_t{8}, size_t{128}, size_t{24}, size_t{32}, size_t{96}}) {
       for (size_t n_rows : {size_t{1}, size_t{7}, size_t{8}, size_t{17}, size_t{32}}) {
         const size_t n_q = 5;
         std::vector<uint8_t> words((n_rows + 7) / 8 * hd * size_t(bits));
@@ -147,9 +179,17 @@ TEST(KiviAttention, FastKernelsMatchScalarTwins) {
         std::vector<float> fast(n_q * n_rows), slow(n_q * n_rows);
         kivi_key_block_dot(fast.data(), n_rows, q.data(), n_q, scales.data(), zeros.data(),
                            words.data(), n_rows, hd, bits);
-        kivi_key_block_dot_scalar(slow.data(), n_rows, q.data(), n_q, scales.data(), zeros.data(),
-                                  words.data(), n_rows, hd, bits);
-        // both within 2 (hd + 4) u * sum_c |q_c| (|s_c| max_code + 2 |z_c|) of the exact value
+        const bool q8 = kivi_key_dot_uses_q8(hd, bits);
+        if (q8) {  // the integer form's reference
+          kivi_key_block_dot_q8_scalar(slow.data(), n_rows, q.data(), n_q, scales.data(),
+                                       zeros.data(), words.data(), n_rows, hd, bits);
+        } else {
+          kivi_key_block_dot_scalar(slow.data(), n_rows, q.data(), n_q, scales.data(), zeros.data(),
+                                    words.data(), n_rows, hd, bits);
+        }
+        // float form: both within 2 (hd + 4) u * sum_c |q_c| (|s_c| max_code + 2 |z_c|) of the
+        // exact value; integer form: the same int8 operands and exact integer sums, only the zero
+        // term sum_c q_c z_c (summed in another order) and the two final fmas round
         for (size_t j = 0; j < n_q; ++j) {
           double mag = 0;
           for (size_t c = 0; c < hd; ++c) {
@@ -158,7 +198,8 @@ TEST(KiviAttention, FastKernelsMatchScalarTwins) {
           }
           for (size_t r = 0; r < n_rows; ++r) {
             EXPECT_NEAR(fast[j * n_rows + r], slow[j * n_rows + r],
-                        4.0 * double(hd + 4) * kU32 * mag);
+                        4.0 * double(hd + 4) * kU32 * mag)
+                << "bits " << bits << " hd " << hd << " rows " << n_rows << " q8 " << q8;
           }
         }
         // values: n_rows rows of hd channels, groups of 8
@@ -190,6 +231,154 @@ TEST(KiviAttention, FastKernelsMatchScalarTwins) {
                         4.0 * double(n_rows + 4) * kU32 * mag);
           }
         }
+      }
+    }
+  }
+}
+
+// Key blocks quantized from realistic keys (outlier channels), as KiviKeyStore packs them:
+// per block of 32 rows the channel params and the code words; also the decoded rows.
+struct PackedKeys {
+  size_t hd = 0, n = 0;
+  std::vector<float> scales, zeros;  // [n_blocks][hd]
+  std::vector<uint8_t> words;        // [n_blocks][4 octets][hd] words
+  std::vector<float> decoded;        // [n][hd]
+  std::vector<uint8_t> codes;        // [n][hd]
+};
+PackedKeys pack_keys(const std::vector<float>& k, size_t n, size_t hd, int bits) {
+  PackedKeys p;
+  p.hd = hd;
+  p.n = n;
+  const size_t wb = kivi_word_bytes(bits);
+  p.decoded.resize(n * hd);
+  p.codes.resize(n * hd);
+  for (size_t b0 = 0; b0 < n; b0 += 32) {
+    const size_t rows = std::min<size_t>(32, n - b0);
+    const size_t word_at = p.words.size();
+    p.words.resize(word_at + 4 * hd * wb);
+    for (size_t c = 0; c < hd; ++c) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (size_t r = 0; r < rows; ++r) {
+        const float x = kivi_test::round_fp16(k[(b0 + r) * hd + c]);
+        lo = std::min(lo, x);
+        hi = std::max(hi, x);
+      }
+      const KiviParams kp = kivi_choose_params(lo, hi, bits);
+      p.scales.push_back(fp16_to_fp32(kp.scale));
+      p.zeros.push_back(fp16_to_fp32(kp.zero));
+      for (size_t o = 0; o < 4; ++o) {
+        uint8_t codes[8] = {};
+        for (size_t i = 0; i < 8 && o * 8 + i < rows; ++i) {
+          const size_t r = b0 + o * 8 + i;
+          codes[i] =
+              static_cast<uint8_t>(kivi_encode(kivi_test::round_fp16(k[r * hd + c]), kp, bits));
+          p.codes[r * hd + c] = codes[i];
+          p.decoded[r * hd + c] = kivi_decode(codes[i], kp);
+        }
+        kivi_store_word(p.words.data() + word_at, o * hd + c, kivi_pack_word(codes, bits), bits);
+      }
+    }
+  }
+  return p;
+}
+
+// The integer form's reference against the float form on realistic key blocks, within the bound
+// of kivi_kernels.h: step2 / 2 (1 + 2^-10) * sum_c code + both forms' fp32 rounding.
+TEST(KiviAttention, IntegerKeyFormWithinDerivedBound) {
+  for (int bits : {2, 4}) {
+    for (size_t hd : {size_t{32}, size_t{128}, size_t{40}}) {
+      const size_t n = 96, n_q = 4;
+      const PackedKeys p = pack_keys(realistic_rows(n, hd, 31, true), n, hd, bits);
+      const std::vector<float> q = realistic_rows(n_q, hd, 32, false);
+      for (size_t b = 0; b < n / 32; ++b) {
+        std::vector<float> ref(n_q * 32), q8(n_q * 32);
+        const float* sc = p.scales.data() + b * hd;
+        const float* ze = p.zeros.data() + b * hd;
+        const uint8_t* w = p.words.data() + b * 4 * hd * kivi_word_bytes(bits);
+        kivi_key_block_dot_scalar(ref.data(), 32, q.data(), n_q, sc, ze, w, 32, hd, bits);
+        kivi_key_block_dot_q8_scalar(q8.data(), 32, q.data(), n_q, sc, ze, w, 32, hd, bits);
+        for (size_t j = 0; j < n_q; ++j) {
+          const double step2 = kivi_key_q8_step2(q.data() + j * hd, sc, hd);
+          EXPECT_GT(step2, 0.0);
+          double mag = 0;
+          for (size_t c = 0; c < hd; ++c) {
+            mag += std::fabs(q[j * hd + c]) *
+                   (sc[c] * double(kivi_max_code(bits)) + 2 * std::fabs(ze[c]));
+          }
+          for (size_t r = 0; r < 32; ++r) {
+            double code_sum = 0;
+            for (size_t c = 0; c < hd; ++c) code_sum += p.codes[(b * 32 + r) * hd + c];
+            const double bound =
+                step2 / 2 * (1.0 + 1.0 / 1024) * code_sum + 4.0 * double(hd + 4) * kU32 * mag;
+            EXPECT_NEAR(q8[j * 32 + r], ref[j * 32 + r], bound)
+                << "bits " << bits << " hd " << hd << " block " << b << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Attention output with the active level's key kernel (the integer form where it runs) vs
+// double-precision attention over the decoded rows. Per row the logit error is at most
+// e_r = (step2 / 2 (1 + 2^-10) sum_c code + 4 (hd + 4) u mag) / sqrt(hd) (0 in the float form's
+// first term), so with E = max_r e_r the weights move by ||p' - p||_1 <= e^(2E) - 1 and
+// |o'_c - o_c| <= (e^(2E) - 1) (max_r v_rc - min_r v_rc) / 2, plus fp32 slack of the softmax and
+// the weighted sum (4 (n + 4) u max |v|).
+TEST(KiviAttention, IntegerKeyAttentionWithinDerivedBound) {
+  const size_t hd = 128, n = 512, n_q = 4;
+  for (int bits : {2, 4}) {
+    const PackedKeys p = pack_keys(realistic_rows(n, hd, 41, true), n, hd, bits);
+    const std::vector<float> v = realistic_rows(n, hd, 42, false);
+    std::vector<float> q = realistic_rows(n_q, hd, 43, false);
+    for (float& x : q) x *= 0.5f;
+    const bool q8 = kivi_key_dot_uses_q8(hd, bits);
+    std::vector<float> logits(n_q * n);
+    std::vector<double> err(n_q, 0.0);
+    for (size_t b = 0; b < n / 32; ++b) {
+      const float* sc = p.scales.data() + b * hd;
+      const float* ze = p.zeros.data() + b * hd;
+      kivi_key_block_dot(logits.data() + b * 32, n, q.data(), n_q, sc, ze,
+                         p.words.data() + b * 4 * hd * kivi_word_bytes(bits), 32, hd, bits);
+      for (size_t j = 0; j < n_q; ++j) {
+        const double step2 = q8 ? kivi_key_q8_step2(q.data() + j * hd, sc, hd) : 0.0;
+        double mag = 0;
+        for (size_t c = 0; c < hd; ++c) {
+          mag += std::fabs(q[j * hd + c]) *
+                 (sc[c] * double(kivi_max_code(bits)) + 2 * std::fabs(ze[c]));
+        }
+        for (size_t r = b * 32; r < b * 32 + 32; ++r) {
+          double code_sum = 0;
+          for (size_t c = 0; c < hd; ++c) code_sum += p.codes[r * hd + c];
+          err[j] = std::max(err[j], step2 / 2 * (1.0 + 1.0 / 1024) * code_sum +
+                                        4.0 * double(hd + 4) * kU32 * mag);
+        }
+      }
+    }
+    for (size_t j = 0; j < n_q; ++j) {
+      std::vector<double> ref(hd);
+      kivi_test::attention_ref(ref.data(), q.data() + j * hd, p.decoded.data(), v.data(), n, hd);
+      // the fast logits through a double softmax and weighted sum
+      const float* l = logits.data() + j * n;
+      double mx = -INFINITY, total = 0;
+      for (size_t r = 0; r < n; ++r) mx = std::max(mx, l[r] / std::sqrt(double(hd)));
+      std::vector<double> w(n);
+      for (size_t r = 0; r < n; ++r) total += (w[r] = std::exp(l[r] / std::sqrt(double(hd)) - mx));
+      const double big_e = err[j] / std::sqrt(double(hd));
+      for (size_t c = 0; c < hd; ++c) {
+        double o = 0, lo = INFINITY, hi = -INFINITY, vmax = 0;
+        for (size_t r = 0; r < n; ++r) {
+          o += w[r] / total * v[r * hd + c];
+          lo = std::min(lo, double(v[r * hd + c]));
+          hi = std::max(hi, double(v[r * hd + c]));
+          vmax = std::max(vmax, std::fabs(double(v[r * hd + c])));
+        }
+        const double bound =
+            std::expm1(2 * big_e) * (hi - lo) / 2 + 4.0 * double(n + 4) * kU32 * vmax;
+        EXPECT_NEAR(o, ref[c], bound) << bits << "-bit query " << j << " channel " << c;
+      }
+      if (bits == 2 && j == 0) {
+        std::printf("[kivi] integer key form: logit error bound %.2e (q8 %d)\n", big_e, int(q8));
       }
     }
   }
