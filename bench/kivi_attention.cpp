@@ -302,7 +302,8 @@ BENCHMARK(BM_DecodeStores)->Apply([](auto* b) { decode_args(b, true); });
 BENCHMARK(BM_DecodeAttend)->Apply([](auto* b) { decode_args(b, false); });
 BENCHMARK(BM_DecodeHalf)
     ->ArgNames({"codec", "rows", "half"})
-    ->ArgsProduct({{int64_t(CodecKind::fp16), int64_t(CodecKind::kivi4), int64_t(CodecKind::kivi2)},
+    ->ArgsProduct({{int64_t(CodecKind::fp16), int64_t(CodecKind::kivi4), int64_t(CodecKind::kivi2),
+                    int64_t(CodecKind::kitty)},
                    {16384},
                    {0, 1}})
     ->Unit(benchmark::kMillisecond)

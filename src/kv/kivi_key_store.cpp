@@ -335,16 +335,26 @@ class KiviKeyStore final : public KiviStore {
   // block b (the packed kernel added exactly 0 for these channels).
   void boost_dot(float* out, size_t stride, const float* q, size_t n_q, size_t b, size_t row0,
                  size_t n) const {
-    const KittyChannel* channels = boost_channels_.data() + b * boost_;
+    // per block: the fp16 values in fp32 at once (F16C where the ISA level has it), transposed to
+    // [boost_][n] so the sums run across rows (vectorised), and the queries' boosted channels
+    // gathered once; each row's sum still adds its channels in order, from 0
+    thread_local std::vector<float> values, by_channel, sums;  // [n][boost_], [boost_][n], [n]
+    values.resize(n * boost_);
+    by_channel.resize(boost_ * n);
+    sums.resize(n);
+    fp16_to_fp32_n(values.data(), boost_values_.data() + row0 * boost_, n * boost_);
     for (size_t r = 0; r < n; ++r) {
-      const fp16_t* values = boost_values_.data() + (row0 + r) * boost_;
-      for (size_t j = 0; j < n_q; ++j) {
-        float sum = 0.0f;
-        for (size_t k = 0; k < boost_; ++k) {
-          sum += q[j * head_dim_ + channels[k]] * fp16_to_fp32(values[k]);
-        }
-        out[j * stride + r] += sum;
+      for (size_t k = 0; k < boost_; ++k) by_channel[k * n + r] = values[r * boost_ + k];
+    }
+    const KittyChannel* channels = boost_channels_.data() + b * boost_;
+    for (size_t j = 0; j < n_q; ++j) {
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      for (size_t k = 0; k < boost_; ++k) {
+        const float qk = q[j * head_dim_ + channels[k]];
+        const float* v = by_channel.data() + k * n;
+        for (size_t r = 0; r < n; ++r) sums[r] += qk * v[r];
       }
+      for (size_t r = 0; r < n; ++r) out[j * stride + r] += sums[r];
     }
   }
 
