@@ -8,6 +8,7 @@
 //           output in registers; the zero term sum_r w_r * zero_(r,g) is added once per group.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kv/kivi_kernels.h"
 #include "util/isa.h"
@@ -104,6 +105,29 @@ struct Acc4 {
   __m256 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
 };
 
+// Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
+// the one place the kernels' runtime shape becomes their template arguments.
+template <class F>
+inline void with_nq_bits(int nq, int bits, F&& f) {
+  const auto by_nq = [&](auto b) {
+    switch (nq) {
+      case 1:
+        return f(std::integral_constant<int, 1>{}, b);
+      case 2:
+        return f(std::integral_constant<int, 2>{}, b);
+      case 3:
+        return f(std::integral_constant<int, 3>{}, b);
+      default:
+        return f(std::integral_constant<int, 4>{}, b);
+    }
+  };
+  if (bits == 2) {
+    by_nq(std::integral_constant<int, 2>{});
+  } else {
+    by_nq(std::integral_constant<int, 4>{});
+  }
+}
+
 // acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
 template <int NQ>
 inline void fma_queries(Acc4& acc, const float* coef, size_t stride, __m256 x) {
@@ -176,22 +200,6 @@ void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_
   }
 }
 
-template <int Bits>
-void key_block_dot_dispatch(int nq, float* out, size_t out_stride, const float* qs,
-                            size_t qs_stride, const float* qz, const uint8_t* words, size_t n_rows,
-                            size_t head_dim) {
-  switch (nq) {
-    case 1:
-      return key_block_dot_nq<1, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows, head_dim);
-    case 2:
-      return key_block_dot_nq<2, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows, head_dim);
-    case 3:
-      return key_block_dot_nq<3, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows, head_dim);
-    default:
-      return key_block_dot_nq<4, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows, head_dim);
-  }
-}
-
 // NQ queries (<= 4) over value rows [0, n_rows); coef: [n_rows][n_groups][4] = w * scale.
 // Requires head_dim % 8 == 0 and every word inside one group (group % 8 == 0 or one group).
 template <int NQ, int Bits>
@@ -236,26 +244,6 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
       fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
     }
     store(acc0, wi);
-  }
-}
-
-template <int Bits>
-void value_tile_dispatch(int nq, float* out, size_t out_stride, const float* coef,
-                         const uint8_t* codes, size_t n_rows, size_t head_dim, size_t group,
-                         size_t n_groups) {
-  switch (nq) {
-    case 1:
-      return value_tile_nq<1, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                    n_groups);
-    case 2:
-      return value_tile_nq<2, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                    n_groups);
-    case 3:
-      return value_tile_nq<3, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                    n_groups);
-    default:
-      return value_tile_nq<4, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                    n_groups);
   }
 }
 
@@ -346,26 +334,6 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
   }
 }
 
-template <int Bits>
-void key_block_dot16_dispatch(int nq, float* out, size_t out_stride, const float* qs,
-                              size_t qs_stride, const float* qz, const uint8_t* words,
-                              size_t n_rows, size_t head_dim) {
-  switch (nq) {
-    case 1:
-      return key_block_dot16_nq<1, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
-                                         head_dim);
-    case 2:
-      return key_block_dot16_nq<2, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
-                                         head_dim);
-    case 3:
-      return key_block_dot16_nq<3, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
-                                         head_dim);
-    default:
-      return key_block_dot16_nq<4, Bits>(out, out_stride, qs, qs_stride, qz, words, n_rows,
-                                         head_dim);
-  }
-}
-
 // The 16 codes of channels 16k .. 16k+15 of a value row (two words).
 template <int Bits>
 inline uint64_t value_pair_word(const uint8_t* row, size_t k) {
@@ -422,25 +390,6 @@ void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uin
   }
 }
 
-template <int Bits>
-void value_tile16_dispatch(int nq, float* out, size_t out_stride, const float* coef,
-                           const uint8_t* codes, size_t n_rows, size_t head_dim, size_t group,
-                           size_t n_groups) {
-  switch (nq) {
-    case 1:
-      return value_tile16_nq<1, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                      n_groups);
-    case 2:
-      return value_tile16_nq<2, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                      n_groups);
-    case 3:
-      return value_tile16_nq<3, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                      n_groups);
-    default:
-      return value_tile16_nq<4, Bits>(out, out_stride, coef, codes, n_rows, head_dim, group,
-                                      n_groups);
-  }
-}
 #endif  // AVX-512
 
 #endif  // SNAPKV_KIVI_AVX2
@@ -481,19 +430,14 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
     const int nq = static_cast<int>(std::min<size_t>(4, n_q - j0));
     float* o = out + j0 * out_stride;
     const float* s = qs + j0 * head_dim;
+    with_nq_bits(nq, bits, [&](auto n, auto b) {
+      constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
 #if SNAPKV_KIVI_AVX512
-    if (bits == 2) {
-      key_block_dot16_dispatch<2>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
-    } else {
-      key_block_dot16_dispatch<4>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
-    }
-    continue;
+      key_block_dot16_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
+#else
+      key_block_dot_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
 #endif
-    if (bits == 2) {
-      key_block_dot_dispatch<2>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
-    } else {
-      key_block_dot_dispatch<4>(nq, o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
-    }
+    });
   }
 #else
   (void)scratch;
@@ -533,26 +477,19 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
             _mm_storeu_ps(zero4 + 4 * g, _mm_fmadd_ps(wv, _mm_set1_ps(p[2 * g + 1]), z));
           }
         }
-        const int inq = static_cast<int>(nq);
+        const uint8_t* tile_codes = codes + r0 * row_bytes;
+        float* o = out + j0 * head_dim;
+        with_nq_bits(static_cast<int>(nq), bits, [&](auto n, auto b) {
+          constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
 #if SNAPKV_KIVI_AVX512
-        if (head_dim % 16 == 0 && (group % 16 == 0 || n_groups == 1)) {
-          if (bits == 2) {
-            value_tile16_dispatch<2>(inq, out + j0 * head_dim, head_dim, coef,
-                                     codes + r0 * row_bytes, nr, head_dim, group, n_groups);
-          } else {
-            value_tile16_dispatch<4>(inq, out + j0 * head_dim, head_dim, coef,
-                                     codes + r0 * row_bytes, nr, head_dim, group, n_groups);
+          if (head_dim % 16 == 0 && (group % 16 == 0 || n_groups == 1)) {
+            value_tile16_nq<kNq, kBits>(o, head_dim, coef, tile_codes, nr, head_dim, group,
+                                        n_groups);
+            return;
           }
-          continue;
-        }
 #endif
-        if (bits == 2) {
-          value_tile_dispatch<2>(inq, out + j0 * head_dim, head_dim, coef, codes + r0 * row_bytes,
-                                 nr, head_dim, group, n_groups);
-        } else {
-          value_tile_dispatch<4>(inq, out + j0 * head_dim, head_dim, coef, codes + r0 * row_bytes,
-                                 nr, head_dim, group, n_groups);
-        }
+          value_tile_nq<kNq, kBits>(o, head_dim, coef, tile_codes, nr, head_dim, group, n_groups);
+        });
       }
       for (size_t j = 0; j < nq; ++j) {
         for (size_t g = 0; g < n_groups; ++g) zero_sum[(j0 + j) * n_groups + g] = zero4[4 * g + j];
