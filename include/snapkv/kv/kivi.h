@@ -24,7 +24,9 @@
 // octet of rows o = 0 .. ceil(n/8)-1 and channel c, the word of rows 8o..8o+7 of channel c:
 //   key block codes  [ceil(n/8)][head_dim] words   (rows past n inside the last octet: code 0)
 // so one word decodes into 8 consecutive rows' codes of one channel, and a dot product of a query
-// with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c.
+// with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c. (Where the
+// CPU has AVX-512 VNNI the first sum runs in integers on the codes, q_c * scale_c rounded to a
+// pair of int8 vectors per block, about 15 bits: src/kv/kivi_kernels.h bounds the difference.)
 // A value row stores its channels in octets:
 //   value row codes  [ceil(head_dim/8)] words       (channels past head_dim: code 0)
 //   value row params [ceil(head_dim/G)] KiviParams
