@@ -83,7 +83,8 @@ void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q,
     float mx = 0.0f;  // max_c |q'_c|
     for (size_t c = 0; c < head_dim; ++c) mx = std::max(mx, std::fabs(qj[c] * scales[c]));
     const float step = mx / 127.0f, step2 = step / 254.0f;
-    const float inv = mx > 0.0f ? 127.0f / mx : 0.0f, inv2 = step >= 0x1p-100f ? 254.0f / step : 0.0f;
+    const float inv = mx > 0.0f ? 127.0f / mx : 0.0f,
+                inv2 = step >= 0x1p-100f ? 254.0f / step : 0.0f;
     float qz = 0.0f;
     for (size_t c = 0; c < head_dim; ++c) {
       const float qs = qj[c] * scales[c];
