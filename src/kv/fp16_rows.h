@@ -23,6 +23,18 @@ void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const 
 void fp16_rows_dot_scalar(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
                           size_t n, size_t head_dim);
 
+// Software prefetch distance of the fast kernels, in bytes ahead of the rows being read (into
+// L2: a decode step streams every row from DRAM once, and the hardware prefetcher alone leaves
+// the core waiting): the environment variable SNAPKV_FP16_PREFETCH (read once; 0 turns
+// prefetching off, for A/B runs), else kFp16PrefetchDefault. Prefetching changes no result.
+inline constexpr size_t kFp16PrefetchDefault = 16384;
+size_t fp16_rows_prefetch_bytes();
+// The same kernels with an explicit prefetch distance (bytes; 0 = none).
+void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
+                   size_t n, size_t head_dim, size_t prefetch);
+void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q, const fp16_t* data,
+                          size_t n, size_t head_dim, size_t prefetch);
+
 // out[j][:] += w[j * stride + i] * row i for i < n.  out: [n_q][head_dim], data: [n][head_dim].
 // The fast kernel walks a tile of rows per slice of channels with the group's outputs in
 // registers (each row converted once per query group); *_scalar adds row by row (axpy order).
@@ -33,8 +45,8 @@ void fp16_rows_accumulate_scalar(float* out, const float* w, size_t stride, size
 
 // Keeps rows keep[i] - base of data [rows][head_dim], in place and in order; resizes data.
 // keep: strictly increasing, each >= base and < base + rows (the caller checked).
-inline void fp16_rows_compact(std::vector<fp16_t>& data, std::span<const uint32_t> keep,
-                              size_t base, size_t head_dim) {
+template <class Rows>  // std::vector<fp16_t> or RowBuffer<fp16_t> (kv/row_buffer.h)
+void fp16_rows_compact(Rows& data, std::span<const uint32_t> keep, size_t base, size_t head_dim) {
   size_t write = 0;
   for (const uint32_t row : keep) {
     const size_t from = row - base;
@@ -49,12 +61,14 @@ inline void fp16_rows_compact(std::vector<fp16_t>& data, std::span<const uint32_
 }  // namespace snapkv
 
 // The fast kernels as compiled for each ISA level (kv/fp16_rows_simd.cpp; util/isa.h).
+// `prefetch`: bytes ahead of the rows being read to prefetch (0 = none); see
+// fp16_rows_prefetch_bytes.
 #define SNAPKV_FP16_ROWS_DECLARE(NS)                                                            \
   namespace snapkv::NS {                                                                        \
   void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data, \
-                     size_t n, size_t head_dim);                                                \
+                     size_t n, size_t head_dim, size_t prefetch);                               \
   void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q,              \
-                            const fp16_t* data, size_t n, size_t head_dim);                     \
+                            const fp16_t* data, size_t n, size_t head_dim, size_t prefetch);    \
   }
 SNAPKV_FP16_ROWS_DECLARE(isa_scalar)
 SNAPKV_FP16_ROWS_DECLARE(isa_avx2)

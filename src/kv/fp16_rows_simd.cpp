@@ -5,7 +5,9 @@
 //               accumulators); the 4 sums of a row are reduced together (one hadd tree).
 //   accumulate: a tile of rows per slice of 2 vectors of channels, the slice's outputs for up to
 //               4 queries held in registers over the tile (loaded and stored once per tile).
+//   Both prefetch the rows `prefetch` bytes ahead (kv/fp16_rows.h, fp16_rows_prefetch_bytes).
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "kv/fp16_rows.h"
@@ -101,14 +103,27 @@ inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
   for (int j = 0; j < NQ; ++j) out[static_cast<size_t>(j) * stride] = sums[j];
 }
 
+// Touches the cache lines of [p + ahead, p + ahead + bytes): a software prefetch `ahead` bytes in
+// front of the rows being read (prefetch instructions never fault, past the end included). The T2
+// hint: on the development machine (Zen 4) T0 and NTA prefetches slowed the kernels down and T2
+// sped them up, presumably because a T2 fill holds no L1 miss buffer while it waits for DRAM.
+inline void prefetch_lines(const fp16_t* p, size_t bytes, size_t ahead) {
+  // integer arithmetic: the address may lie past the end of the rows' array
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;
+  for (size_t b = 0; b < bytes; b += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(first + b), _MM_HINT_T2);
+  }
+}
+
 // NQ (<= 4) queries q: [NQ][head_dim] against rows [0, n); head_dim % kLanes == 0.
 template <int NQ>
 void dot_nq(float* out, size_t stride, const float* q, const fp16_t* data, size_t n,
-            size_t head_dim) {
+            size_t head_dim, size_t prefetch) {
   size_t i = 0;
   for (; i + 2 <= n; i += 2) {
     const fp16_t* r0 = data + i * head_dim;
     const fp16_t* r1 = r0 + head_dim;
+    if (prefetch != 0) prefetch_lines(r0, 2 * head_dim * sizeof(fp16_t), prefetch);
     Acc4 s0, s1;
     for (size_t c = 0; c < head_dim; c += kLanes) {
       const VecF x0 = load_h(r0 + c), x1 = load_h(r1 + c);
@@ -170,9 +185,12 @@ inline void axpy4(Acc4& acc, const float* w, size_t stride, VecF x) {
 // out: [NQ][head_dim] += sum over rows [0, n) of w[j * stride + i] * row i; head_dim % kLanes == 0.
 template <int NQ>
 void accumulate_nq(float* out, const float* w, size_t stride, const fp16_t* data, size_t n,
-                   size_t head_dim) {
+                   size_t head_dim, size_t prefetch) {
   for (size_t i0 = 0; i0 < n; i0 += kTileRows) {
     const size_t i1 = std::min(n, i0 + kTileRows);
+    if (prefetch != 0) {
+      prefetch_lines(data + i0 * head_dim, (i1 - i0) * head_dim * sizeof(fp16_t), prefetch);
+    }
     size_t c = 0;
     for (; c + 2 * kLanes <= head_dim; c += 2 * kLanes) {
       Acc4 lo, hi;
@@ -236,29 +254,32 @@ void for_query_groups(size_t n_q, F&& f) {
 }  // namespace
 
 void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
-                   size_t n, size_t head_dim) {
+                   size_t n, size_t head_dim, size_t prefetch) {
 #if SNAPKV_FP16_ROWS_SIMD
   if (head_dim % kLanes == 0) {
     for_query_groups(n_q, [&](size_t j0, auto nq) {
-      dot_nq<decltype(nq)::value>(out + j0 * stride, stride, q + j0 * head_dim, data, n, head_dim);
+      dot_nq<decltype(nq)::value>(out + j0 * stride, stride, q + j0 * head_dim, data, n, head_dim,
+                                  j0 == 0 ? prefetch : 0);
     });
     return;
   }
 #endif
+  (void)prefetch;
   snapkv::fp16_rows_dot_scalar(out, stride, q, n_q, data, n, head_dim);
 }
 
 void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q, const fp16_t* data,
-                          size_t n, size_t head_dim) {
+                          size_t n, size_t head_dim, size_t prefetch) {
 #if SNAPKV_FP16_ROWS_SIMD
   if (head_dim % kLanes == 0) {
     for_query_groups(n_q, [&](size_t j0, auto nq) {
       accumulate_nq<decltype(nq)::value>(out + j0 * head_dim, w + j0 * stride, stride, data, n,
-                                         head_dim);
+                                         head_dim, j0 == 0 ? prefetch : 0);
     });
     return;
   }
 #endif
+  (void)prefetch;
   snapkv::fp16_rows_accumulate_scalar(out, w, stride, n_q, data, n, head_dim);
 }
 

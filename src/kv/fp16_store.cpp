@@ -1,11 +1,13 @@
-// The fp16 RowStore: rows kept as IEEE binary16, contiguous [rows][head_dim]. Reads go through
-// the multi-query F16C kernels of kv/fp16_rows.h, so attention never builds an fp32 copy.
+// The fp16 RowStore: rows kept as IEEE binary16, contiguous [rows][head_dim] in a RowBuffer (huge
+// pages when large, geometric growth). Reads go through the multi-query F16C kernels of
+// kv/fp16_rows.h, so attention never builds an fp32 copy.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "kv/fp16_rows.h"
 #include "kv/kvc_bytes.h"
+#include "kv/row_buffer.h"
 #include "kv/stores.h"
 #include "snapkv/kv/kvc_format.h"
 #include "snapkv/ops/dot.h"
@@ -27,7 +29,7 @@ class Fp16RowStore final : public RowStore {
     // Converted through a small buffer and appended: resize() would zero-fill the new rows first,
     // one more pass over memory than the conversion itself (16 MiB per head at 64K rows).
     const size_t count = n * head_dim_;
-    data_.reserve(data_.size() + count);
+    reserve_for_append(data_, count);  // geometric: a decode step does not copy the whole store
     constexpr size_t kBlock = 4096;
     fp16_t block[kBlock];
     for (size_t i = 0; i < count; i += kBlock) {
@@ -102,8 +104,9 @@ class Fp16RowStore final : public RowStore {
       throw_runtime("kvc", "fp16 store row count", std::to_string(header.rows), "< 2^32");
     }
     store->rows_ = static_cast<size_t>(header.rows);
-    store->data_ =
+    const std::vector<fp16_t> rows =
         in.array<fp16_t>(kvc::checked_mul(store->rows_, head_dim, "fp16 rows"), "fp16 store rows");
+    store->data_.assign(rows.begin(), rows.end());
     kvc::check_fp16_values(store->data_, "fp16 store rows", true);
     if (in.remaining() != 0) {
       throw_runtime("kvc", "fp16 store record longer than its rows",
@@ -123,7 +126,7 @@ class Fp16RowStore final : public RowStore {
 
   size_t head_dim_;
   size_t rows_ = 0;
-  std::vector<fp16_t> data_;  // [rows_][head_dim_]
+  RowBuffer<fp16_t> data_;  // [rows_][head_dim_], huge pages when large (kv/row_buffer.h)
 };
 
 }  // namespace

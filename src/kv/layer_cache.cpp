@@ -493,13 +493,24 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_rows = key_stores_[h]->rows();
     if (n_rows == 0) return;  // an empty head (ada) has nothing to score
-    float* keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);  // [n_rows][head_dim]
-    key_stores_[h]->read(keys, 0, n_rows);
+    // fp16 rows are read a tile at a time by a policy that can take them so (snapkv): the scoring
+    // converts each tile while it is in cache instead of reading a whole fp32 copy back.
+    const RowStore& key_store = *key_stores_[h];
+    const KeyRowReader read_keys = [&key_store](float* out, size_t begin, size_t end) {
+      key_store.read(out, begin, end);
+    };
+    const bool tiles = policy.reads_key_tiles() && config_.codec == CodecKind::fp16;
+    float* keys = nullptr;  // [n_rows][head_dim]
+    if (!tiles) {
+      keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);
+      key_store.read(keys, 0, n_rows);
+    }
     SelectionInput in;
     in.kv_head = h;
     in.head_dim = head_dim;
     in.n_rows = n_rows;
     in.keys = keys;
+    in.key_rows = tiles ? &read_keys : nullptr;
     in.positions = positions_[h].data();
     in.budget = budget;
     in.rope = rope_ ? &*rope_ : nullptr;

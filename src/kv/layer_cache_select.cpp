@@ -58,9 +58,21 @@ bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, s
   std::vector<std::vector<int64_t>> candidates(n_kv);  // [n_kv][n_old + n_new] positions
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_old = key_stores_[h]->rows(), n_rows = n_old + n_new;
-    float* keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);  // [n_rows][head_dim]
-    key_stores_[h]->read(keys, 0, n_old);
-    round_through_fp16(keys + n_old * head_dim, k.data + h * n_new * head_dim, n_new * head_dim);
+    const float* k_head = k.data + h * n_new * head_dim;  // [n_new][head_dim]
+    // Candidate keys [begin, end): stored rows read back, then chunk rows rounded through fp16.
+    const KeyRowReader read_keys = [&](float* out, size_t begin, size_t end) {
+      const size_t mid = std::clamp(n_old, begin, end);
+      if (begin < mid) key_stores_[h]->read(out, begin, mid);
+      if (mid < end) {
+        round_through_fp16(out + (mid - begin) * head_dim, k_head + (mid - n_old) * head_dim,
+                           (end - mid) * head_dim);
+      }
+    };
+    float* keys = nullptr;  // [n_rows][head_dim], only for policies that need all keys at once
+    if (!policy_->reads_key_tiles()) {
+      keys = scratch_floats(ScratchSlot::keys, n_rows * head_dim);
+      read_keys(keys, 0, n_rows);
+    }
     std::vector<int64_t>& pos = candidates[h];
     pos.reserve(n_rows);
     pos.assign(positions_[h].begin(), positions_[h].end());
@@ -70,6 +82,7 @@ bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, s
     in.head_dim = head_dim;
     in.n_rows = n_rows;
     in.keys = keys;
+    in.key_rows = keys == nullptr ? &read_keys : nullptr;
     in.positions = pos.data();
     in.budget = budget;
     in.rope = rope_ ? &*rope_ : nullptr;

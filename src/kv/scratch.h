@@ -6,7 +6,7 @@
 // Promises: scratch_floats(slot, n) returns at least n floats owned by the calling thread, left
 // uninitialised, valid until the thread's next call with the same slot. Leaves out: shrinking —
 // a thread keeps the largest buffer it has asked for (bounded by the largest head it scored:
-// n_rows * head_dim floats per row slot, 128 * n_rows floats of logits).
+// n_rows * head_dim floats per row slot, 128 * n_rows floats of logits, one tile of keys).
 #pragma once
 
 #include <array>
@@ -15,7 +15,7 @@
 
 namespace snapkv {
 
-enum class ScratchSlot { keys, values, logits, count };
+enum class ScratchSlot { keys, values, logits, key_tile, count };
 
 inline float* scratch_floats(ScratchSlot slot, size_t n) {
   struct Buffer {

@@ -12,6 +12,7 @@ class SnapKVPolicy final : public RowScoringPolicy<SnapKVPolicy, PolicyKind::sna
   std::vector<float> score(const SelectionInput& in) override {
     return snapkv_candidate_scores(in, config_);
   }
+  bool reads_key_tiles() const override { return true; }  // snapkv_candidate_scores takes either
 };
 
 }  // namespace

@@ -36,6 +36,18 @@ void check_score_args(size_t n_rows, size_t head_dim, size_t n_group, size_t n_w
   }
 }
 
+// The keys of one scoring call: fp32 rows [n_rows][head_dim] in memory, or (keys null) a reader.
+struct KeyTiles {
+  const float* keys = nullptr;
+  const KeyRowReader* reader = nullptr;
+  // Rows [c0, c0 + nc): a pointer into keys, or the rows read into buf [nc][head_dim].
+  const float* rows(float* buf, size_t c0, size_t nc, size_t head_dim) const {
+    if (keys != nullptr) return keys + c0 * head_dim;
+    (*reader)(buf, c0, c0 + nc);
+    return buf;
+  }
+};
+
 // Scores from window rows [row_begin, row_begin + w) of each group head, where the query block of
 // one head holds `rows_per_head` rows. Row row_begin + r is the r-th of the w used rows.
 //
@@ -44,7 +56,11 @@ void check_score_args(size_t n_rows, size_t head_dim, size_t n_group, size_t n_w
 // l of exp(logit - m) (online softmax), storing exp(logit - m_tile) in place. A second sweep adds
 // exp(logit - m_tile) * exp(m_tile - m) / l to the scores, reading each tile once. Masked
 // (causal) columns are never exponentiated.
-void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t head_dim,
+//
+// The keys come from `keys` (KeyTiles): fp32 rows in memory, or a reader that writes one column
+// tile into a per-thread buffer that stays in cache. Either way each sgemm_nt sees the same values
+// with the same shape, so the scores are the same to the bit.
+void window_scores_rows(float* out, const KeyTiles& keys, size_t n_rows, size_t head_dim,
                         const float* queries, size_t n_group, size_t rows_per_head,
                         size_t row_begin, size_t w, bool causal) {
   std::fill(out, out + n_rows, 0.0f);
@@ -56,6 +72,8 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
   float* logits = scratch_floats(ScratchSlot::logits, chunk * n_rows);  // [chunk][n_rows]
   std::vector<float> tile_max(chunk * n_tiles);  // [chunk][n_tiles] shift used per tile
   std::vector<float> row_max(chunk), row_sum(chunk);
+  float* tile_keys =
+      keys.keys != nullptr ? nullptr : scratch_floats(ScratchSlot::key_tile, kColBlock * head_dim);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (size_t r0 = 0; r0 < n_total; r0 += chunk) {
     const size_t m = std::min(chunk, n_total - r0);
@@ -71,7 +89,8 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
     for (size_t t = 0; t < n_tiles; ++t) {
       const size_t c0 = t * kColBlock;
       const size_t nc = std::min(kColBlock, n_rows - c0);
-      sgemm_nt(logits + c0, q.data(), keys + c0 * head_dim, m, nc, head_dim, scale, n_rows);
+      sgemm_nt(logits + c0, q.data(), keys.rows(tile_keys, c0, nc, head_dim), m, nc, head_dim,
+               scale, n_rows);
       for (size_t i = 0; i < m; ++i) {
         const size_t end = std::min(visible(i), c0 + nc);
         float& shift = tile_max[i * n_tiles + t];
@@ -104,36 +123,50 @@ void window_scores_rows(float* out, const float* keys, size_t n_rows, size_t hea
   for (size_t j = 0; j < n_rows; ++j) out[j] *= inv;
 }
 
+// proxy_candidate_scores over KeyTiles: only the window's rows are read whole (they are the
+// queries); the candidates before it are read tile by tile.
+void proxy_candidate_scores_tiles(float* out, const KeyTiles& keys, size_t n_rows, size_t head_dim,
+                                  size_t window) {
+  const size_t w = std::min(window, n_rows);
+  const size_t n_before = n_rows - w;
+  std::vector<float> read_window;  // [w][head_dim] when keys come from a reader
+  const float* window_keys = keys.keys != nullptr ? keys.keys + n_before * head_dim : nullptr;
+  if (window_keys == nullptr) {
+    read_window.resize(w * head_dim);
+    (*keys.reader)(read_window.data(), n_before, n_rows);
+    window_keys = read_window.data();
+  }
+  if (n_before == 0) {  // no candidate outside the window: the plain proxy scores
+    proxy_window_scores(out, window_keys, n_rows, head_dim, window, true);
+    return;
+  }
+  // Every window row sees every candidate before the window, so the causal mask changes nothing.
+  window_scores_rows(out, keys, n_before, head_dim, window_keys, 1, w, 0, w, false);
+  std::fill(out + n_before, out + n_rows, 1.0f);
+}
+
 }  // namespace
 
 void window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
                    const float* queries, size_t n_group, size_t n_window, bool causal) {
   check_score_args(n_rows, head_dim, n_group, n_window);
   const size_t w = std::min(n_window, n_rows);
-  window_scores_rows(out, keys, n_rows, head_dim, queries, n_group, n_window, n_window - w, w,
-                     causal);
+  window_scores_rows(out, KeyTiles{keys}, n_rows, head_dim, queries, n_group, n_window,
+                     n_window - w, w, causal);
 }
 
 void proxy_window_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
                          size_t window, bool causal) {
   check_score_args(n_rows, head_dim, 1, window);
   const size_t w = std::min(window, n_rows);
-  window_scores_rows(out, keys, n_rows, head_dim, keys + (n_rows - w) * head_dim, 1, w, 0, w,
-                     causal);
+  window_scores_rows(out, KeyTiles{keys}, n_rows, head_dim, keys + (n_rows - w) * head_dim, 1, w, 0,
+                     w, causal);
 }
 
 void proxy_candidate_scores(float* out, const float* keys, size_t n_rows, size_t head_dim,
                             size_t window) {
   check_score_args(n_rows, head_dim, 1, window);
-  const size_t w = std::min(window, n_rows);
-  if (n_rows == w) {  // no candidate outside the window: the plain proxy scores
-    proxy_window_scores(out, keys, n_rows, head_dim, window, true);
-    return;
-  }
-  const size_t n_before = n_rows - w;
-  // Every window row sees every candidate before the window, so the causal mask changes nothing.
-  window_scores_rows(out, keys, n_before, head_dim, keys + n_before * head_dim, 1, w, 0, w, false);
-  std::fill(out + n_before, out + n_rows, 1.0f);
+  proxy_candidate_scores_tiles(out, KeyTiles{keys}, n_rows, head_dim, window);
 }
 
 void window_scores_ref(double* out, const float* keys, size_t n_rows, size_t head_dim,
@@ -220,13 +253,14 @@ size_t kept_window_rows(const CacheConfig& config, size_t n_rows) {
 }
 
 std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const CacheConfig& config) {
-  if (in.keys == nullptr || in.n_rows == 0 || in.head_dim == 0) {
+  if ((in.keys == nullptr && in.key_rows == nullptr) || in.n_rows == 0 || in.head_dim == 0) {
     throw_invalid(
         "snapkv_score", "selection input has no keys",
         "n_rows " + std::to_string(in.n_rows) + ", head_dim " + std::to_string(in.head_dim),
         "keys with n_rows, head_dim >= 1");
   }
   std::vector<float> raw(in.n_rows);
+  const KeyTiles keys{in.keys, in.key_rows};
   if (in.queries != nullptr) {
     if (in.n_group == 0 || in.n_window == 0) {
       throw_invalid(
@@ -235,10 +269,11 @@ std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const Cache
           "both >= 1");
     }
     const size_t w = std::min({in.n_window, config.window, in.n_rows});
-    window_scores_rows(raw.data(), in.keys, in.n_rows, in.head_dim, in.queries, in.n_group,
+    window_scores_rows(raw.data(), keys, in.n_rows, in.head_dim, in.queries, in.n_group,
                        in.n_window, in.n_window - w, w, config.causal);
   } else {
-    proxy_candidate_scores(raw.data(), in.keys, in.n_rows, in.head_dim, config.window);
+    check_score_args(in.n_rows, in.head_dim, 1, config.window);
+    proxy_candidate_scores_tiles(raw.data(), keys, in.n_rows, in.head_dim, config.window);
   }
   if (config.pool == PoolKind::none || config.kernel == 1) return raw;
   std::vector<float> pooled(in.n_rows);

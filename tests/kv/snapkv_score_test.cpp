@@ -179,6 +179,47 @@ TEST(WindowScores, ProxyCandidatesAttendOnlyBeforeTheWindow) {
   EXPECT_THROW(proxy_candidate_scores(got.data(), keys.data(), n, d, 0), std::invalid_argument);
 }
 
+// snapkv_candidate_scores reading keys through SelectionInput::key_rows (tiles of at most 1024
+// rows, in order, within [0, n_rows)) gives the scores of the same keys in memory, to the bit:
+// true queries (causal) and proxy keys, over several tiles and within one.
+TEST(WindowScores, CandidateScoresFromKeyTilesEqualKeysInMemory) {
+  const size_t d = 8, n_group = 2, w = 5;
+  CacheConfig config = test::plain_config();
+  config.window = w;
+  for (const size_t n : {size_t{3}, size_t{700}, size_t{2500}}) {
+    const auto keys = random_normal(n * d, 40, 0.7f);
+    const auto queries = random_normal(n_group * w * d, 41, 0.7f);
+    size_t calls = 0, rows_read = 0;
+    const KeyRowReader reader = [&](float* out, size_t begin, size_t end) {
+      ASSERT_LT(begin, end);
+      ASSERT_LE(end, n);
+      ASSERT_LE(end - begin, size_t{1024});
+      ++calls;
+      rows_read += end - begin;
+      std::copy(keys.begin() + begin * d, keys.begin() + end * d, out);
+    };
+    for (const bool true_queries : {true, false}) {
+      SelectionInput in;
+      in.head_dim = d;
+      in.n_rows = n;
+      in.keys = keys.data();
+      if (true_queries) {
+        in.queries = queries.data();
+        in.n_group = n_group;
+        in.n_window = w;
+      }
+      const std::vector<float> want = snapkv_candidate_scores(in, config);
+      in.keys = nullptr;
+      in.key_rows = &reader;
+      calls = rows_read = 0;
+      const std::vector<float> got = snapkv_candidate_scores(in, config);
+      EXPECT_EQ(got, want) << "n " << n << (true_queries ? " queries" : " proxy");
+      EXPECT_GE(calls, (n + 1023) / 1024);
+      EXPECT_LE(rows_read, n + w) << "each key read once (the proxy window twice)";
+    }
+  }
+}
+
 TEST(WindowScores, RejectsEmptyShapes) {
   std::vector<float> keys(8), out(2);
   EXPECT_THROW(window_scores(out.data(), keys.data(), 0, 4, keys.data(), 1, 1, true),

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -13,11 +14,19 @@
 
 namespace snapkv {
 
+// Writes candidate keys [begin, end) as fp32 into out [end - begin][head_dim]: the values
+// SelectionInput::keys would hold there.
+using KeyRowReader = std::function<void(float* out, size_t begin, size_t end)>;
+
 struct SelectionInput {
   size_t kv_head = 0;
   size_t head_dim = 0;
-  size_t n_rows = 0;                   // candidates
-  const float* keys = nullptr;         // [n_rows][head_dim], rotated keys, fp32
+  size_t n_rows = 0;            // candidates
+  const float* keys = nullptr;  // [n_rows][head_dim], rotated keys, fp32
+  // The same keys read a tile at a time, for policies whose reads_key_tiles() is true: the cache
+  // then may leave `keys` null and never build the whole fp32 copy (at 64K rows 32 MiB per head,
+  // written and read back once more than the scoring needs). Null when keys is set.
+  const KeyRowReader* key_rows = nullptr;
   const int64_t* positions = nullptr;  // [n_rows], original absolute positions, increasing
   // True window queries of this KV head's GQA group, or nullptr (then proxy keys are used when
   // the policy needs queries): [n_group][n_window][head_dim]. Query row r of the window sits at
@@ -62,6 +71,9 @@ class EvictionPolicy {
   virtual std::vector<float> score(const SelectionInput& in);
   // True when select()/score() read SelectionInput::values (the cache decodes them only then).
   virtual bool needs_values() const { return false; }
+  // True when select()/score() read the keys only through SelectionInput::key_rows whenever
+  // `keys` is null (both ways must give the same result; the cache may pass either).
+  virtual bool reads_key_tiles() const { return false; }
   virtual std::unique_ptr<EvictionPolicy> clone() const = 0;
 };
 

@@ -59,7 +59,8 @@ std::vector<uint32_t> select_rows(const float* scores, size_t n_rows, size_t bud
 // The whole scoring step for one policy call: true queries when in.queries is set (the last
 // min(in.n_window, config.window) of them), else proxy_candidate_scores; then config.pool.
 // config.causal applies to true queries (the proxy's keys see only the rows before the window).
-// Returns [n_rows].
+// Keys come from in.keys, or when it is null from in.key_rows a tile at a time (same scores to the
+// bit). Returns [n_rows].
 std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const CacheConfig& config);
 
 // Rows of the window that keep_window protects: min(config.window, n_rows) when keep_window.
