@@ -28,7 +28,7 @@ const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
     "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear, "
-    "zipcacher (rotated zipcache) "
+    "zipcacher (rotated zipcache), kivi42 (4-bit keys, 2-bit values), kivi24, kivi42r "
     "(full cache + codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
@@ -201,7 +201,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->capture_default_str()
       ->group(group);
   app.add_option("--rotation-seed", o.rotation_seed,
-                 "kivi2r/kivi4r/zipcacher: seed of the Hadamard rotation's random signs")
+                 "kivi2r/kivi4r/zipcacher/kivi42r: seed of the Hadamard rotation's random signs")
       ->capture_default_str()
       ->group(group);
   app.add_option("--kivi-residual", o.kivi_residual,
