@@ -110,6 +110,10 @@ class RotatedStore final : public RowStore {
 
 CacheConfig inner_config(const CacheConfig& config) {
   CacheConfig c = config;
+  // The outer codec's defaults (kv/config.h), resolved before the codec changes: zipcacher's
+  // residual 32 and salient 0.7 are not zipcache's 128 and 0.2.
+  c.kivi_residual = kivi_residual_of(config);
+  c.zip_salient = zip_salient_of(config);
   switch (config.codec) {
     case CodecKind::kivi2r:
       c.codec = CodecKind::kivi2;

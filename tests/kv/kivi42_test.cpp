@@ -112,6 +112,31 @@ TEST(Kivi42, PerCodecDefaultsResolveAndCanBeOverridden) {
   EXPECT_EQ(fp16_bytes, 32u * 16 * 2);
   s->append(x.data() + 32 * 16, 1);
   EXPECT_LT(s->bytes(), fp16_bytes);
+  // A wrapped codec keeps its own defaults: zipcacher's stores (keys plain zipcache, values
+  // rotated zipcache) with the default fields decode and count bytes exactly as with residual 32
+  // and salient 0.7 spelled out, and not as zipcache's 128 / 0.2.
+  for (RowRole role : {RowRole::key, RowRole::value}) {
+    CacheConfig def{.codec = CodecKind::zipcacher}, spelled = def, zipdef = def;
+    spelled.kivi_residual = 32;
+    spelled.zip_salient = 0.7;
+    zipdef.kivi_residual = 128;
+    zipdef.zip_salient = 0.2;
+    const std::vector<float> rows = realistic_rows(200, 16, 8, true);
+    std::vector<float> sal(200);
+    for (size_t i = 0; i < sal.size(); ++i) sal[i] = float((i * 37) % 200);
+    std::vector<std::vector<float>> decoded;
+    std::vector<size_t> bytes;
+    for (const CacheConfig& cfg : {def, spelled, zipdef}) {
+      auto st = make_row_store(cfg, role, 16);
+      st->append(rows.data(), 200);
+      st->settle(sal);
+      decoded.push_back(read_all(*st));
+      bytes.push_back(st->bytes());
+    }
+    EXPECT_EQ(decoded[0], decoded[1]);
+    EXPECT_EQ(bytes[0], bytes[1]);
+    EXPECT_NE(bytes[0], bytes[2]);
+  }
   // kivi_group 48: kivi42's default residual 32 is no multiple of it.
   CacheConfig bad;
   bad.codec = CodecKind::kivi42;
