@@ -28,7 +28,7 @@ const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
     "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear, "
-    "zipcacher (rotated zipcache) "
+    "zipcacher (rotated zipcache), kivi42 (4-bit keys, 2-bit values), kivi24, kivi42r "
     "(full cache + codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
@@ -109,11 +109,11 @@ nlohmann::json CacheOptions::to_json() const {
           {"decode_budget", c.decode_budget},
           {"decode_interval", c.decode_interval},
           {"kivi_group", c.kivi_group},
-          {"kivi_residual", c.kivi_residual},
+          {"kivi_residual", kivi_residual_of(c)},
           {"kivi_fp16_sinks", c.kivi_fp16_sinks},
           {"rotation_seed", c.rotation_seed},
           {"kitty_channels", c.kitty_channels},
-          {"zip_salient", c.zip_salient},
+          {"zip_salient", zip_salient_of(c)},
           {"zip_high_bits", c.zip_high_bits},
           {"gear_bits", c.gear_bits},
           {"gear_rank", c.gear_rank},
@@ -201,12 +201,13 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->capture_default_str()
       ->group(group);
   app.add_option("--rotation-seed", o.rotation_seed,
-                 "kivi2r/kivi4r/zipcacher: seed of the Hadamard rotation's random signs")
+                 "kivi2r/kivi4r/zipcacher/kivi42r: seed of the Hadamard rotation's random signs")
       ->capture_default_str()
       ->group(group);
   app.add_option("--kivi-residual", o.kivi_residual,
                  "KIVI-family codecs: rows kept fp16 before packing, a multiple of the group (32); "
-                 "zipcache/zipcacher: rows per quantized segment")
+                 "zipcache/zipcacher: rows per quantized segment; 0 = the codec's default (32 for "
+                 "zipcacher/kivi42/kivi42r/kivi24, 128 otherwise)")
       ->capture_default_str()
       ->group(group);
   app.add_option("--kitty-channels", o.kitty_channels,
@@ -216,7 +217,8 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   app.add_option("--zip-salient", o.zip_salient,
                  "zipcache/zipcacher: fraction in [0, 1] of the prompt's rows, by the policy's "
                  "scores, kept "
-                 "at --zip-high precision (the rest 2-bit)")
+                 "at --zip-high precision (the rest 2-bit); -1 = the codec's default (zipcacher "
+                 "0.7, zipcache 0.2)")
       ->capture_default_str()
       ->group(group);
   app.add_option("--zip-high", o.zip_high,

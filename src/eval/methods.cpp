@@ -16,7 +16,7 @@ constexpr const char* kPolicyNames =
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
 constexpr const char* kCodecNames =
-    "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher";
+    "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42, kivi24, kivi42r";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();

@@ -41,7 +41,8 @@ json methods_json(const std::vector<Method>& methods) {
                    {"layer_allocation", std::string(to_string(c.layer_allocation))},
                    {"uses_keep", m.uses_keep},
                    {"kivi_group", c.kivi_group},
-                   {"kivi_residual", c.kivi_residual},
+                   {"kivi_residual", kivi_residual_of(c)},
+                   {"zip_salient", zip_salient_of(c)},
                    {"rotation_seed", c.rotation_seed},
                    {"kitty_channels", c.kitty_channels}});
   }

@@ -15,18 +15,22 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kivi2:
     case CodecKind::kivi4:
     case CodecKind::kitty:
+    case CodecKind::kivi42:
+    case CodecKind::kivi24:
       return make_kivi_row_store(config, role, head_dim);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
     case CodecKind::zipcacher:
+    case CodecKind::kivi42r:
       return make_rotated_row_store(config, role, head_dim);
     case CodecKind::zipcache:
       return make_zipcache_row_store(config, role, head_dim);
     case CodecKind::gear:
       return make_gear_row_store(config, role, head_dim);
   }
-  throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher");
+  throw_invalid(
+      "codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
+      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r");
 }
 
 std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
@@ -38,18 +42,22 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kivi2:
     case CodecKind::kivi4:
     case CodecKind::kitty:
+    case CodecKind::kivi42:
+    case CodecKind::kivi24:
       return load_kivi_row_store(config, role, head_dim, record);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
     case CodecKind::zipcacher:
+    case CodecKind::kivi42r:
       return load_rotated_row_store(config, role, head_dim, record);
     case CodecKind::zipcache:
       return load_zipcache_row_store(config, role, head_dim, record);
     case CodecKind::gear:
       return load_gear_row_store(config, role, head_dim, record);
   }
-  throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher");
+  throw_invalid(
+      "codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
+      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r");
 }
 
 }  // namespace snapkv

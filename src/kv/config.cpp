@@ -70,7 +70,7 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 9> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 12> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
@@ -80,6 +80,9 @@ constexpr std::array<std::pair<std::string_view, CodecKind>, 9> kCodecNames{{
     {"zipcache", CodecKind::zipcache},
     {"gear", CodecKind::gear},
     {"zipcacher", CodecKind::zipcacher},
+    {"kivi42", CodecKind::kivi42},
+    {"kivi24", CodecKind::kivi24},
+    {"kivi42r", CodecKind::kivi42r},
 }};
 
 template <typename Enum, size_t N>
@@ -160,9 +163,10 @@ void CacheConfig::validate() const {
   }
   // Codec fields are checked whatever the codec, so a config stays valid when the codec changes.
   if (kivi_group == 0) throw_invalid("config", "kivi_group must be positive", "0", ">= 1");
-  if (kivi_residual % kivi_group != 0) {
+  if (kivi_residual_of(*this) % kivi_group != 0) {
     throw_invalid("config", "kivi_residual must be a multiple of kivi_group",
-                  "kivi_residual " + num(kivi_residual),
+                  "kivi_residual " + num(kivi_residual_of(*this)) +
+                      (kivi_residual == 0 ? " (the codec's default)" : ""),
                   "a multiple of kivi_group = " + num(kivi_group));
   }
   if (codec == CodecKind::kitty && kitty_channels == 0) {
@@ -173,8 +177,9 @@ void CacheConfig::validate() const {
     throw_invalid("config", "kitty_channels too large", num(kitty_channels),
                   "<= " + num(kMaxKittyChannels) + " and < head_dim");
   }
-  if (!(zip_salient >= 0.0 && zip_salient <= 1.0)) {
-    throw_invalid("config", "zip_salient out of range", std::to_string(zip_salient), "[0, 1]");
+  if (zip_salient != kCodecDefaultFraction && !(zip_salient >= 0.0 && zip_salient <= 1.0)) {
+    throw_invalid("config", "zip_salient out of range", std::to_string(zip_salient),
+                  "[0, 1] (or kCodecDefaultFraction = -1: the codec's default)");
   }
   if (zip_high_bits != 4 && zip_high_bits != 16) {
     throw_invalid("config", "zip_high_bits unsupported", num(zip_high_bits), "4 or 16 (fp16)");
@@ -238,7 +243,54 @@ bool policy_uses_queries(PolicyKind k) {
 }
 
 bool codec_is_rotated(CodecKind k) {
-  return k == CodecKind::kivi2r || k == CodecKind::kivi4r || k == CodecKind::zipcacher;
+  return k == CodecKind::kivi2r || k == CodecKind::kivi4r || k == CodecKind::zipcacher ||
+         k == CodecKind::kivi42r;
+}
+
+size_t codec_default_kivi_residual(CodecKind k) {
+  switch (k) {
+    case CodecKind::zipcacher:
+    case CodecKind::kivi42:
+    case CodecKind::kivi42r:
+    case CodecKind::kivi24:
+      return 32;
+    default:
+      return 128;
+  }
+}
+
+double codec_default_zip_salient(CodecKind k) {
+  if (k == CodecKind::zipcacher) return 0.7;
+  if (k == CodecKind::zipcache) return 0.2;
+  return 0.0;
+}
+
+size_t kivi_residual_of(const CacheConfig& c) {
+  return c.kivi_residual != 0 ? c.kivi_residual : codec_default_kivi_residual(c.codec);
+}
+
+double zip_salient_of(const CacheConfig& c) {
+  return c.zip_salient != kCodecDefaultFraction ? c.zip_salient
+                                                : codec_default_zip_salient(c.codec);
+}
+
+int codec_kivi_bits(CodecKind k, bool key_role) {
+  switch (k) {
+    case CodecKind::kivi2:
+    case CodecKind::kivi2r:
+    case CodecKind::kitty:
+      return 2;
+    case CodecKind::kivi4:
+    case CodecKind::kivi4r:
+      return 4;
+    case CodecKind::kivi42:
+    case CodecKind::kivi42r:
+      return key_role ? 4 : 2;
+    case CodecKind::kivi24:
+      return key_role ? 2 : 4;
+    default:
+      return 0;
+  }
 }
 
 bool codec_routes_rows(CodecKind k) {

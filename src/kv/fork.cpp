@@ -26,13 +26,13 @@ bool can_be_fork_base(const CacheConfig& config) {
 
 std::optional<ForkKey> fork_key(const CacheConfig& c) {
   if (c.chunk_mode != ChunkMode::end_of_prompt) return std::nullopt;
-  ForkKey key{c.codec, c.kivi_group, c.kivi_residual, c.kivi_fp16_sinks, c.window};
+  ForkKey key{c.codec, c.kivi_group, kivi_residual_of(c), c.kivi_fp16_sinks, c.window};
   if (codec_is_rotated(c.codec)) {
     key.rotation_seed = c.rotation_seed;
   }
   if (c.codec == CodecKind::kitty) key.kitty_channels = c.kitty_channels;
   if (codec_routes_rows(c.codec)) {
-    key.zip_salient = c.zip_salient;
+    key.zip_salient = zip_salient_of(c);
     key.zip_high_bits = c.zip_high_bits;
   } else if (c.codec == CodecKind::gear) {
     key.gear_sparse = c.gear_sparse;

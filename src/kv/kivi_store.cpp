@@ -287,7 +287,7 @@ std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole
   }
   std::unique_ptr<RowStore> store =
       make_kivi_row_store(role, static_cast<int>(config.gear_bits), head_dim, config.kivi_group,
-                          config.kivi_residual, config.kivi_fp16_sinks);
+                          kivi_residual_of(config), config.kivi_fp16_sinks);
   static_cast<KiviStore&>(*store).enable_gear(config.gear_rank, config.gear_sparse);
   return store;
 }
@@ -308,28 +308,23 @@ std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole
 
 std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim) {
-  int bits = 0;
-  size_t boost = 0;
-  switch (config.codec) {
-    case CodecKind::kivi2:
-      bits = 2;
-      break;
-    case CodecKind::kitty:
-      bits = 2;
-      boost = config.kitty_channels;
-      if (boost == 0) {
-        throw_invalid("kivi", "kitty_channels must be positive for codec kitty", "0",
-                      "1 .. head_dim - 1");
-      }
-      break;
-    case CodecKind::kivi4:
-      bits = 4;
-      break;
-    default:
-      throw_invalid("kivi", "codec is not a KIVI codec", std::string(to_string(config.codec)),
-                    "kivi2|kivi4|kitty");
+  const int bits = codec_kivi_bits(config.codec, role == RowRole::key);
+  const bool plain = config.codec == CodecKind::kivi2 || config.codec == CodecKind::kivi4 ||
+                     config.codec == CodecKind::kitty || config.codec == CodecKind::kivi42 ||
+                     config.codec == CodecKind::kivi24;
+  if (!plain) {
+    throw_invalid("kivi", "codec is not a KIVI codec", std::string(to_string(config.codec)),
+                  "kivi2|kivi4|kitty|kivi42|kivi24");
   }
-  return make_kivi_row_store(role, bits, head_dim, config.kivi_group, config.kivi_residual,
+  size_t boost = 0;
+  if (config.codec == CodecKind::kitty) {
+    boost = config.kitty_channels;
+    if (boost == 0) {
+      throw_invalid("kivi", "kitty_channels must be positive for codec kitty", "0",
+                    "1 .. head_dim - 1");
+    }
+  }
+  return make_kivi_row_store(role, bits, head_dim, config.kivi_group, kivi_residual_of(config),
                              config.kivi_fp16_sinks, boost);
 }
 

@@ -44,7 +44,7 @@ KvcConfigRecord config_record(const CacheConfig& c) {
   r.seed = c.seed;
   r.chunk_size = c.chunk_size;
   r.kivi_group = c.kivi_group;
-  r.kivi_residual = c.kivi_residual;
+  r.kivi_residual = kivi_residual_of(c);
   r.kivi_fp16_sinks = c.kivi_fp16_sinks;
   r.rotation_seed = c.rotation_seed;
   r.kitty_channels = c.kitty_channels;
@@ -66,7 +66,7 @@ KvcAllocationRecord allocation_record(const CacheConfig& c) {
     r.codec_count = static_cast<uint32_t>(c.gear_rank);
     r.codec_bits = static_cast<uint32_t>(c.gear_bits);
   } else if (codec_routes_rows(c.codec)) {
-    r.codec_fraction = c.zip_salient;
+    r.codec_fraction = zip_salient_of(c);
     r.codec_bits = static_cast<uint32_t>(c.zip_high_bits);
   }
   return r;

@@ -1,5 +1,6 @@
-// RotatedStore: the rotated codecs kivi2r / kivi4r (inner store KIVI 2/4-bit) and the values of
-// zipcacher (inner store zipcache, include/snapkv/kv/zipcache.h; zipcacher's keys are a plain
+// RotatedStore: the rotated codecs kivi2r / kivi4r (inner store KIVI 2/4-bit), the values of
+// kivi42r (inner store KIVI 2-bit; its 4-bit keys are a plain KIVI store, made and loaded here) and
+// of zipcacher (inner store zipcache, include/snapkv/kv/zipcache.h; zipcacher's keys are a plain
 // zipcache store, made and loaded here too). It wraps an inner store that holds the rows
 // turned by the seeded Hadamard rotation R of kv/rotation.h and keeps the RowStore contract in the
 // original coordinates:
@@ -109,6 +110,10 @@ class RotatedStore final : public RowStore {
 
 CacheConfig inner_config(const CacheConfig& config) {
   CacheConfig c = config;
+  // The outer codec's defaults (kv/config.h), resolved before the codec changes: zipcacher's
+  // residual 32 and salient 0.7 are not zipcache's 128 and 0.2.
+  c.kivi_residual = kivi_residual_of(config);
+  c.zip_salient = zip_salient_of(config);
   switch (config.codec) {
     case CodecKind::kivi2r:
       c.codec = CodecKind::kivi2;
@@ -119,9 +124,12 @@ CacheConfig inner_config(const CacheConfig& config) {
     case CodecKind::zipcacher:
       c.codec = CodecKind::zipcache;
       break;
+    case CodecKind::kivi42r:
+      c.codec = CodecKind::kivi42;
+      break;
     default:
       throw_invalid("rotated", "codec is not a rotated codec", std::string(to_string(config.codec)),
-                    "kivi2r|kivi4r|zipcacher");
+                    "kivi2r|kivi4r|zipcacher|kivi42r");
   }
   return c;
 }
@@ -138,6 +146,9 @@ std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowR
   if (config.codec == CodecKind::zipcacher && role == RowRole::key) {
     return make_zipcache_row_store(inner_config(config), role, head_dim);
   }
+  if (config.codec == CodecKind::kivi42r && role == RowRole::key) {
+    return make_kivi_row_store(inner_config(config), role, head_dim);
+  }
   return std::make_unique<RotatedStore>(make_inner(inner_config(config), role, head_dim),
                                         config.rotation_seed);
 }
@@ -147,6 +158,9 @@ std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowR
   const CacheConfig inner = inner_config(config);
   if (config.codec == CodecKind::zipcacher && role == RowRole::key) {
     return load_zipcache_row_store(inner, role, head_dim, record);
+  }
+  if (config.codec == CodecKind::kivi42r && role == RowRole::key) {
+    return load_kivi_row_store(inner, role, head_dim, record);
   }
   kvc::ByteReader in(record);
   const auto h = in.pod<KvcRotatedStore>("rotated store header");

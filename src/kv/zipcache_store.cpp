@@ -495,24 +495,25 @@ std::unique_ptr<RowStore> make_zipcache_row_store(const CacheConfig& config, Row
                                                   size_t head_dim) {
   if (head_dim == 0) throw_invalid("zipcache", "head_dim must be positive", "0", ">= 1");
   if (config.kivi_group == 0) throw_invalid("zipcache", "kivi_group must be positive", "0", ">= 1");
-  if (config.kivi_residual == 0 || config.kivi_residual > (size_t{1} << 24)) {
-    throw_invalid("zipcache", "kivi_residual (rows per flushed segment)", num(config.kivi_residual),
-                  "1 .. 2^24");
+  if (kivi_residual_of(config) == 0 || kivi_residual_of(config) > (size_t{1} << 24)) {
+    throw_invalid("zipcache", "kivi_residual (rows per flushed segment)",
+                  num(kivi_residual_of(config)), "1 .. 2^24");
   }
   if (config.kivi_fp16_sinks != 0) {
     throw_invalid("zipcache", "kivi_fp16_sinks is a KIVI option zipcache does not have",
                   num(config.kivi_fp16_sinks), "0");
   }
-  if (!(config.zip_salient >= 0.0 && config.zip_salient <= 1.0)) {
-    throw_invalid("zipcache", "zip_salient out of range", std::to_string(config.zip_salient),
+  if (!(zip_salient_of(config) >= 0.0 && zip_salient_of(config) <= 1.0)) {
+    throw_invalid("zipcache", "zip_salient out of range", std::to_string(zip_salient_of(config)),
                   "[0, 1]");
   }
   if (config.zip_high_bits != 4 && config.zip_high_bits != 16) {
     throw_invalid("zipcache", "zip_high_bits unsupported", num(config.zip_high_bits),
                   "4 or 16 (fp16)");
   }
-  return std::make_unique<ZipCacheStore>(role, head_dim, config.kivi_group, config.kivi_residual,
-                                         config.zip_salient, config.zip_high_bits);
+  return std::make_unique<ZipCacheStore>(role, head_dim, config.kivi_group,
+                                         kivi_residual_of(config), zip_salient_of(config),
+                                         config.zip_high_bits);
 }
 
 std::unique_ptr<RowStore> load_zipcache_row_store(const CacheConfig& config, RowRole role,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kv/kivi_test_util.h"
+#include "kv/no_drift_util.h"
 #include "kv/stores.h"
 #include "snapkv/kv/gear.h"
 #include "snapkv/kv/row_store.h"
@@ -255,52 +256,11 @@ TEST(GearStore, FusedAttentionMatchesDequantizeThenAttend) {
 // bit-identically after each retain and each later append (as KIVI's own test).
 TEST(GearStore, RepeatedEvictionNeverChangesKeptRows) {
   for (RowRole role : {RowRole::key, RowRole::value}) {
-    const size_t hd = 20, group = 8, resid = 16;
-    auto s = make_row_store(gear_config(group, resid, 2, 0.05, 2), role, hd);
-    std::mt19937 rng(41);
-    std::vector<int> ids;
-    std::map<int, std::vector<float>> decoded;
-    std::map<int, bool> quantized;
-    std::map<int, std::vector<float>> original;
-    int next_id = 0;
-    auto check = [&](bool after_retain) {
-      const std::vector<float> y = read_all(*s);
-      ASSERT_EQ(s->rows(), ids.size());
-      for (size_t r = 0; r < ids.size(); ++r) {
-        std::vector<float> row(y.begin() + long(r * hd), y.begin() + long((r + 1) * hd));
-        const int id = ids[r];
-        if (decoded.count(id) && (after_retain || quantized[id])) {
-          ASSERT_EQ(row, decoded[id]) << "row id " << id << " drifted";
-        }
-        decoded[id] = row;
-        bool is_fp16 = true;
-        for (size_t ch = 0; ch < hd; ++ch) is_fp16 &= row[ch] == round_fp16(original[id][ch]);
-        quantized[id] = !is_fp16 || quantized[id];
-      }
-    };
-    for (int round = 0; round < 25; ++round) {
-      const size_t add = 1 + rng() % 40;
-      const std::vector<float> x = realistic_rows(add, hd, 500u + unsigned(round), true);
-      s->append(x.data(), add);
-      for (size_t i = 0; i < add; ++i) {
-        original[next_id].assign(x.begin() + long(i * hd), x.begin() + long((i + 1) * hd));
-        ids.push_back(next_id++);
-      }
-      check(false);
-      std::vector<uint32_t> keep;
-      std::vector<int> kept_ids;
-      for (uint32_t r = 0; r < ids.size(); ++r) {
-        if (rng() % 10 < 6) {
-          keep.push_back(r);
-          kept_ids.push_back(ids[r]);
-        }
-      }
-      const size_t before = s->bytes();
-      s->retain(keep);
-      ids = kept_ids;
-      EXPECT_LE(s->bytes(), before);
-      check(true);
-    }
+    auto s = make_row_store(gear_config(8, 16, 2, 0.05, 2), role, 20);
+    const kv_test::NoDriftStats st =
+        kv_test::check_no_drift(*s, {.rounds = 25, .rng_seed = 41, .data_seed = 500}, "gear");
+    EXPECT_GT(st.compared, 200u);
+    EXPECT_GT(st.changed, 50u);  // rows did get quantized (with corrections) along the way
   }
 }
 

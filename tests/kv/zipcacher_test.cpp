@@ -16,6 +16,7 @@
 
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
+#include "kv/no_drift_util.h"
 #include "kv/stores.h"
 #include "snapkv/kv/layer_cache.h"
 #include "snapkv/kv/rotation.h"
@@ -253,56 +254,11 @@ TEST(ZipCacheR, FusedAttentionMatchesDequantizeThenAttend) {
 // changes at most once in its life (pending fp16 -> quantized, at a settle), never in a retain.
 TEST(ZipCacheR, RepeatedEvictionNeverChangesKeptRows) {
   for (RowRole role : {RowRole::key, RowRole::value}) {
-    const size_t hd = 20;
-    auto s = make_row_store(zipr_config(8, 16, 0.3, 4), role, hd);
-    std::mt19937 rng(61);
-    std::vector<int> ids;
-    std::map<int, std::vector<float>> last;
-    std::map<int, int> changes;
-    int next_id = 0;
-    size_t compared = 0;
-    auto observe = [&](bool retain) {
-      const std::vector<float> y = read_all(*s);
-      ASSERT_EQ(s->rows(), ids.size());
-      for (size_t r = 0; r < ids.size(); ++r) {
-        std::vector<float> row(y.begin() + long(r * hd), y.begin() + long((r + 1) * hd));
-        auto it = last.find(ids[r]);
-        if (it != last.end()) {
-          ++compared;
-          if (row != it->second) {
-            ASSERT_FALSE(retain) << "row id " << ids[r] << " changed in a retain";
-            ASSERT_EQ(++changes[ids[r]], 1) << "row id " << ids[r] << " drifted";
-          }
-        }
-        last[ids[r]] = row;
-      }
-    };
-    for (int round = 0; round < 25; ++round) {
-      const size_t add = 1 + rng() % 40;
-      const std::vector<float> x = realistic_rows(add, hd, 700u + unsigned(round), true);
-      s->append(x.data(), add);
-      for (size_t i = 0; i < add; ++i) ids.push_back(next_id++);
-      observe(false);
-      std::vector<float> sal(s->rows());
-      for (float& v : sal) v = float(rng() % 1000);
-      s->settle(round % 3 == 0 ? std::span<const float>{} : std::span<const float>(sal));
-      observe(false);
-      std::vector<uint32_t> keep;
-      std::vector<int> kept_ids;
-      for (uint32_t r = 0; r < ids.size(); ++r) {
-        if (rng() % 10 < 6) {
-          keep.push_back(r);
-          kept_ids.push_back(ids[r]);
-        }
-      }
-      const size_t before = s->bytes();
-      s->retain(keep);
-      ids = kept_ids;
-      EXPECT_LE(s->bytes(), before);
-      observe(true);
-    }
-    EXPECT_GT(compared, 200u);
-    EXPECT_GT(changes.size(), 50u);  // rows did get quantized along the way
+    auto s = make_row_store(zipr_config(8, 16, 0.3, 4), role, 20);
+    const kv_test::NoDriftStats st = kv_test::check_no_drift(
+        *s, {.rounds = 25, .rng_seed = 61, .data_seed = 700, .settle = true}, "zipcacher");
+    EXPECT_GT(st.compared, 200u);
+    EXPECT_GT(st.changed, 50u);  // rows did get quantized along the way
   }
 }
 

@@ -65,14 +65,50 @@ enum class ChunkMode {
 // zipcacher: zipcache whose value rows are turned by the rotation of kivi2r before quantization
 // (kv/rotated_store.cpp); its keys are zipcache's (their per-channel scales already tame outlier
 // channels; rotated keys measured worse, docs/results/codecs-zipcacher/).
-enum class CodecKind { fp16, kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher };
+// kivi42: KIVI with 4-bit keys (per channel) and 2-bit values (per token); kivi24 the mirror
+// (2-bit keys, 4-bit values), the measurement that splits a 2-bit cache's loss between keys and
+// values; kivi42r: kivi42 whose value rows are turned by the rotation of kivi2r (keys plain).
+// Layouts are KIVI's at each role's width (kv/kivi.h); docs/results/codecs-kivi42/.
+enum class CodecKind {
+  fp16,
+  kivi2,
+  kivi4,
+  kivi2r,
+  kivi4r,
+  kitty,
+  zipcache,
+  gear,
+  zipcacher,
+  kivi42,
+  kivi24,
+  kivi42r
+};
+// Bits per code of the KIVI store of `role` for the plain and rotated KIVI codecs (kivi2, kivi4,
+// kivi2r, kivi4r, kitty, kivi42, kivi24, kivi42r); 0 for the others.
+int codec_kivi_bits(CodecKind k, bool key_role);
 
-// True for the codecs that quantize Hadamard-rotated rows (kivi2r, kivi4r; zipcacher its values):
+// True for the codecs that quantize Hadamard-rotated rows (kivi2r, kivi4r; zipcacher and kivi42r
+// their values):
 // they use CacheConfig::rotation_seed.
 bool codec_is_rotated(CodecKind k);
 // True for the codecs that route rows by saliency (zipcache, zipcacher): they use zip_salient
 // and zip_high_bits, and rank rows with the window's queries when the policy gives no scores.
 bool codec_routes_rows(CodecKind k);
+
+// Per-codec defaults. CacheConfig::kivi_residual == 0 and zip_salient == kCodecDefaultFraction
+// (the field defaults) stand for the codec's own setting, chosen on the dev seed (2) per codec:
+//   kivi_residual: 32 for zipcacher, kivi42, kivi42r, kivi24 (at a 1K prompt 128 fp16 rows are
+//                  12% of the cache; 32 frees those bytes: docs/results/codecs-zipcacher/,
+//                  docs/results/codecs-kivi42/); 128 (KIVI's R) for every other codec.
+//   zip_salient:   0.7 for zipcacher (with residual 32), 0.2 for zipcache, 0 for the rest.
+// Any explicit value overrides the default. The resolved values are what the stores use and what
+// .kvc files, fork keys and eval reports record.
+inline constexpr double kCodecDefaultFraction = -1.0;
+struct CacheConfig;
+size_t codec_default_kivi_residual(CodecKind k);
+double codec_default_zip_salient(CodecKind k);
+size_t kivi_residual_of(const CacheConfig& c);  // kivi_residual, or the codec's default for 0
+double zip_salient_of(const CacheConfig& c);    // zip_salient, or the codec's default
 
 // kitty stores channel indices as uint16 (kv/kivi.h).
 inline constexpr size_t kMaxKittyChannels = 65535;
@@ -116,8 +152,10 @@ struct CacheConfig {
   size_t decode_interval = 16;
 
   // Codec parameters (KIVI): group size G and fp16 residual length R (R % G == 0).
+  // kivi_residual 0 = the codec's own default, codec_default_kivi_residual() (what the stores,
+  // .kvc files, fork keys and reports use: kivi_residual_of()).
   size_t kivi_group = 32;
-  size_t kivi_residual = 128;
+  size_t kivi_residual = 0;
   // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI).
   size_t kivi_fp16_sinks = 0;
   // kivi2r/kivi4r/zipcacher: seed of the rotation's random signs (kv/rotation.h); saved in .kvc
@@ -131,7 +169,9 @@ struct CacheConfig {
 
   // zipcache, zipcacher (kv/zipcache.h): the fraction of a prompt's rows, ranked by the policy's
   // scores, stored at zip_high_bits (4, or 16 = fp16); the other rows get 2 bits.
-  double zip_salient = 0.2;
+  // kCodecDefaultFraction = the codec's own default, codec_default_zip_salient()
+  // (zip_salient_of()).
+  double zip_salient = kCodecDefaultFraction;
   size_t zip_high_bits = 4;
   // gear (kv/gear.h): KIVI at gear_bits (2 or 4) plus a rank-gear_rank approximation of the
   // quantization error per flushed segment (gear_rank < head_dim, checked by the store) and the
