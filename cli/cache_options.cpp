@@ -169,8 +169,10 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   app.add_option("--sinks", o.sinks, "First positions always kept")
       ->capture_default_str()
       ->group(group);
-  app.add_option("--pool", o.pool, "Score pooling: none | max | avg")
-      ->check(CLI::IsMember({"none", "max", "avg"}))
+  app.add_option("--pool", o.pool,
+                 "Score pooling: none | max | avg (centred kernel) | causal_max (a row takes the "
+                 "largest score of itself and the kernel - 1 rows before it)")
+      ->check(CLI::IsMember({"none", "max", "avg", "causal_max"}))
       ->capture_default_str()
       ->group(group);
   app.add_option("--kernel", o.kernel, "Pooling kernel, odd (1 = no pooling)")

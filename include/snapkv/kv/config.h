@@ -40,8 +40,11 @@ enum class LayerAllocation {
 // 1-D smoothing of the scores before selection (stride 1, odd kernel, same-length output).
 // Edges: max pools over the in-range part of the kernel (padding acts as -inf); avg divides the
 // in-range sum by the full kernel size (padding counts as zeros), as torch's avg_pool1d with
-// count_include_pad=True does in the SnapKV reference code.
-enum class PoolKind { none, max, avg };
+// count_include_pad=True does in the SnapKV reference code. causal_max is one-sided: a row takes
+// the largest score of itself and the kernel - 1 rows before it, so a peak (the window attending
+// to a needle's key words) passes to the rows after it (the value that follows the key) and to
+// none before it (ops/pool.h).
+enum class PoolKind { none, max, avg, causal_max };
 
 // Where the observation window's queries come from.
 enum class QuerySource {
@@ -93,7 +96,8 @@ struct CacheConfig {
   size_t kernel = 31;       // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
   bool keep_window = true;  // always keep the last `window` candidates (paper); else they compete
                             // (applies to snapkv, chunkkv, knorm, random, keydiff,
-                            // expected_attention)
+                            // expected_attention, kvzip). layer_allocation pyramid keeps the
+                            // window whatever this says: keeps_window() below.
   bool causal = true;       // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
@@ -166,6 +170,13 @@ LayerAllocation parse_layer_allocation(std::string_view s);
 // set head_allocation / layer_allocation on config and return the rest of the name (the policy);
 // a name without a prefix is returned unchanged and config untouched. "ada-snapkv" -> "snapkv".
 std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& config);
+
+// Whether the last `window` candidates are forced into every selection: keep_window, or
+// layer_allocation pyramid, whose deepest layers get budgets near the floor and, with the window
+// competing, would keep little more than the sinks and lose the end of the prompt
+// (docs/TUNING.md). Every rule that reads the window's forced rows (selection, floors, budget
+// checks) goes through this.
+bool keeps_window(const CacheConfig& config);
 
 // True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention).
 bool policy_uses_queries(PolicyKind k);
