@@ -30,9 +30,9 @@ TEST(Config, DefaultsFollowTheMethodNotesAndValidate) {
   EXPECT_EQ(config.policy, PolicyKind::snapkv);
   EXPECT_EQ(config.codec, CodecKind::fp16);
   // Measured defaults (docs/TUNING.md), shared by every CLI command (tests/cli).
-  EXPECT_EQ(config.pool, PoolKind::max);
-  EXPECT_EQ(config.kernel, 31u);
-  EXPECT_TRUE(config.keep_window);
+  EXPECT_EQ(config.pool, PoolKind::causal_max);
+  EXPECT_EQ(config.kernel, 11u);
+  EXPECT_FALSE(config.keep_window);
   EXPECT_EQ(config.chunk_mode, ChunkMode::end_of_prompt);
   EXPECT_NO_THROW(config.validate());
 }

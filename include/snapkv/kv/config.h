@@ -89,16 +89,17 @@ struct CacheConfig {
   size_t window = 32;  // observation window (rows of queries / proxy keys)
   size_t n_sink = 4;   // first positions always kept
 
-  // Defaults chosen by measurement (docs/TUNING.md: the sweep of scripts/tune_defaults.sh on the
-  // dev seed): max pooling with kernel 31, the window kept, one compression at the end of the
-  // prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
-  PoolKind pool = PoolKind::max;
-  size_t kernel = 31;       // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
-  bool keep_window = true;  // always keep the last `window` candidates (paper); else they compete
-                            // (applies to snapkv, chunkkv, knorm, random, keydiff,
-                            // expected_attention, kvzip). layer_allocation pyramid keeps the
-                            // window whatever this says: keeps_window() below.
-  bool causal = true;       // causal mask inside the window (false: SnapKV's reference code)
+  // Defaults chosen by measurement on the dev seed (docs/TUNING.md: the sweep of
+  // scripts/tune_defaults.sh, then "Causal pooling"): causal max pooling with kernel 11, the
+  // window's rows competing for the budget (PyramidKV still keeps them), one compression at the
+  // end of the prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
+  PoolKind pool = PoolKind::causal_max;
+  size_t kernel = 11;        // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
+  bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
+                             // (applies to snapkv, chunkkv, knorm, random, keydiff,
+                             // expected_attention, kvzip). layer_allocation pyramid keeps the
+                             // window whatever this says: keeps_window() below.
+  bool causal = true;        // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
   // Budget allocation, separate from scoring (any scoring policy combines with any allocation).
