@@ -148,7 +148,8 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
                             ->group(group);
       keep = app.add_option("--keep", o.keep,
                             "Kept fraction in (0, 1] of the prompt instead of --budget (budget = "
-                            "max(ceil(keep x tokens), sinks + window))")
+                            "max(ceil(keep x tokens), sinks + 1), sinks + window when the "
+                            "window is kept)")
                  ->group(group);
       keep->excludes(o.budget_option);
       break;

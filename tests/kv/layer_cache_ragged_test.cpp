@@ -235,6 +235,7 @@ TEST(RaggedHeads, AdaKvzipSplitsTheLayerTotalByTheSuppliedScores) {
   for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2}) {
     CacheConfig config = ada_config(PolicyKind::kvzip, codec);
     config.kernel = 1;
+    config.keep_window = true;  // the floor and the window checks below
     config.chunk_mode = ChunkMode::end_of_prompt;
     LayerCache cache({kHeads, kKv, kD}, config);
     cache.update(view(p.k, kKv, kS, kD), view(p.v, kKv, kS, kD), nullptr, UpdateKind::prefill);
