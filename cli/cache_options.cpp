@@ -148,7 +148,8 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
                             ->group(group);
       keep = app.add_option("--keep", o.keep,
                             "Kept fraction in (0, 1] of the prompt instead of --budget (budget = "
-                            "max(ceil(keep x tokens), sinks + window))")
+                            "max(ceil(keep x tokens), sinks + 1), sinks + window when the "
+                            "window is kept)")
                  ->group(group);
       keep->excludes(o.budget_option);
       break;
@@ -169,8 +170,10 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   app.add_option("--sinks", o.sinks, "First positions always kept")
       ->capture_default_str()
       ->group(group);
-  app.add_option("--pool", o.pool, "Score pooling: none | max | avg")
-      ->check(CLI::IsMember({"none", "max", "avg"}))
+  app.add_option("--pool", o.pool,
+                 "Score pooling: none | max | avg (centred kernel) | causal_max (a row takes the "
+                 "largest score of itself and the kernel - 1 rows before it)")
+      ->check(CLI::IsMember({"none", "max", "avg", "causal_max"}))
       ->capture_default_str()
       ->group(group);
   app.add_option("--kernel", o.kernel, "Pooling kernel, odd (1 = no pooling)")

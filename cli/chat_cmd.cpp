@@ -98,7 +98,7 @@ int run_chat(ChatCmdOptions& o) {
                     "--budget " + std::to_string(config.budget),
                     ">= sinks + decode-interval (+ window with --keep-window) = " +
                         std::to_string(config.n_sink + config.decode_interval +
-                                       (config.keep_window ? config.window : 0)));
+                                       (keeps_window(config) ? config.window : 0)));
     }
   }
   SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};

@@ -1,7 +1,8 @@
 // The plain cache mechanics many unit tests are written against: no pooling, the window competes
 // with the other rows, and the budget enforced at every prefill chunk. The library's defaults
-// (CacheConfig{}: max-pool kernel 31, window kept, compression at the end of the prompt, chosen by
-// measurement in docs/TUNING.md) are tested as such in kv/config_test.cpp and tests/cli.
+// (CacheConfig{}: causal max-pool kernel 11, window competing, compression at the end of the
+// prompt, chosen by measurement in docs/TUNING.md) are tested as such in kv/config_test.cpp and
+// tests/cli.
 #pragma once
 
 #include "snapkv/kv/config.h"

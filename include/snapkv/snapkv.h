@@ -21,7 +21,7 @@
  * keys keep the library defaults (CacheConfig). Keys and values (see snapkv/kv/config.h):
  *   policy=full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention
  *   codec=fp16|kivi2|kivi4
- *   budget=N window=N sinks=N pool=none|max|avg kernel=N keep_window=0|1 causal=0|1
+ *   budget=N window=N sinks=N pool=none|max|avg|causal_max kernel=N keep_window=0|1 causal=0|1
  *   query_source=auto|queries|keys chunk_mode=every_chunk|end_of_prompt seed=N chunk_size=N
  *   kivi_group=N kivi_residual=N kivi_fp16_sinks=N head_allocation=uniform|ada
  *   layer_allocation=uniform|pyramid decode_budget=N decode_interval=N

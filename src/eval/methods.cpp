@@ -178,7 +178,7 @@ size_t budget_for(double keep, size_t compressed_tokens, const CacheConfig& conf
   if (compressed_tokens == 0) throw_invalid("eval", "nothing to compress", "0 tokens", ">= 1");
   const auto wanted =
       static_cast<size_t>(std::ceil(keep * static_cast<double>(compressed_tokens) - 1e-9));
-  const size_t floor = config.keep_window ? config.n_sink + config.window : config.n_sink + 1;
+  const size_t floor = keeps_window(config) ? config.n_sink + config.window : config.n_sink + 1;
   return std::max(wanted, floor);
 }
 

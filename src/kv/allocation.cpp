@@ -11,7 +11,7 @@
 namespace snapkv {
 
 size_t allocation_floor(const CacheConfig& config) {
-  return std::max<size_t>(1, config.n_sink + (config.keep_window ? config.window : 0));
+  return std::max<size_t>(1, config.n_sink + (keeps_window(config) ? config.window : 0));
 }
 
 std::vector<size_t> layer_budgets(const CacheConfig& config, size_t n_layers, size_t n_tokens) {

@@ -56,10 +56,11 @@ constexpr std::array<std::pair<std::string_view, LayerAllocation>, 2> kLayerAllo
     {"uniform", LayerAllocation::uniform},
     {"pyramid", LayerAllocation::pyramid},
 }};
-constexpr std::array<std::pair<std::string_view, PoolKind>, 3> kPoolNames{{
+constexpr std::array<std::pair<std::string_view, PoolKind>, 4> kPoolNames{{
     {"none", PoolKind::none},
     {"max", PoolKind::max},
     {"avg", PoolKind::avg},
+    {"causal_max", PoolKind::causal_max},
 }};
 constexpr std::array<std::pair<std::string_view, QuerySource>, 3> kQuerySourceNames{{
     {"auto", QuerySource::auto_select},
@@ -133,7 +134,7 @@ void CacheConfig::validate() const {
       throw_invalid("config", "budget must hold the sinks", "budget " + num(budget),
                     ">= n_sink = " + num(n_sink));
     }
-    if (keep_window && budget < n_sink + window) {
+    if (keeps_window(*this) && budget < n_sink + window) {
       throw_invalid("config", "budget must hold the sinks and the kept window",
                     "budget " + num(budget),
                     ">= n_sink + window = " + num(n_sink) + " + " + num(window));
@@ -151,14 +152,15 @@ void CacheConfig::validate() const {
     if (decode_interval == 0) {
       throw_invalid("config", "decode_interval must be positive", "0", ">= 1");
     }
-    const size_t floor = n_sink + decode_interval + (keep_window ? window : 0);
+    const bool kept = keeps_window(*this);
+    const size_t floor = n_sink + decode_interval + (kept ? window : 0);
     if (decode_budget < floor) {
       throw_invalid("config",
                     "decode_budget must hold the sinks, one interval of new rows" +
-                        std::string(keep_window ? " and the kept window" : ""),
+                        std::string(kept ? " and the kept window" : ""),
                     "decode_budget " + num(decode_budget),
-                    ">= n_sink + decode_interval" + std::string(keep_window ? " + window" : "") +
-                        " = " + num(floor));
+                    ">= n_sink + decode_interval" + std::string(kept ? " + window" : "") + " = " +
+                        num(floor));
     }
   }
   // Codec fields are checked whatever the codec, so a config stays valid when the codec changes.
@@ -236,6 +238,10 @@ std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& con
     name.remove_prefix(kPyramid.size());
   }
   return name;
+}
+
+bool keeps_window(const CacheConfig& config) {
+  return config.keep_window || config.layer_allocation == LayerAllocation::pyramid;
 }
 
 bool policy_uses_queries(PolicyKind k) {

@@ -211,9 +211,12 @@ void pool_scores(float* out, const float* in, size_t n, PoolKind kind, size_t ke
     case PoolKind::avg:
       avg_pool1d(out, in, n, kernel);
       return;
+    case PoolKind::causal_max:
+      causal_max_pool1d(out, in, n, kernel);
+      return;
   }
   throw_invalid("snapkv_score", "unknown pool kind", std::to_string(static_cast<int>(kind)),
-                "none|max|avg");
+                "none|max|avg|causal_max");
 }
 
 std::vector<uint32_t> select_rows(const float* scores, size_t n_rows, size_t budget, size_t n_sink,
@@ -249,7 +252,7 @@ std::vector<uint32_t> select_rows(const float* scores, size_t n_rows, size_t bud
 }
 
 size_t kept_window_rows(const CacheConfig& config, size_t n_rows) {
-  return config.keep_window ? std::min(config.window, n_rows) : 0;
+  return keeps_window(config) ? std::min(config.window, n_rows) : 0;
 }
 
 std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const CacheConfig& config) {

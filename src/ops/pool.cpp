@@ -1,4 +1,5 @@
-// Same-length, stride-1, centred 1-D max and average pooling (edge rules in pool.h).
+// Same-length, stride-1, centred 1-D max and average pooling and one-sided (causal) max pooling
+// (edge rules in pool.h).
 #include "snapkv/ops/pool.h"
 
 #include <algorithm>
@@ -42,6 +43,17 @@ void avg_pool1d(float* out, const float* in, size_t n, size_t kernel) {
     float sum = 0.0f;
     for (size_t j = lo; j < hi; ++j) sum += in[j];
     out[i] = sum * inv;
+  }
+}
+
+void causal_max_pool1d(float* out, const float* in, size_t n, size_t kernel) {
+  check_kernel(kernel, "causal_max_pool1d");
+  SNAPKV_CHECK(n == 0 || out != in);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t lo = i + 1 >= kernel ? i + 1 - kernel : 0;
+    float m = in[i];
+    for (size_t j = lo; j < i; ++j) m = std::max(m, in[j]);
+    out[i] = m;
   }
 }
 

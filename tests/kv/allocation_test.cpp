@@ -69,6 +69,22 @@ TEST(PyramidBudgets, UniformOneLayerOrNothingToEvictGiveTheBudget) {
   EXPECT_THROW(layer_budgets(c, 0, 10), std::invalid_argument);
 }
 
+TEST(PyramidBudgets, FloorHoldsTheWindowWithOrWithoutKeepWindow) {
+  // pyramid forces the window (keeps_window), so the deepest layer keeps sinks + window = 12.
+  for (const bool keep_window : {false, true}) {
+    const CacheConfig c = pyramid_config(64, 20.0, keep_window);
+    EXPECT_TRUE(keeps_window(c));
+    EXPECT_EQ(allocation_floor(c), 12u);
+    EXPECT_EQ(kept_window_rows(c, 100), 8u);
+    EXPECT_EQ(layer_budgets(c, 8, 1000).back(), 12u);
+  }
+  CacheConfig uniform = pyramid_config(64, 20.0, false);
+  uniform.layer_allocation = LayerAllocation::uniform;
+  EXPECT_FALSE(keeps_window(uniform));
+  EXPECT_EQ(allocation_floor(uniform), 4u);
+  EXPECT_EQ(kept_window_rows(uniform, 100), 0u);
+}
+
 CacheConfig ada_config(size_t budget, bool keep_window, double floor) {
   CacheConfig c;
   c.policy = PolicyKind::snapkv;

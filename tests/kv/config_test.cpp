@@ -30,9 +30,9 @@ TEST(Config, DefaultsFollowTheMethodNotesAndValidate) {
   EXPECT_EQ(config.policy, PolicyKind::snapkv);
   EXPECT_EQ(config.codec, CodecKind::fp16);
   // Measured defaults (docs/TUNING.md), shared by every CLI command (tests/cli).
-  EXPECT_EQ(config.pool, PoolKind::max);
-  EXPECT_EQ(config.kernel, 31u);
-  EXPECT_TRUE(config.keep_window);
+  EXPECT_EQ(config.pool, PoolKind::causal_max);
+  EXPECT_EQ(config.kernel, 11u);
+  EXPECT_FALSE(config.keep_window);
   EXPECT_EQ(config.chunk_mode, ChunkMode::end_of_prompt);
   EXPECT_NO_THROW(config.validate());
 }
@@ -49,6 +49,18 @@ TEST(Config, RejectsEachInvalidSettingWithFieldValueAndRule) {
        "n_sink + window = 4 + 32"},
       {[](CacheConfig& c) { c.kernel = 4; }, "kernel", "got 4", "odd"},
       {[](CacheConfig& c) { c.kernel = 0; }, "kernel", "got 0", "odd"},
+      {[](CacheConfig& c) { c.pool = PoolKind::causal_max, c.kernel = 16; }, "kernel", "got 16",
+       "odd"},
+      // pyramid keeps the window even with keep_window false (keeps_window), so its floor holds.
+      {[](CacheConfig& c) {
+         c.keep_window = false, c.layer_allocation = LayerAllocation::pyramid, c.budget = 35;
+       },
+       "kept window", "budget 35", "n_sink + window = 4 + 32"},
+      {[](CacheConfig& c) {
+         c.keep_window = false, c.layer_allocation = LayerAllocation::pyramid;
+         c.decode_budget = 40;
+       },
+       "decode_budget", "decode_budget 40", "+ window = 52"},
       {[](CacheConfig& c) { c.window = 0; }, "window", "got 0", ">= 1"},
       {[](CacheConfig& c) { c.chunk_size = 0; }, "chunk_size", "got 0", ">= 1"},
       {[](CacheConfig& c) { c.kivi_group = 0; }, "kivi_group", "got 0", ">= 1"},
@@ -92,7 +104,7 @@ TEST(Config, EnumNamesRoundTrip) {
                        PolicyKind::random, PolicyKind::knorm, PolicyKind::chunkkv}) {
     EXPECT_EQ(parse_policy(to_string(k)), k);
   }
-  for (const auto k : {PoolKind::none, PoolKind::max, PoolKind::avg}) {
+  for (const auto k : {PoolKind::none, PoolKind::max, PoolKind::avg, PoolKind::causal_max}) {
     EXPECT_EQ(parse_pool(to_string(k)), k);
   }
   for (const auto k : {QuerySource::auto_select, QuerySource::queries, QuerySource::keys}) {
@@ -105,6 +117,7 @@ TEST(Config, EnumNamesRoundTrip) {
     EXPECT_EQ(parse_codec(to_string(k)), k);
   }
   EXPECT_EQ(to_string(QuerySource::auto_select), "auto");
+  EXPECT_EQ(to_string(PoolKind::causal_max), "causal_max");
   EXPECT_EQ(to_string(PolicyKind::snapkv), "snapkv");
 }
 

@@ -181,6 +181,41 @@ TEST(PyramidLayers, BuildCachesKeepTheUniformTotalOverLayers) {
   }
 }
 
+// PyramidKV keeps the window in every layer even with keep_window false (config.h keeps_window):
+// the deepest layers' budgets sit at the floor sinks + window, and every layer of every head holds
+// the sinks and the last kW positions, in order, with the uniform total over layers.
+TEST(PyramidLayers, EveryLayerKeepsSinksAndWindowWithoutKeepWindow) {
+  const ModelDims dims{6, kHeads, kKv, kD};
+  const Prompt p = make_prompt(29);
+  for (const bool ada : {false, true}) {
+    CacheConfig config = ada_config(PolicyKind::snapkv, CodecKind::fp16);
+    config.head_allocation = ada ? HeadAllocation::ada : HeadAllocation::uniform;
+    config.layer_allocation = LayerAllocation::pyramid;
+    config.keep_window = false;
+    config.chunk_mode = ChunkMode::end_of_prompt;
+    config.budget = 16;  // 6 layers: the deepest ones are clamped up to the floor 3 + 8
+    ASSERT_TRUE(keeps_window(config));
+    std::vector<LayerCache> caches = build_caches(dims, config);
+    size_t rows = 0;
+    for (LayerCache& cache : caches) {
+      fill(cache, p);
+      EXPECT_GE(cache.layer_budget(), config.n_sink + kW);
+      EXPECT_EQ(cache.stats().rows_kept, kKv * cache.layer_budget());
+      rows += cache.stats().rows_kept;
+      expect_consistent(cache, ada ? "ada-pyramid" : "pyramid");
+      for (size_t h = 0; h < kKv; ++h) {
+        const auto pos = cache.positions(h);
+        ASSERT_GE(pos.size(), kW);
+        for (size_t r = 0; r < kW; ++r) {
+          EXPECT_EQ(pos[pos.size() - kW + r], static_cast<int64_t>(kS - kW + r)) << "head " << h;
+        }
+      }
+    }
+    EXPECT_EQ(caches.back().layer_budget(), config.n_sink + kW);
+    EXPECT_EQ(rows, dims.n_layers * kKv * config.budget);
+  }
+}
+
 // kvzip's scores come from outside the cache (the model's reconstruction pass); with ada the
 // cache compares them across the heads. Head 0's external scores peak on 20 rows, head 1's are
 // flat and low: ada gives head 0 more rows, keeps the layer total, floors, sinks, the window,
@@ -200,6 +235,7 @@ TEST(RaggedHeads, AdaKvzipSplitsTheLayerTotalByTheSuppliedScores) {
   for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2}) {
     CacheConfig config = ada_config(PolicyKind::kvzip, codec);
     config.kernel = 1;
+    config.keep_window = true;  // the floor and the window checks below
     config.chunk_mode = ChunkMode::end_of_prompt;
     LayerCache cache({kHeads, kKv, kD}, config);
     cache.update(view(p.k, kKv, kS, kD), view(p.v, kKv, kS, kD), nullptr, UpdateKind::prefill);

@@ -240,7 +240,46 @@ TEST(PoolScores, DispatchesToTheOpsKernels) {
   pool_scores(got.data(), in.data(), 40, PoolKind::avg, 5);
   avg_pool1d(want.data(), in.data(), 40, 5);
   EXPECT_EQ(got, want);
+  pool_scores(got.data(), in.data(), 40, PoolKind::causal_max, 9);
+  causal_max_pool1d(want.data(), in.data(), 40, 9);
+  EXPECT_EQ(got, want);
   EXPECT_THROW(pool_scores(got.data(), in.data(), 40, PoolKind::max, 6), std::invalid_argument);
+  EXPECT_THROW(pool_scores(got.data(), in.data(), 40, PoolKind::causal_max, 6),
+               std::invalid_argument);
+}
+
+// The whole scoring step with causal_max pooling against a plain double pipeline: the reference
+// window scores, then for each row the largest of itself and the kernel - 1 rows before it. The
+// max of values each within rel * ref of the reference is within rel * (pooled reference).
+TEST(CandidateScores, CausalMaxPoolingMatchesDoubleReference) {
+  const size_t n = 90, d = 16, n_group = 2, w = 8;
+  const auto keys = random_normal(n * d, 41);
+  const auto queries = random_normal(n_group * w * d, 42, 1.5f);
+  std::vector<double> ref(n);
+  window_scores_ref(ref.data(), keys.data(), n, d, queries.data(), n_group, w, true);
+  const double rel =
+      score_bound(keys.data(), n, d, queries.data(), n_group * w) + (n_group * w + 2) * kU;
+  SelectionInput in;
+  in.head_dim = d;
+  in.n_rows = n;
+  in.keys = keys.data();
+  in.queries = queries.data();
+  in.n_group = n_group;
+  in.n_window = w;
+  CacheConfig config = test::plain_config();
+  config.window = w;
+  config.pool = PoolKind::causal_max;
+  for (const size_t kernel : {1u, 7u, 15u, 31u}) {
+    config.kernel = kernel;
+    const std::vector<float> got = snapkv_candidate_scores(in, config);
+    ASSERT_EQ(got.size(), n);
+    for (size_t j = 0; j < n; ++j) {
+      double want = ref[j];
+      for (size_t i = j + 1 >= kernel ? j + 1 - kernel : 0; i < j; ++i)
+        want = std::max(want, ref[i]);
+      ASSERT_LE(std::fabs(got[j] - want), rel * want + 1e-30) << "kernel " << kernel << " j " << j;
+    }
+  }
 }
 
 bool strictly_increasing(const std::vector<uint32_t>& v) {

@@ -61,11 +61,51 @@ TEST(Pool, KernelOneIsIdentityAndEdgesFollowTheDocumentedPadding) {
   EXPECT_FLOAT_EQ(out[3], 10.0f / 3.0f);
 }
 
+// causal_max_pool1d against a double reference that pads k - 1 rows of -inf on the left only and
+// slides a full window ending at each row.
+std::vector<double> naive_causal_max(const std::vector<float>& in, size_t kernel) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  std::vector<double> padded(in.size() + kernel - 1, neg_inf);
+  for (size_t i = 0; i < in.size(); ++i) padded[i + kernel - 1] = in[i];
+  std::vector<double> out(in.size(), neg_inf);
+  for (size_t i = 0; i < in.size(); ++i) {
+    for (size_t j = 0; j < kernel; ++j) out[i] = std::max(out[i], padded[i + j]);
+  }
+  return out;
+}
+
+TEST(Pool, CausalMaxMatchesLeftPaddedReference) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const size_t n : {1u, 2u, 3u, 6u, 7u, 50u, 333u}) {
+    std::vector<float> in(n);
+    for (float& v : in) v = dist(rng);
+    for (const size_t kernel : {1u, 3u, 5u, 15u, 31u, 401u}) {
+      std::vector<float> out(n);
+      causal_max_pool1d(out.data(), in.data(), n, kernel);
+      const auto ref = naive_causal_max(in, kernel);
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(out[i], ref[i]) << n << " " << kernel << " " << i;
+    }
+  }
+}
+
+TEST(Pool, CausalMaxPassesAPeakToTheRowsAfterItOnly) {
+  std::vector<float> in(12, 0.0f), out(12);
+  in[4] = 5.0f;
+  causal_max_pool1d(out.data(), in.data(), 12, 5);
+  // Rows 4..8 see row 4; rows before it and from 9 on do not.
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 0, 0, 5, 5, 5, 5, 5, 0, 0, 0}));
+  causal_max_pool1d(out.data(), in.data(), 12, 1);
+  EXPECT_EQ(out, in);
+}
+
 TEST(Pool, RejectsEvenOrZeroKernel) {
   std::vector<float> in(5, 1.0f), out(5);
   EXPECT_THROW(max_pool1d(out.data(), in.data(), 5, 0), std::invalid_argument);
   EXPECT_THROW(max_pool1d(out.data(), in.data(), 5, 4), std::invalid_argument);
   EXPECT_THROW(avg_pool1d(out.data(), in.data(), 5, 2), std::invalid_argument);
+  EXPECT_THROW(causal_max_pool1d(out.data(), in.data(), 5, 0), std::invalid_argument);
+  EXPECT_THROW(causal_max_pool1d(out.data(), in.data(), 5, 6), std::invalid_argument);
 }
 
 }  // namespace

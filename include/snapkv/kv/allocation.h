@@ -29,7 +29,8 @@
 
 namespace snapkv {
 
-// The fewest rows a layer's head may be given: max(1, n_sink + (keep_window ? window : 0)).
+// The fewest rows a layer's head may be given: max(1, n_sink + (keeps_window(config) ? window :
+// 0)); pyramid always keeps the window (config.h), so its deepest layer holds sinks + window.
 size_t allocation_floor(const CacheConfig& config);
 
 // Per-head budget of every layer, [n_layers], under config.layer_allocation. n_layers >= 1.

@@ -40,8 +40,11 @@ enum class LayerAllocation {
 // 1-D smoothing of the scores before selection (stride 1, odd kernel, same-length output).
 // Edges: max pools over the in-range part of the kernel (padding acts as -inf); avg divides the
 // in-range sum by the full kernel size (padding counts as zeros), as torch's avg_pool1d with
-// count_include_pad=True does in the SnapKV reference code.
-enum class PoolKind { none, max, avg };
+// count_include_pad=True does in the SnapKV reference code. causal_max is one-sided: a row takes
+// the largest score of itself and the kernel - 1 rows before it, so a peak (the window attending
+// to a needle's key words) passes to the rows after it (the value that follows the key) and to
+// none before it (ops/pool.h).
+enum class PoolKind { none, max, avg, causal_max };
 
 // Where the observation window's queries come from.
 enum class QuerySource {
@@ -122,15 +125,17 @@ struct CacheConfig {
   size_t window = 32;  // observation window (rows of queries / proxy keys)
   size_t n_sink = 4;   // first positions always kept
 
-  // Defaults chosen by measurement (docs/TUNING.md: the sweep of scripts/tune_defaults.sh on the
-  // dev seed): max pooling with kernel 31, the window kept, one compression at the end of the
-  // prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
-  PoolKind pool = PoolKind::max;
-  size_t kernel = 31;       // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
-  bool keep_window = true;  // always keep the last `window` candidates (paper); else they compete
-                            // (applies to snapkv, chunkkv, knorm, random, keydiff,
-                            // expected_attention)
-  bool causal = true;       // causal mask inside the window (false: SnapKV's reference code)
+  // Defaults chosen by measurement on the dev seed (docs/TUNING.md: the sweep of
+  // scripts/tune_defaults.sh, then "Causal pooling"): causal max pooling with kernel 11, the
+  // window's rows competing for the budget (PyramidKV still keeps them), one compression at the
+  // end of the prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
+  PoolKind pool = PoolKind::causal_max;
+  size_t kernel = 11;        // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
+  bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
+                             // (applies to snapkv, chunkkv, knorm, random, keydiff,
+                             // expected_attention, kvzip). layer_allocation pyramid keeps the
+                             // window whatever this says: keeps_window() below.
+  bool causal = true;        // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
   // Budget allocation, separate from scoring (any scoring policy combines with any allocation).
@@ -206,6 +211,13 @@ LayerAllocation parse_layer_allocation(std::string_view s);
 // set head_allocation / layer_allocation on config and return the rest of the name (the policy);
 // a name without a prefix is returned unchanged and config untouched. "ada-snapkv" -> "snapkv".
 std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& config);
+
+// Whether the last `window` candidates are forced into every selection: keep_window, or
+// layer_allocation pyramid, whose deepest layers get budgets near the floor and, with the window
+// competing, would keep little more than the sinks and lose the end of the prompt
+// (docs/TUNING.md). Every rule that reads the window's forced rows (selection, floors, budget
+// checks) goes through this.
+bool keeps_window(const CacheConfig& config);
 
 // True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention).
 bool policy_uses_queries(PolicyKind k);

@@ -63,7 +63,8 @@ std::vector<uint32_t> select_rows(const float* scores, size_t n_rows, size_t bud
 // bit). Returns [n_rows].
 std::vector<float> snapkv_candidate_scores(const SelectionInput& in, const CacheConfig& config);
 
-// Rows of the window that keep_window protects: min(config.window, n_rows) when keep_window.
+// Rows of the window that are forced: min(config.window, n_rows) when keeps_window(config)
+// (keep_window, or layer_allocation pyramid), else 0.
 size_t kept_window_rows(const CacheConfig& config, size_t n_rows);
 
 }  // namespace snapkv
