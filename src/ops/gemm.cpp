@@ -296,6 +296,10 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
       ops_internal::matmul_q8(out, x, w, 1)) {
     return;
   }
+  if (w.type == WeightType::f16) {
+    ops_internal::gemv_f16(out, x, w, ops_internal::kDefaultF16GemvKernel);
+    return;
+  }
   const size_t per_task = rows_per_task(w.rows, w.cols);
   const size_t n_tasks = (w.rows + per_task - 1) / per_task;
   const auto& kernels = ops_internal::ops_kernels();
@@ -305,6 +309,25 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
     kernels.gemv_rows(out + r0, x, w, r0, r1);
   });
 }
+
+namespace ops_internal {
+void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel kernel) {
+  validate_weight(w, "gemv_f16 weight");
+  if (w.type != WeightType::f16) {
+    throw_invalid("gemm", "gemv_f16 on another weight type", to_string(w.type), "f16");
+  }
+  // Tasks of whole groups of rows in flight, so only the matrix's last task has a partial group.
+  constexpr size_t kGroup = kF16RowsInFlight;
+  const size_t per_task = (rows_per_task(w.rows, w.cols) + kGroup - 1) / kGroup * kGroup;
+  const size_t n_tasks = (w.rows + per_task - 1) / per_task;
+  const auto& kernels = ops_kernels();
+  parallel_for(n_tasks, [&](size_t task) {
+    const size_t r0 = task * per_task;
+    const size_t r1 = std::min(w.rows, r0 + per_task);
+    kernels.gemv_rows_f16(out + r0, x, w, r0, r1, kernel);
+  });
+}
+}  // namespace ops_internal
 
 bool blas_allowed() {
   static const bool allowed = [] {
