@@ -310,6 +310,65 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
   });
 }
 
+void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size_t count) {
+  if (count == 0) return;
+  constexpr size_t kMaxProducts = 8;
+  if (count > kMaxProducts) {
+    throw_invalid("gemm", "gemv_multi: too many products", std::to_string(count),
+                  "at most " + std::to_string(kMaxProducts));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    validate_weight(ws[i], "gemv_multi weight");
+    if (ws[i].cols != ws[0].cols) {
+      throw_invalid("gemm", "gemv_multi: widths differ", std::to_string(ws[i].cols),
+                    std::to_string(ws[0].cols) + " (the width of the first product)");
+    }
+  }
+  // Per product: integer path (prepared activations) or the fp32 row kernels, as gemv decides;
+  // then one parallel region over every product's tasks (the tasks of gemv, F16 ones in whole
+  // groups of rows in flight), so each output has gemv's bits.
+  // Per calling thread; the workers read the caller's copy through `act` (a thread_local named
+  // inside the lambda would be each worker's own).
+  thread_local ops_internal::Q8Activations act_storage;
+  ops_internal::Q8Activations& act = act_storage;
+  act.reset();
+  const GemmPrecision precision = gemv_precision();
+  struct Product {
+    bool q8;
+    size_t per_task, first_task;
+  };
+  Product products[kMaxProducts];
+  size_t n_tasks = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const WeightMatrix& w = ws[i];
+    Product& p = products[i];
+    p.q8 = resolve_precision(precision, w.type, 1) == GemmPrecision::q8 &&
+           ops_internal::has_q8_kernel(w.type);
+    if (p.q8) act.prepare(x, w.cols, w.type);
+    p.per_task = rows_per_task(w.rows, w.cols);
+    if (w.type == WeightType::f16) {
+      constexpr size_t kGroup = ops_internal::kF16RowsInFlight;
+      p.per_task = (p.per_task + kGroup - 1) / kGroup * kGroup;
+    }
+    p.first_task = n_tasks;
+    n_tasks += (w.rows + p.per_task - 1) / p.per_task;
+  }
+  const auto& kernels = ops_internal::ops_kernels();
+  parallel_for(n_tasks, [&](size_t task) {
+    size_t i = count - 1;
+    while (products[i].first_task > task) --i;
+    const Product& p = products[i];
+    const WeightMatrix& w = ws[i];
+    const size_t r0 = (task - p.first_task) * p.per_task;
+    const size_t r1 = std::min(w.rows, r0 + p.per_task);
+    if (p.q8) {
+      ops_internal::gemv_q8_rows(outs[i] + r0, act, w, r0, r1);
+    } else {
+      kernels.gemv_rows(outs[i] + r0, x, w, r0, r1);
+    }
+  });
+}
+
 namespace ops_internal {
 void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel kernel) {
   validate_weight(w, "gemv_f16 weight");

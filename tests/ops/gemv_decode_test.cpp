@@ -3,7 +3,9 @@
 // gives each output the bits of the per-row dot_f16 of the active ISA level (the suite runs at
 // every level: ctest -L isa), on widths that are and are not multiples of 16 and row counts that
 // are and are not multiples of the rows in flight. Closeness to the double-precision reference is
-// gemm_test.cpp's (GemmTest.MatchesDoubleReferenceAcrossShapes, f16).
+// gemm_test.cpp's (GemmTest.MatchesDoubleReferenceAcrossShapes, f16). gemv_multi (several
+// products of one input in one parallel region) gives each product gemv's bits, for every weight
+// type, a mix of types, both precisions and thread counts.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "ops/kernels.h"
+#include "snapkv/gguf/quant.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
@@ -71,6 +74,87 @@ TEST(GemvDecode, F16EntryRejectsOtherTypes) {
   const WeightMatrix w{WeightType::f32, m.data(), 4, 16};
   EXPECT_THROW(ops_internal::gemv_f16(out.data(), x.data(), w, F16GemvKernel::rows),
                std::invalid_argument);
+}
+
+// Bytes of a [rows][cols] matrix in `type` whose values are random normals.
+std::vector<uint8_t> random_matrix(WeightType type, size_t rows, size_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> values(rows * cols);
+  for (float& v : values) v = dist(rng);
+  std::vector<uint8_t> bytes(rows * weight_row_bytes(type, cols));
+  if (type == WeightType::f32) {
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+  } else if (type == WeightType::f16) {
+    auto* h = reinterpret_cast<fp16_t*>(bytes.data());
+    for (size_t i = 0; i < values.size(); ++i) h[i] = fp32_to_fp16(values[i]);
+  } else {
+    const auto gt = gguf::tensor_type_from_name(to_string(type));
+    if (!gt) throw std::logic_error("no gguf encoder for this weight type");
+    const size_t row_bytes = weight_row_bytes(type, cols);
+    for (size_t r = 0; r < rows; ++r) {
+      gguf::quantize_row(bytes.data() + r * row_bytes, values.data() + r * cols, *gt, cols);
+    }
+  }
+  return bytes;
+}
+
+TEST(GemvDecode, MultiEqualsSeparateGemvs) {
+  const ThreadsGuard guard;
+  const GemmPrecision saved_gemv = gemv_precision(), saved_matmul = matmul_precision();
+  std::mt19937 rng(22);
+  const size_t cols = 512;
+  std::vector<float> x(cols);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  // Q/K/V-like row counts, one group per weight-type mix (Q4_K_M files mix Q4_K and Q6_K).
+  const std::vector<std::vector<WeightType>> mixes = {
+      {WeightType::f16, WeightType::f16, WeightType::f16},
+      {WeightType::q8_0, WeightType::q8_0, WeightType::q8_0},
+      {WeightType::q4_K, WeightType::q4_K, WeightType::q6_K},
+      {WeightType::f32, WeightType::q4_0, WeightType::bf16, WeightType::q2_K, WeightType::q5_K}};
+  const size_t rows[] = {64, 16, 16, 37, 9};
+  for (const auto& mix : mixes) {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<WeightMatrix> ws;
+    for (size_t i = 0; i < mix.size(); ++i) {
+      bytes.push_back(random_matrix(mix[i], rows[i], cols, rng));
+      ws.push_back(WeightMatrix{mix[i], bytes.back().data(), rows[i], cols});
+    }
+    for (const GemmPrecision precision : {GemmPrecision::f32, GemmPrecision::q8}) {
+      set_gemm_precision(precision, saved_matmul);
+      for (const int threads : {1, 2}) {
+        set_num_threads(threads);
+        std::vector<std::vector<float>> got(mix.size()), want(mix.size());
+        std::vector<float*> outs;
+        for (size_t i = 0; i < mix.size(); ++i) {
+          got[i].assign(rows[i], -1.0f);
+          want[i].assign(rows[i], -2.0f);
+          outs.push_back(got[i].data());
+          gemv(want[i].data(), x.data(), ws[i]);
+        }
+        gemv_multi(outs.data(), x.data(), ws.data(), ws.size());
+        for (size_t i = 0; i < mix.size(); ++i) {
+          EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), rows[i] * sizeof(float)))
+              << to_string(mix[i]) << " product " << i << " precision " << to_string(precision)
+              << " threads " << threads;
+        }
+      }
+    }
+  }
+  set_gemm_precision(saved_gemv, saved_matmul);
+}
+
+TEST(GemvDecode, MultiRejectsBadInput) {
+  std::vector<fp16_t> a(4 * 32), b(4 * 64);
+  std::vector<float> x(64), o1(4), o2(4);
+  float* outs[] = {o1.data(), o2.data()};
+  const WeightMatrix ws[] = {{WeightType::f16, a.data(), 4, 32},
+                             {WeightType::f16, b.data(), 4, 64}};
+  EXPECT_THROW(gemv_multi(outs, x.data(), ws, 2), std::invalid_argument);  // widths differ
+  std::vector<WeightMatrix> many(9, ws[0]);
+  std::vector<float*> many_outs(9, o1.data());
+  EXPECT_THROW(gemv_multi(many_outs.data(), x.data(), many.data(), 9), std::invalid_argument);
+  gemv_multi(outs, x.data(), ws, 0);  // nothing to do
 }
 
 }  // namespace

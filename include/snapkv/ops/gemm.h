@@ -105,6 +105,12 @@ void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, si
 // out [rows] = W [rows][cols] x [cols]; threaded over rows.
 void gemv(float* out, const float* x, const WeightMatrix& w);
 void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision precision);
+// Several products of one input, in one parallel region (a decode step's Q / K / V, or gate / up):
+// outs[i] [ws[i].rows] = ws[i] x for i < count (at most 8), x [cols] with cols the width of every
+// ws[i] (checked). Each output has the bits of gemv(outs[i], x, ws[i]) under gemv_precision(); a
+// quantized activation row is made once per layout and shared. Saves the count - 1 thread-pool
+// round trips of separate calls.
+void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size_t count);
 // out [n_tokens][rows] = x [n_tokens][cols] W^T. Under q8 every token row is quantized once and
 // the integer dots run over tiles of weight rows x tokens.
 void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
