@@ -297,7 +297,7 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
     return;
   }
   if (w.type == WeightType::f16) {
-    ops_internal::gemv_f16(out, x, w, ops_internal::kDefaultF16GemvKernel);
+    ops_internal::gemv_f16(out, x, w, ops_internal::f16_gemv_kernel());
     return;
   }
   const size_t per_task = rows_per_task(w.rows, w.cols);
@@ -354,6 +354,7 @@ void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size
     n_tasks += (w.rows + p.per_task - 1) / p.per_task;
   }
   const auto& kernels = ops_internal::ops_kernels();
+  const ops_internal::F16GemvKernel f16_kernel = ops_internal::f16_gemv_kernel();
   parallel_for(n_tasks, [&](size_t task) {
     size_t i = count - 1;
     while (products[i].first_task > task) --i;
@@ -363,6 +364,8 @@ void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size
     const size_t r1 = std::min(w.rows, r0 + p.per_task);
     if (p.q8) {
       ops_internal::gemv_q8_rows(outs[i] + r0, act, w, r0, r1);
+    } else if (w.type == WeightType::f16) {
+      kernels.gemv_rows_f16(outs[i] + r0, x, w, r0, r1, f16_kernel);
     } else {
       kernels.gemv_rows(outs[i] + r0, x, w, r0, r1);
     }
@@ -370,6 +373,20 @@ void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size
 }
 
 namespace ops_internal {
+F16GemvKernel f16_gemv_kernel() {
+  static const F16GemvKernel kernel = [] {
+    const char* env = std::getenv("SNAPKV_F16_GEMV");
+    if (env == nullptr || *env == '\0') return kDefaultF16GemvKernel;
+    const std::string s(env);
+    if (s == "per_row") return F16GemvKernel::per_row;
+    if (s == "rows") return F16GemvKernel::rows;
+    if (s == "rows_prefetch") return F16GemvKernel::rows_prefetch;
+    throw_invalid("gemm", "SNAPKV_F16_GEMV not a known kernel", s,
+                  "per_row, rows or rows_prefetch");
+  }();
+  return kernel;
+}
+
 void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel kernel) {
   validate_weight(w, "gemv_f16 weight");
   if (w.type != WeightType::f16) {

@@ -16,7 +16,10 @@ namespace snapkv::ops_internal {
 //   per_row        one row at a time (dot_f16; the kernel before the multi-row one)
 //   rows           kF16RowsInFlight rows at once, sharing the loads of x
 //   rows_prefetch  rows, plus a software prefetch of the next group of rows
-// gemv uses kDefaultF16GemvKernel; bench_gemv_decode times all three in one run.
+// gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
+// environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch; read once, anything else
+// throws std::invalid_argument), for A/B runs of a whole decode; bench_gemv_decode times all three
+// in one run.
 enum class F16GemvKernel { per_row, rows, rows_prefetch };
 inline constexpr size_t kF16RowsInFlight = 4;
 inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::rows_prefetch;
@@ -79,6 +82,8 @@ extern const OpsKernels kOpsTables[kIsaLevelCount];
 inline const OpsKernels& ops_kernels() {
   return isa_select(kOpsTables);
 }
+
+F16GemvKernel f16_gemv_kernel();  // gemm.cpp
 
 // gemm.cpp: gemv (out [rows] = W x, threaded over rows) of an F16 matrix through `kernel` at the
 // active level; gemv itself takes kDefaultF16GemvKernel. Throws for another weight type.
