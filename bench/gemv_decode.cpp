@@ -8,19 +8,23 @@
 //   of_read_bw  that over the read bandwidth measured in the same process with the same thread
 //               count (read_bandwidth() below: bench_read_bandwidth's loop, median of 5 passes
 //               over 1 GiB), the figure issue 14 asks to reach 0.9
-// Kernels (first argument), the old one kept beside the new as the A/B reference:
-//   0 f16 per_row        one row at a time (the F16 decode kernel before the multi-row one)
-//   1 f16 rows           4 rows in flight (ops/kernels.h F16GemvKernel::rows)
-//   2 f16 rows_prefetch  the same plus the prefetch of the next rows (gemv's default)
-//   3 q8_0 q8            Q8_0 weights, 8-bit activations, integer pair dots (gemv's default)
-//   4 q8_0 f32           Q8_0 weights decoded to fp32
-//   5 q4_K q8            Q4_K weights, Q8_K activations (gemv's default)
-//   6 q4_K f32           Q4_K blocks decoded to fp32
+// Kernels (first argument), the old one kept beside the new ones as the A/B reference:
+//   0 f16 per_row            one row at a time, 2 FMA chains (the F16 decode kernel before these)
+//   1 f16 rows               4 rows in flight, per_row's bits (ops/kernels.h F16GemvKernel)
+//   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
+//   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
+//   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead (gemv's default)
+//   5 q8_0 q8                Q8_0 weights, 8-bit activations, integer pair dots (gemv's default)
+//   6 q8_0 f32               Q8_0 weights decoded to fp32
+//   7 q4_K q8                Q4_K weights, Q8_K activations (gemv's default)
+//   8 q4_K f32               Q4_K blocks decoded to fp32
+// (of_read_bw is a ratio; Google Benchmark prints it with a "/s" suffix because it is computed
+// as a rate.)
 // BM_LayerDecode: the seven products of one layer in the model's order (one parallel region
 // each), a pool of layers as large as above; BM_ParallelForEmpty: the cost of one parallel_for
 // with nothing to do (the decode step opens about 7 per layer, 112 per token).
 //
-//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-2]/'
+//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-4]/'
 //       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one command line)
 //   build/bench/bench_gemv_decode --benchmark_filter='BM_LayerDecode|BM_ParallelFor'
 #include <benchmark/benchmark.h>
@@ -63,6 +67,9 @@ const Kernel kKernels[] = {
     {WeightType::f16, GemmPrecision::f32, F16GemvKernel::per_row, "f16 per_row (old)"},
     {WeightType::f16, GemmPrecision::f32, F16GemvKernel::rows, "f16 rows"},
     {WeightType::f16, GemmPrecision::f32, F16GemvKernel::rows_prefetch, "f16 rows_prefetch"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::row_acc8, "f16 row_acc8"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::row_acc8_prefetch,
+     "f16 row_acc8_prefetch"},
     {WeightType::q8_0, GemmPrecision::q8, F16GemvKernel::per_row, "q8_0 q8"},
     {WeightType::q8_0, GemmPrecision::f32, F16GemvKernel::per_row, "q8_0 f32"},
     {WeightType::q4_K, GemmPrecision::q8, F16GemvKernel::per_row, "q4_K q8"},

@@ -381,8 +381,10 @@ F16GemvKernel f16_gemv_kernel() {
     if (s == "per_row") return F16GemvKernel::per_row;
     if (s == "rows") return F16GemvKernel::rows;
     if (s == "rows_prefetch") return F16GemvKernel::rows_prefetch;
+    if (s == "row_acc8") return F16GemvKernel::row_acc8;
+    if (s == "row_acc8_prefetch") return F16GemvKernel::row_acc8_prefetch;
     throw_invalid("gemm", "SNAPKV_F16_GEMV not a known kernel", s,
-                  "per_row, rows or rows_prefetch");
+                  "per_row, rows, rows_prefetch, row_acc8 or row_acc8_prefetch");
   }();
   return kernel;
 }

@@ -167,6 +167,54 @@ void dot_f16_rows4(float* out, const fp16_t* row, size_t stride, const float* x,
   for (size_t j = 0; j < kF16RowsInFlight; ++j) out[j] = hsum(_mm256_add_ps(acc0[j], acc1[j]));
 #endif
 }
+
+// One row at a time, the matrix read front to back as one stream, with eight independent FMA
+// chains instead of dot_f16's two (its own summation order, not dot_f16's bits): acc_k takes
+// columns 64m + 8k .. 64m + 8k + 7 (k = 0..7), FMA per lane, and the row's sum is hsum(lo + hi)
+// with lo = (acc0 + acc4) + (acc2 + acc6), hi = (acc1 + acc5) + (acc3 + acc7). At the AVX-512
+// level four 16-lane registers hold [acc0 | acc1] .. [acc6 | acc7] (the same FMAs lane for lane,
+// the same additions), so both levels give the same bits. With prefetch_end non-null, the line
+// kF16PrefetchBytes ahead of the one being read is requested while it is below prefetch_end (the
+// end of the task's rows: rows are contiguous, so the stream runs on into the next row).
+// n % 64 == 0.
+constexpr size_t kF16PrefetchBytes = 2048;
+
+float dot_f16_row_acc8(const fp16_t* row, const float* x, size_t n, const fp16_t* prefetch_end) {
+  constexpr size_t kAhead = kF16PrefetchBytes / sizeof(fp16_t);
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  __m512 z[4];
+  for (__m512& a : z) a = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 64) {
+    if (prefetch_end != nullptr) {  // the two lines 128 bytes of weights span
+      if (row + i + kAhead < prefetch_end) prefetch_line(row + i + kAhead);
+      if (row + i + 32 + kAhead < prefetch_end) prefetch_line(row + i + 32 + kAhead);
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i + 16 * j));
+      z[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * j), _mm512_cvtph_ps(h), z[j]);
+    }
+  }
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(z[0], z[2]), _mm512_add_ps(z[1], z[3]));
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1)));
+#else
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (size_t i = 0; i < n; i += 64) {
+    if (prefetch_end != nullptr) {
+      if (row + i + kAhead < prefetch_end) prefetch_line(row + i + kAhead);
+      if (row + i + 32 + kAhead < prefetch_end) prefetch_line(row + i + 32 + kAhead);
+    }
+    for (size_t k = 0; k < 8; ++k) {
+      const __m256 wk =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i + 8 * k)));
+      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), wk, acc[k]);
+    }
+  }
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+  return hsum(_mm256_add_ps(lo, hi));
+#endif
+}
 #endif
 
 // out [row_end - row_begin] for rows [row_begin, row_end) of an F16 matrix.
@@ -176,7 +224,14 @@ void gemv_f16(float* out, const float* x, const WeightMatrix& w, size_t row_begi
   const auto* base = static_cast<const fp16_t*>(w.data);
   size_t r = row_begin;
 #if SNAPKV_GEMM_AVX2
-  if (kernel != ops_internal::F16GemvKernel::per_row && n % 16 == 0) {
+  using ops_internal::F16GemvKernel;
+  if ((kernel == F16GemvKernel::row_acc8 || kernel == F16GemvKernel::row_acc8_prefetch) &&
+      n % 64 == 0) {
+    const fp16_t* end = kernel == F16GemvKernel::row_acc8_prefetch ? base + row_end * n : nullptr;
+    for (; r < row_end; ++r) out[r - row_begin] = dot_f16_row_acc8(base + r * n, x, n, end);
+    return;
+  }
+  if ((kernel == F16GemvKernel::rows || kernel == F16GemvKernel::rows_prefetch) && n % 16 == 0) {
     const bool prefetch = kernel == ops_internal::F16GemvKernel::rows_prefetch;
     for (; r + kF16RowsInFlight <= row_end; r += kF16RowsInFlight) {
       const size_t ahead = r + kF16RowsInFlight;

@@ -16,13 +16,18 @@ namespace snapkv::ops_internal {
 //   per_row        one row at a time (dot_f16; the kernel before the multi-row one)
 //   rows           kF16RowsInFlight rows at once, sharing the loads of x
 //   rows_prefetch  rows, plus a software prefetch of the next group of rows
+//   row_acc8       one row at a time (the matrix read as one stream) with eight FMA chains: its
+//                  own summation order (gemm_simd.cpp dot_f16_row_acc8), the same at both SIMD
+//                  levels; widths that are not a multiple of 64 take per_row
+//   row_acc8_prefetch  row_acc8 plus a software prefetch 2 KiB ahead in the stream
+// (the first three give the bits of the per-row dot_f16; at the scalar level all are per_row)
 // gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
 // environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch; read once, anything else
 // throws std::invalid_argument), for A/B runs of a whole decode; bench_gemv_decode times all three
 // in one run.
-enum class F16GemvKernel { per_row, rows, rows_prefetch };
+enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch };
 inline constexpr size_t kF16RowsInFlight = 4;
-inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::rows_prefetch;
+inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::row_acc8_prefetch;
 }  // namespace snapkv::ops_internal
 
 #define SNAPKV_OPS_KERNELS_DECLARE(NS)                                                       \

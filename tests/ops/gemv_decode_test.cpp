@@ -1,13 +1,15 @@
-// The F16 decode matvec (ops/kernels.h F16GemvKernel, gemm_simd.cpp): every variant (one row at a
-// time, several rows in flight, with and without the software prefetch), at any thread count,
-// gives each output the bits of the per-row dot_f16 of the active ISA level (the suite runs at
-// every level: ctest -L isa), on widths that are and are not multiples of 16 and row counts that
-// are and are not multiples of the rows in flight. Closeness to the double-precision reference is
+// The F16 decode matvec (ops/kernels.h F16GemvKernel, gemm_simd.cpp): at any thread count, the
+// variants per_row / rows / rows_prefetch give each output the bits of the per-row dot_f16 of the
+// active ISA level, and row_acc8 / row_acc8_prefetch the bits of their own documented order
+// (emulated here with std::fma), on widths that are and are not multiples of 16 / 64 and row
+// counts that are and are not multiples of the rows in flight (the suite runs at every level:
+// ctest -L isa). Closeness to the double-precision reference is
 // gemm_test.cpp's (GemmTest.MatchesDoubleReferenceAcrossShapes, f16). gemv_multi (several
 // products of one input in one parallel region) gives each product gemv's bits, for every weight
 // type, a mix of types, both precisions and thread counts.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -17,6 +19,7 @@
 #include "snapkv/gguf/quant.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/gemm.h"
+#include "snapkv/util/cpu.h"
 #include "snapkv/util/parallel.h"
 
 namespace snapkv {
@@ -35,7 +38,29 @@ class ThreadsGuard {
   int saved_;
 };
 
-TEST(GemvDecode, F16VariantsEqualThePerRowDot) {
+// row_acc8's order (ops/gemm_simd.cpp dot_f16_row_acc8), emulated with std::fma: lane l of
+// accumulator k takes columns 64m + 8k + l; lo = (acc0 + acc4) + (acc2 + acc6), hi = (acc1 +
+// acc5) + (acc3 + acc7); the lanes of lo + hi summed as ops/hsum.h does. n % 64 == 0.
+float dot_acc8_order(const float* x, const fp16_t* w, size_t n) {
+  float acc[8][8] = {};
+  for (size_t i = 0; i < n; i += 64) {
+    for (size_t k = 0; k < 8; ++k) {
+      for (size_t l = 0; l < 8; ++l) {
+        const size_t c = i + 8 * k + l;
+        acc[k][l] = std::fma(x[c], fp16_to_fp32(w[c]), acc[k][l]);
+      }
+    }
+  }
+  float v[8];
+  for (size_t l = 0; l < 8; ++l) {
+    const float lo = (acc[0][l] + acc[4][l]) + (acc[2][l] + acc[6][l]);
+    const float hi = (acc[1][l] + acc[5][l]) + (acc[3][l] + acc[7][l]);
+    v[l] = lo + hi;
+  }
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+TEST(GemvDecode, F16VariantsFollowTheirOrder) {
   const ThreadsGuard guard;
   std::mt19937 rng(21);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -48,23 +73,38 @@ TEST(GemvDecode, F16VariantsEqualThePerRowDot) {
     for (fp16_t& h : m) h = fp32_to_fp16(dist(rng));
     std::vector<float> x(s.cols);
     for (float& v : x) v = dist(rng);
-    std::vector<float> want(s.rows);
-    for (size_t r = 0; r < s.rows; ++r) want[r] = dot_f16(x.data(), m.data() + r * s.cols, s.cols);
+    // per_row, rows, rows_prefetch: the per-row dot_f16 of this level; row_acc8*: their own
+    // order at a SIMD level on whole steps of 64 columns, else the per-row dot as well.
+    std::vector<float> per_row(s.rows), acc8(s.rows);
+    const bool acc8_order = isa_level() != IsaLevel::scalar && s.cols % 64 == 0;
+    for (size_t r = 0; r < s.rows; ++r) {
+      const fp16_t* row = m.data() + r * s.cols;
+      per_row[r] = dot_f16(x.data(), row, s.cols);
+      acc8[r] = acc8_order ? dot_acc8_order(x.data(), row, s.cols) : per_row[r];
+    }
     const WeightMatrix w{WeightType::f16, m.data(), s.rows, s.cols};
     for (const int threads : {1, 2, 3}) {
       set_num_threads(threads);
       for (const F16GemvKernel kernel :
-           {F16GemvKernel::per_row, F16GemvKernel::rows, F16GemvKernel::rows_prefetch}) {
+           {F16GemvKernel::per_row, F16GemvKernel::rows, F16GemvKernel::rows_prefetch,
+            F16GemvKernel::row_acc8, F16GemvKernel::row_acc8_prefetch}) {
+        const bool is_acc8 =
+            kernel == F16GemvKernel::row_acc8 || kernel == F16GemvKernel::row_acc8_prefetch;
+        const std::vector<float>& want = is_acc8 ? acc8 : per_row;
         std::vector<float> got(s.rows, -1.0f);
         ops_internal::gemv_f16(got.data(), x.data(), w, kernel);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), s.rows * sizeof(float)))
             << s.rows << "x" << s.cols << " threads " << threads << " kernel "
             << static_cast<int>(kernel);
+        if (kernel == ops_internal::f16_gemv_kernel()) {
+          gemv(got.data(), x.data(), w);  // gemv takes this variant
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), s.rows * sizeof(float)))
+              << s.rows << "x" << s.cols << " threads " << threads << " gemv";
+        }
       }
-      std::vector<float> got(s.rows, -1.0f);
-      gemv(got.data(), x.data(), w);  // the default variant
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), s.rows * sizeof(float)))
-          << s.rows << "x" << s.cols << " threads " << threads << " gemv";
+    }
+    if (acc8_order && s.cols == 5632) {  // the orders really differ on this input
+      EXPECT_NE(0, std::memcmp(acc8.data(), per_row.data(), s.rows * sizeof(float)));
     }
   }
 }
