@@ -20,9 +20,10 @@
 //   8 q4_K f32               Q4_K blocks decoded to fp32
 // (of_read_bw is a ratio; Google Benchmark prints it with a "/s" suffix because it is computed
 // as a rate.)
-// BM_LayerDecode: the seven products of one layer in the model's order (one parallel region
-// each), a pool of layers as large as above; BM_ParallelForEmpty: the cost of one parallel_for
-// with nothing to do (the decode step opens about 7 per layer, 112 per token).
+// BM_LayerDecode: the seven products of one layer in the model's order and grouping (q/k/v and
+// gate/up each through one gemv_multi: 4 parallel regions), a pool of layers as large as above;
+// BM_ParallelForEmpty: the cost of one parallel_for with nothing to do (the decode step opens about
+// 7 per layer, 112 per token).
 //
 //   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-4]/'
 //       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one command line)
@@ -220,15 +221,22 @@ void BM_LayerDecode(benchmark::State& state) {
   std::vector<float> out(5632);
   read_bandwidth();
   size_t i = 0;
+  std::vector<float> out2(5632), out3(5632);
   for (auto _ : state) {
+    WeightMatrix w[std::size(shapes)];
     for (size_t m = 0; m < std::size(shapes); ++m) {
-      const WeightMatrix w{type, pools[m].at(i), shapes[m].rows, shapes[m].cols};
-      snapkv::gemv(out.data(), x.data(), w);
+      w[m] = WeightMatrix{type, pools[m].at(i), shapes[m].rows, shapes[m].cols};
     }
+    float* const qkv[] = {out.data(), out2.data(), out3.data()};
+    snapkv::gemv_multi(qkv, x.data(), w, 3);  // as the decode step: q, k, v in one region
+    snapkv::gemv(out.data(), x.data(), w[3]);
+    float* const gate_up[] = {out.data(), out2.data()};
+    snapkv::gemv_multi(gate_up, x.data(), w + 4, 2);
+    snapkv::gemv(out.data(), x.data(), w[6]);
     ++i;
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(snapkv::to_string(type)) + " layer (7 products)");
+  state.SetLabel(std::string(snapkv::to_string(type)) + " layer (7 products, 4 regions)");
   set_counters(state, layer_bytes);
   snapkv::set_num_threads(saved);
 }
