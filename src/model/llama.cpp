@@ -11,6 +11,7 @@
 
 #include "snapkv/kv/fork.h"
 #include "snapkv/ops/activation.h"
+#include "snapkv/ops/gemm.h"
 #include "snapkv/ops/rmsnorm.h"
 #include "snapkv/ops/rope.h"
 #include "snapkv/util/error.h"
@@ -240,9 +241,15 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
     const LlamaLayerWeights& lw = w.layers[l];
     LayerCache& cache = caches_[l];
     rmsnorm_rows(xb.data(), x.data(), lw.attn_norm, S, c.n_embd, c.rms_eps);
-    matmul(q.data(), xb.data(), lw.wq, S);
-    matmul(k.data(), xb.data(), lw.wk, S);
-    matmul(v.data(), xb.data(), lw.wv, S);
+    if (S == 1) {  // decode: the three products in one parallel region, gemv's bits
+      float* const outs[] = {q.data(), k.data(), v.data()};
+      const WeightMatrix ws[] = {lw.wq, lw.wk, lw.wv};
+      gemv_multi(outs, xb.data(), ws, 3);
+    } else {
+      matmul(q.data(), xb.data(), lw.wq, S);
+      matmul(k.data(), xb.data(), lw.wk, S);
+      matmul(v.data(), xb.data(), lw.wv, S);
+    }
     add_bias_rows(q.data(), lw.bq, S, q_dim);
     add_bias_rows(k.data(), lw.bk, S, kv_dim);
     add_bias_rows(v.data(), lw.bv, S, kv_dim);
@@ -274,8 +281,14 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
     add_in_place(x.data(), proj.data(), S * c.n_embd);
 
     rmsnorm_rows(xb.data(), x.data(), lw.ffn_norm, S, c.n_embd, c.rms_eps);
-    matmul(gate.data(), xb.data(), lw.w_gate, S);
-    matmul(up.data(), xb.data(), lw.w_up, S);
+    if (S == 1) {
+      float* const outs[] = {gate.data(), up.data()};
+      const WeightMatrix ws[] = {lw.w_gate, lw.w_up};
+      gemv_multi(outs, xb.data(), ws, 2);
+    } else {
+      matmul(gate.data(), xb.data(), lw.w_gate, S);
+      matmul(up.data(), xb.data(), lw.w_up, S);
+    }
     swiglu(gate.data(), gate.data(), up.data(), S * c.n_ff);
     matmul(proj.data(), gate.data(), lw.w_down, S);
     add_in_place(x.data(), proj.data(), S * c.n_embd);

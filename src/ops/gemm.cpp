@@ -296,6 +296,10 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
       ops_internal::matmul_q8(out, x, w, 1)) {
     return;
   }
+  if (w.type == WeightType::f16) {
+    ops_internal::gemv_f16(out, x, w, ops_internal::f16_gemv_kernel());
+    return;
+  }
   const size_t per_task = rows_per_task(w.rows, w.cols);
   const size_t n_tasks = (w.rows + per_task - 1) / per_task;
   const auto& kernels = ops_internal::ops_kernels();
@@ -305,6 +309,103 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
     kernels.gemv_rows(out + r0, x, w, r0, r1);
   });
 }
+
+void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size_t count) {
+  if (count == 0) return;
+  constexpr size_t kMaxProducts = 8;
+  if (count > kMaxProducts) {
+    throw_invalid("gemm", "gemv_multi: too many products", std::to_string(count),
+                  "at most " + std::to_string(kMaxProducts));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    validate_weight(ws[i], "gemv_multi weight");
+    if (ws[i].cols != ws[0].cols) {
+      throw_invalid("gemm", "gemv_multi: widths differ", std::to_string(ws[i].cols),
+                    std::to_string(ws[0].cols) + " (the width of the first product)");
+    }
+  }
+  // Per product: integer path (prepared activations) or the fp32 row kernels, as gemv decides;
+  // then one parallel region over every product's tasks (the tasks of gemv, F16 ones in whole
+  // groups of rows in flight), so each output has gemv's bits.
+  // Per calling thread; the workers read the caller's copy through `act` (a thread_local named
+  // inside the lambda would be each worker's own).
+  thread_local ops_internal::Q8Activations act_storage;
+  ops_internal::Q8Activations& act = act_storage;
+  act.reset();
+  const GemmPrecision precision = gemv_precision();
+  struct Product {
+    bool q8;
+    size_t per_task, first_task;
+  };
+  Product products[kMaxProducts];
+  size_t n_tasks = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const WeightMatrix& w = ws[i];
+    Product& p = products[i];
+    p.q8 = resolve_precision(precision, w.type, 1) == GemmPrecision::q8 &&
+           ops_internal::has_q8_kernel(w.type);
+    if (p.q8) act.prepare(x, w.cols, w.type);
+    p.per_task = rows_per_task(w.rows, w.cols);
+    if (w.type == WeightType::f16) {
+      constexpr size_t kGroup = ops_internal::kF16RowsInFlight;
+      p.per_task = (p.per_task + kGroup - 1) / kGroup * kGroup;
+    }
+    p.first_task = n_tasks;
+    n_tasks += (w.rows + p.per_task - 1) / p.per_task;
+  }
+  const auto& kernels = ops_internal::ops_kernels();
+  const ops_internal::F16GemvKernel f16_kernel = ops_internal::f16_gemv_kernel();
+  parallel_for(n_tasks, [&](size_t task) {
+    size_t i = count - 1;
+    while (products[i].first_task > task) --i;
+    const Product& p = products[i];
+    const WeightMatrix& w = ws[i];
+    const size_t r0 = (task - p.first_task) * p.per_task;
+    const size_t r1 = std::min(w.rows, r0 + p.per_task);
+    if (p.q8) {
+      ops_internal::gemv_q8_rows(outs[i] + r0, act, w, r0, r1);
+    } else if (w.type == WeightType::f16) {
+      kernels.gemv_rows_f16(outs[i] + r0, x, w, r0, r1, f16_kernel);
+    } else {
+      kernels.gemv_rows(outs[i] + r0, x, w, r0, r1);
+    }
+  });
+}
+
+namespace ops_internal {
+F16GemvKernel f16_gemv_kernel() {
+  static const F16GemvKernel kernel = [] {
+    const char* env = std::getenv("SNAPKV_F16_GEMV");
+    if (env == nullptr || *env == '\0') return kDefaultF16GemvKernel;
+    const std::string s(env);
+    if (s == "per_row") return F16GemvKernel::per_row;
+    if (s == "rows") return F16GemvKernel::rows;
+    if (s == "rows_prefetch") return F16GemvKernel::rows_prefetch;
+    if (s == "row_acc8") return F16GemvKernel::row_acc8;
+    if (s == "row_acc8_prefetch") return F16GemvKernel::row_acc8_prefetch;
+    throw_invalid("gemm", "SNAPKV_F16_GEMV not a known kernel", s,
+                  "per_row, rows, rows_prefetch, row_acc8 or row_acc8_prefetch");
+  }();
+  return kernel;
+}
+
+void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel kernel) {
+  validate_weight(w, "gemv_f16 weight");
+  if (w.type != WeightType::f16) {
+    throw_invalid("gemm", "gemv_f16 on another weight type", to_string(w.type), "f16");
+  }
+  // Tasks of whole groups of rows in flight, so only the matrix's last task has a partial group.
+  constexpr size_t kGroup = kF16RowsInFlight;
+  const size_t per_task = (rows_per_task(w.rows, w.cols) + kGroup - 1) / kGroup * kGroup;
+  const size_t n_tasks = (w.rows + per_task - 1) / per_task;
+  const auto& kernels = ops_kernels();
+  parallel_for(n_tasks, [&](size_t task) {
+    const size_t r0 = task * per_task;
+    const size_t r1 = std::min(w.rows, r0 + per_task);
+    kernels.gemv_rows_f16(out + r0, x, w, r0, r1, kernel);
+  });
+}
+}  // namespace ops_internal
 
 bool blas_allowed() {
   static const bool allowed = [] {

@@ -5,9 +5,12 @@
 // caller's f32 path. Each output has the bits of the per-pair dot (dot_* in q8_dot.h), whatever
 // the tiling or the thread count.
 #include <algorithm>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "ops/q8_dot.h"
+#include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
 
 namespace snapkv::ops_internal {
@@ -31,6 +34,14 @@ using GemmFn = void (*)(float*, size_t, const WBlock*, size_t, const ABlock*, si
 // One weight row against one activation row (q8_dot.h dot_*).
 template <class WBlock, class ABlock>
 using DotFn = float (*)(const WBlock*, const ABlock*, size_t);
+
+// The argument types of a GemmFn, as a tuple.
+template <class F>
+struct FnArgs;
+template <class R, class... Args>
+struct FnArgs<R (*)(Args...)> {
+  using type = std::tuple<Args...>;
+};
 
 // Fewer tokens than this (decode: one) skip the register tiles of Q8_0 / Q4_0 and take the pair
 // dots row by row: the tile first prepares a panel of offsets and scales per row group, which a
@@ -101,7 +112,61 @@ void run(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
   });
 }
 
+// Rows [r0, r1) of w against one quantized activation row: the pair dots (Q8_0, Q4_0) or the
+// K-quants' pair loop, as run() does for a single token.
+template <class WBlock, class ABlock>
+void rows_one_token(float* out, const ABlock* act, const WeightMatrix& w, size_t r0, size_t r1,
+                    GemmFn<WBlock, ABlock> gemm, DotFn<WBlock, ABlock> pair) {
+  const size_t row_bytes = w.row_bytes();
+  const auto* rows =
+      reinterpret_cast<const WBlock*>(static_cast<const uint8_t*>(w.data) + r0 * row_bytes);
+  if (pair != nullptr) {
+    const size_t blocks_per_row = row_bytes / sizeof(WBlock);
+    for (size_t r = 0; r < r1 - r0; ++r) out[r] = pair(rows + r * blocks_per_row, act, w.cols);
+    return;
+  }
+  gemm(out, r1 - r0, rows, r1 - r0, act, 1, w.cols);
+}
+
 }  // namespace
+
+bool has_q8_kernel(WeightType type) {
+  return with_q8_kernel(type, [](auto, auto) {});
+}
+
+void Q8Activations::prepare(const float* x, size_t cols, WeightType type) {
+  with_q8_kernel(type, [&](auto gemm, auto) {
+    using ABlock = std::remove_cv_t<
+        std::remove_pointer_t<std::tuple_element_t<4, typename FnArgs<decltype(gemm)>::type>>>;
+    (void)gemm;
+    if constexpr (std::is_same_v<ABlock, BlockQ8_0>) {
+      if (q8_0_cols == cols) return;
+      q8_0.resize(cols / kQ8BlockSize);
+      quantize_act(q8_0.data(), x, cols);
+      q8_0_cols = cols;
+    } else {
+      if (q8_K_cols == cols) return;
+      q8_K.resize(cols / kQK_K);
+      quantize_act(q8_K.data(), x, cols);
+      q8_K_cols = cols;
+    }
+  });
+}
+
+void gemv_q8_rows(float* out, const Q8Activations& act, const WeightMatrix& w, size_t r0,
+                  size_t r1) {
+  with_q8_kernel(w.type, [&](auto gemm, auto pair) {
+    using ABlock = std::remove_cv_t<
+        std::remove_pointer_t<std::tuple_element_t<4, typename FnArgs<decltype(gemm)>::type>>>;
+    if constexpr (std::is_same_v<ABlock, BlockQ8_0>) {
+      SNAPKV_CHECK(act.q8_0_cols == w.cols);
+      rows_one_token(out, act.q8_0.data(), w, r0, r1, gemm, pair);
+    } else {
+      SNAPKV_CHECK(act.q8_K_cols == w.cols);
+      rows_one_token(out, act.q8_K.data(), w, r0, r1, gemm, pair);
+    }
+  });
+}
 
 bool matmul_q8(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
   return with_q8_kernel(w.type,

@@ -6,14 +6,23 @@
 #include <cstring>
 #include <type_traits>
 
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
+// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "ops/hsum.h"
-#include "ops/kernels.h"
-#include "util/isa.h"
-
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 #define SNAPKV_GEMM_AVX2 1
 #endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include "ops/kernels.h"
+#include "util/isa.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
@@ -102,6 +111,141 @@ float dot_bf16(const uint16_t* row, const float* x, size_t n) {
   return sum;
 }
 
+// The F16 decode matvec: kF16RowsInFlight rows against x at once, each row with its own pair of
+// 8-lane accumulators, so every output has the bits of dot_f16_row (acc0 takes columns 16k..16k+7,
+// acc1 16k+8..16k+15, FMA per lane, then hsum(acc0 + acc1)), while the rows share each load of x
+// and keep 2 x kF16RowsInFlight independent FMA chains and as many memory streams in flight. At
+// the AVX-512 level one 16-lane register holds both accumulators of a row (lanes 0-7 = acc0,
+// 8-15 = acc1: the same FMAs lane for lane) and one vcvtph2ps converts 16 weights. With
+// `prefetch`, each row stream asks for the cache line at the same column of the group of rows
+// kF16RowsInFlight ahead (the next block of the matrix, read in the same pattern), so the next
+// group's lines are on their way from DRAM while this group is multiplied. Rows whose width is not
+// a multiple of 16, and a last group of fewer rows, take dot_f16_row.
+using ops_internal::kF16RowsInFlight;
+
+#if SNAPKV_GEMM_AVX2
+void prefetch_line(const fp16_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
+
+// out [4] = rows r, r + 1, r + 2, r + 3 (row stride `stride` elements) times x [n]; n % 16 == 0.
+// next: the first row of the group to prefetch, or null.
+void dot_f16_rows4(float* out, const fp16_t* row, size_t stride, const float* x, size_t n,
+                   const fp16_t* next) {
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  __m512 acc[kF16RowsInFlight];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 16) {
+    if (next != nullptr && i % 32 == 0) {  // one 64-byte line per row per 32 columns
+      for (size_t j = 0; j < kF16RowsInFlight; ++j) prefetch_line(next + j * stride + i);
+    }
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    for (size_t j = 0; j < kF16RowsInFlight; ++j) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + j * stride + i));
+      acc[j] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(h), acc[j]);
+    }
+  }
+  for (size_t j = 0; j < kF16RowsInFlight; ++j) {
+    out[j] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[j]), _mm512_extractf32x8_ps(acc[j], 1)));
+  }
+#else
+  __m256 acc0[kF16RowsInFlight], acc1[kF16RowsInFlight];
+  for (size_t j = 0; j < kF16RowsInFlight; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+  for (size_t i = 0; i < n; i += 16) {
+    if (next != nullptr && i % 32 == 0) {
+      for (size_t j = 0; j < kF16RowsInFlight; ++j) prefetch_line(next + j * stride + i);
+    }
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    for (size_t j = 0; j < kF16RowsInFlight; ++j) {
+      const fp16_t* r = row + j * stride + i;
+      const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
+      const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 8)));
+      acc0[j] = _mm256_fmadd_ps(x0, w0, acc0[j]);
+      acc1[j] = _mm256_fmadd_ps(x1, w1, acc1[j]);
+    }
+  }
+  for (size_t j = 0; j < kF16RowsInFlight; ++j) out[j] = hsum(_mm256_add_ps(acc0[j], acc1[j]));
+#endif
+}
+
+// One row at a time, the matrix read front to back as one stream, with eight independent FMA
+// chains instead of dot_f16's two (its own summation order, not dot_f16's bits): acc_k takes
+// columns 64m + 8k .. 64m + 8k + 7 (k = 0..7), FMA per lane, and the row's sum is hsum(lo + hi)
+// with lo = (acc0 + acc4) + (acc2 + acc6), hi = (acc1 + acc5) + (acc3 + acc7). At the AVX-512
+// level four 16-lane registers hold [acc0 | acc1] .. [acc6 | acc7] (the same FMAs lane for lane,
+// the same additions), so both levels give the same bits. With prefetch_end non-null, the line
+// kF16PrefetchBytes ahead of the one being read is requested while it is below prefetch_end (the
+// end of the task's rows: rows are contiguous, so the stream runs on into the next row).
+// n % 64 == 0.
+constexpr size_t kF16PrefetchBytes = 2048;
+
+float dot_f16_row_acc8(const fp16_t* row, const float* x, size_t n, const fp16_t* prefetch_end) {
+  constexpr size_t kAhead = kF16PrefetchBytes / sizeof(fp16_t);
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  __m512 z[4];
+  for (__m512& a : z) a = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 64) {
+    if (prefetch_end != nullptr) {  // the two lines 128 bytes of weights span
+      if (row + i + kAhead < prefetch_end) prefetch_line(row + i + kAhead);
+      if (row + i + 32 + kAhead < prefetch_end) prefetch_line(row + i + 32 + kAhead);
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i + 16 * j));
+      z[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * j), _mm512_cvtph_ps(h), z[j]);
+    }
+  }
+  const __m512 s = _mm512_add_ps(_mm512_add_ps(z[0], z[2]), _mm512_add_ps(z[1], z[3]));
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1)));
+#else
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  for (size_t i = 0; i < n; i += 64) {
+    if (prefetch_end != nullptr) {
+      if (row + i + kAhead < prefetch_end) prefetch_line(row + i + kAhead);
+      if (row + i + 32 + kAhead < prefetch_end) prefetch_line(row + i + 32 + kAhead);
+    }
+    for (size_t k = 0; k < 8; ++k) {
+      const __m256 wk =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i + 8 * k)));
+      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), wk, acc[k]);
+    }
+  }
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+  return hsum(_mm256_add_ps(lo, hi));
+#endif
+}
+#endif
+
+// out [row_end - row_begin] for rows [row_begin, row_end) of an F16 matrix.
+void gemv_f16(float* out, const float* x, const WeightMatrix& w, size_t row_begin, size_t row_end,
+              ops_internal::F16GemvKernel kernel) {
+  const size_t n = w.cols;
+  const auto* base = static_cast<const fp16_t*>(w.data);
+  size_t r = row_begin;
+#if SNAPKV_GEMM_AVX2
+  using ops_internal::F16GemvKernel;
+  if ((kernel == F16GemvKernel::row_acc8 || kernel == F16GemvKernel::row_acc8_prefetch) &&
+      n % 64 == 0) {
+    const fp16_t* end = kernel == F16GemvKernel::row_acc8_prefetch ? base + row_end * n : nullptr;
+    for (; r < row_end; ++r) out[r - row_begin] = dot_f16_row_acc8(base + r * n, x, n, end);
+    return;
+  }
+  if ((kernel == F16GemvKernel::rows || kernel == F16GemvKernel::rows_prefetch) && n % 16 == 0) {
+    const bool prefetch = kernel == ops_internal::F16GemvKernel::rows_prefetch;
+    for (; r + kF16RowsInFlight <= row_end; r += kF16RowsInFlight) {
+      const size_t ahead = r + kF16RowsInFlight;
+      const fp16_t* next =
+          prefetch && ahead + kF16RowsInFlight <= row_end ? base + ahead * n : nullptr;
+      dot_f16_rows4(out + (r - row_begin), base + r * n, n, x, n, next);
+    }
+  }
+#else
+  (void)kernel;
+#endif
+  for (; r < row_end; ++r) out[r - row_begin] = dot_f16_row(base + r * n, x, n);
+}
+
 // Elements per block of a decode_block type.
 template <class Block>
 constexpr size_t kBlockElems = kQK_K;
@@ -174,6 +318,10 @@ bool with_block_type(WeightType type, F&& f) {
 
 void gemv_rows(float* out, const float* x, const WeightMatrix& w, size_t row_begin,
                size_t row_end) {
+  if (w.type == WeightType::f16) {
+    gemv_f16(out, x, w, row_begin, row_end, ops_internal::kDefaultF16GemvKernel);
+    return;
+  }
   for (size_t r = row_begin; r < row_end; ++r) {
     const uint8_t* p = row_ptr(w, r);
     float& o = out[r - row_begin];
@@ -181,7 +329,7 @@ void gemv_rows(float* out, const float* x, const WeightMatrix& w, size_t row_beg
       case WeightType::f32:
         o = SNAPKV_ISA::dot(reinterpret_cast<const float*>(p), x, w.cols);
         break;
-      case WeightType::f16:
+      case WeightType::f16:  // gemv_f16 above, for a whole range
         o = dot_f16_row(reinterpret_cast<const fp16_t*>(p), x, w.cols);
         break;
       case WeightType::q8_0:
@@ -198,6 +346,11 @@ void gemv_rows(float* out, const float* x, const WeightMatrix& w, size_t row_beg
         break;
     }
   }
+}
+
+void gemv_rows_f16(float* out, const float* x, const WeightMatrix& w, size_t row_begin,
+                   size_t row_end, ops_internal::F16GemvKernel kernel) {
+  gemv_f16(out, x, w, row_begin, row_end, kernel);
 }
 
 void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end) {

@@ -11,6 +11,25 @@
 #include "snapkv/util/cpu.h"
 #include "snapkv/util/fp16.h"
 
+namespace snapkv::ops_internal {
+// The F16 decode matvec's variants (gemm_simd.cpp), all with the bits of the per-row dot_f16:
+//   per_row        one row at a time (dot_f16; the kernel before the multi-row one)
+//   rows           kF16RowsInFlight rows at once, sharing the loads of x
+//   rows_prefetch  rows, plus a software prefetch of the next group of rows
+//   row_acc8       one row at a time (the matrix read as one stream) with eight FMA chains: its
+//                  own summation order (gemm_simd.cpp dot_f16_row_acc8), the same at both SIMD
+//                  levels; widths that are not a multiple of 64 take per_row
+//   row_acc8_prefetch  row_acc8 plus a software prefetch 2 KiB ahead in the stream
+// (the first three give the bits of the per-row dot_f16; at the scalar level all are per_row)
+// gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
+// environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch; read once, anything else
+// throws std::invalid_argument), for A/B runs of a whole decode; bench_gemv_decode times all three
+// in one run.
+enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch };
+inline constexpr size_t kF16RowsInFlight = 4;
+inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::row_acc8_prefetch;
+}  // namespace snapkv::ops_internal
+
 #define SNAPKV_OPS_KERNELS_DECLARE(NS)                                                       \
   namespace snapkv::NS {                                                                     \
   float dot(const float* a, const float* b, size_t n);                                       \
@@ -31,6 +50,9 @@
   void gemv_rows(float* out, const float* x, const WeightMatrix& w, size_t row_begin,        \
                  size_t row_end);                                                            \
   void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end); \
+  /* gemv_rows of an F16 matrix through the given variant */                                 \
+  void gemv_rows_f16(float* out, const float* x, const WeightMatrix& w, size_t row_begin,    \
+                     size_t row_end, ops_internal::F16GemvKernel kernel);                    \
   }
 
 SNAPKV_OPS_KERNELS_DECLARE(isa_scalar)
@@ -56,6 +78,7 @@ struct OpsKernels {
   void (*decode_q6_K)(float*, const BlockQ6_K&);
   void (*gemv_rows)(float*, const float*, const WeightMatrix&, size_t, size_t);
   void (*dequantize_rows)(float*, const WeightMatrix&, size_t, size_t);
+  void (*gemv_rows_f16)(float*, const float*, const WeightMatrix&, size_t, size_t, F16GemvKernel);
 };
 
 // The entries of each level (kernels.cpp), and those of the active one (snapkv/util/cpu.h); inline,
@@ -64,5 +87,11 @@ extern const OpsKernels kOpsTables[kIsaLevelCount];
 inline const OpsKernels& ops_kernels() {
   return isa_select(kOpsTables);
 }
+
+F16GemvKernel f16_gemv_kernel();  // gemm.cpp
+
+// gemm.cpp: gemv (out [rows] = W x, threaded over rows) of an F16 matrix through `kernel` at the
+// active level; gemv itself takes kDefaultF16GemvKernel. Throws for another weight type.
+void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel kernel);
 
 }  // namespace snapkv::ops_internal

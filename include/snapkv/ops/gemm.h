@@ -10,7 +10,9 @@
 //     GEMV. One thread pool: OpenBLAS is pinned to one thread (set_blas_threads below).
 //   gemv:   out[r] = sum_c W[r][c] * x[c], rows spread over snapkv::parallel_for, F16C/AVX2 inner
 //     loops with a scalar fallback; block types decode one block into registers-sized scratch
-//     (decode_block) and dot it with x in fp32.
+//     (decode_block) and dot it with x in fp32. F16 rows (the decode of an F16 model) go through
+//     a streaming kernel with eight FMA chains and a software prefetch (src/ops/kernels.h
+//     F16GemvKernel; SNAPKV_F16_GEMV picks another variant for A/B runs).
 //   GemmPrecision::q8 (the default for gemv, and for matmul on Q8_0 / Q4_0): for Q8_0, Q4_0,
 //     Q4_K, Q5_K and Q6_K weights x is quantized to 8 bits once per product and the rows are
 //     dotted with it in integer arithmetic (src/ops/q8_dot.h), as llama.cpp does; Q8_0 / Q4_0
@@ -105,6 +107,12 @@ void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, si
 // out [rows] = W [rows][cols] x [cols]; threaded over rows.
 void gemv(float* out, const float* x, const WeightMatrix& w);
 void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision precision);
+// Several products of one input, in one parallel region (a decode step's Q / K / V, or gate / up):
+// outs[i] [ws[i].rows] = ws[i] x for i < count (at most 8), x [cols] with cols the width of every
+// ws[i] (checked). Each output has the bits of gemv(outs[i], x, ws[i]) under gemv_precision(); a
+// quantized activation row is made once per layout and shared. Saves the count - 1 thread-pool
+// round trips of separate calls.
+void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size_t count);
 // out [n_tokens][rows] = x [n_tokens][cols] W^T. Under q8 every token row is quantized once and
 // the integer dots run over tiles of weight rows x tokens.
 void matmul(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);

@@ -1,0 +1,264 @@
+// The decode matvec against the memory it has to stream: out [rows] = W [rows][cols] x [cols] at
+// the 0.73B model's shapes (width 2048, 8 KV heads of 64, FFN 5632: 2048x2048 for Q and O,
+// 512x2048 for K and V, 5632x2048 for gate and up, 2048x5632 for down), 1 and 2 threads. Each
+// iteration reads another copy of the matrix from a pool of at least kPoolBytes (8x a 32 MiB last
+// level cache), as a decode step reads every weight once, so the figures are DRAM streaming, not
+// cache hits. Counters:
+//   GB/s        weight bytes read per second
+//   of_read_bw  that over the read bandwidth measured in the same process with the same thread
+//               count (read_bandwidth() below: bench_read_bandwidth's loop, median of 5 passes
+//               over 1 GiB), the figure issue 14 asks to reach 0.9
+// Kernels (first argument), the old one kept beside the new ones as the A/B reference:
+//   0 f16 per_row            one row at a time, 2 FMA chains (the F16 decode kernel before these)
+//   1 f16 rows               4 rows in flight, per_row's bits (ops/kernels.h F16GemvKernel)
+//   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
+//   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
+//   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead (gemv's default)
+//   5 q8_0 q8                Q8_0 weights, 8-bit activations, integer pair dots (gemv's default)
+//   6 q8_0 f32               Q8_0 weights decoded to fp32
+//   7 q4_K q8                Q4_K weights, Q8_K activations (gemv's default)
+//   8 q4_K f32               Q4_K blocks decoded to fp32
+// (of_read_bw is a ratio; Google Benchmark prints it with a "/s" suffix because it is computed
+// as a rate.)
+// BM_LayerDecode: the seven products of one layer in the model's order and grouping (q/k/v and
+// gate/up each through one gemv_multi: 4 parallel regions), a pool of layers as large as above;
+// BM_ParallelForEmpty: the cost of one parallel_for with nothing to do (the decode step opens about
+// 7 per layer, 112 per token).
+//
+//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-4]/'
+//       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one command line)
+//   build/bench/bench_gemv_decode --benchmark_filter='BM_LayerDecode|BM_ParallelFor'
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/kernels.h"
+#include "snapkv/gguf/quant.h"
+#include "snapkv/ops/gemm.h"
+#include "snapkv/util/parallel.h"
+#include "snapkv/util/timer.h"
+
+namespace {
+
+using snapkv::GemmPrecision;
+using snapkv::WeightMatrix;
+using snapkv::WeightType;
+using snapkv::ops_internal::F16GemvKernel;
+
+constexpr size_t kPoolBytes = size_t{256} << 20;
+
+struct Shape {
+  size_t rows, cols;
+};
+constexpr Shape kShapes[] = {{2048, 2048}, {512, 2048}, {5632, 2048}, {2048, 5632}};
+
+struct Kernel {
+  WeightType type;
+  GemmPrecision precision;  // for the non-F16 kernels
+  F16GemvKernel f16;        // for the F16 ones
+  const char* name;
+};
+const Kernel kKernels[] = {
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::per_row, "f16 per_row (old)"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::rows, "f16 rows"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::rows_prefetch, "f16 rows_prefetch"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::row_acc8, "f16 row_acc8"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::row_acc8_prefetch,
+     "f16 row_acc8_prefetch"},
+    {WeightType::q8_0, GemmPrecision::q8, F16GemvKernel::per_row, "q8_0 q8"},
+    {WeightType::q8_0, GemmPrecision::f32, F16GemvKernel::per_row, "q8_0 f32"},
+    {WeightType::q4_K, GemmPrecision::q8, F16GemvKernel::per_row, "q4_K q8"},
+    {WeightType::q4_K, GemmPrecision::f32, F16GemvKernel::per_row, "q4_K f32"},
+};
+
+std::vector<float> noise(size_t n, uint64_t seed) {
+  std::vector<float> out(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+  for (float& x : out) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0) * 0.05f;
+  }
+  return out;
+}
+
+// One [rows][cols] matrix in `type`.
+std::vector<uint8_t> encoded(WeightType type, Shape s) {
+  const auto gtype = snapkv::gguf::tensor_type_from_name(snapkv::to_string(type));
+  const size_t row_bytes = snapkv::weight_row_bytes(type, s.cols);
+  std::vector<uint8_t> bytes(s.rows * row_bytes);
+  const std::vector<float> m = noise(s.rows * s.cols, 1);
+  for (size_t r = 0; r < s.rows; ++r) {
+    snapkv::gguf::quantize_row(bytes.data() + r * row_bytes, m.data() + r * s.cols, *gtype, s.cols);
+  }
+  return bytes;
+}
+
+// Copies of one encoded matrix, back to back, at least kPoolBytes in all.
+struct Pool {
+  std::vector<uint8_t> bytes;
+  size_t matrix_bytes = 0, count = 0;
+  const void* at(size_t i) const { return bytes.data() + (i % count) * matrix_bytes; }
+};
+
+Pool make_pool(const std::vector<uint8_t>& one) {
+  Pool p;
+  p.matrix_bytes = one.size();
+  p.count = std::max<size_t>(2, (kPoolBytes + one.size() - 1) / one.size());
+  p.bytes.resize(p.count * one.size());
+  for (size_t i = 0; i < p.count; ++i)
+    std::memcpy(p.bytes.data() + i * one.size(), one.data(), one.size());
+  return p;
+}
+
+uint64_t sum_words(const uint64_t* p, size_t n) {
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a += p[i];
+    b += p[i + 1];
+    c += p[i + 2];
+    d += p[i + 3];
+  }
+  for (; i < n; ++i) a += p[i];
+  return a + b + c + d;
+}
+
+// Read bandwidth (bytes/s) with the current thread count: bench_read_bandwidth's loop (each
+// thread one contiguous slice of a 1 GiB buffer), the median of 5 passes; measured once per
+// thread count per process.
+double read_bandwidth() {
+  static std::map<int, double> measured;
+  const int threads = snapkv::num_threads();
+  if (auto it = measured.find(threads); it != measured.end()) return it->second;
+  const size_t n_words = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(n_words, 1);
+  const auto n_slices = static_cast<size_t>(threads);
+  std::vector<uint64_t> partial(n_slices * 8);
+  std::vector<double> rates;
+  for (int pass = 0; pass < 6; ++pass) {
+    const snapkv::Timer timer;
+    snapkv::parallel_for(n_slices, [&](size_t s) {
+      const size_t begin = n_words * s / n_slices, end = n_words * (s + 1) / n_slices;
+      partial[s * 8] = sum_words(buffer.data() + begin, end - begin);
+    });
+    const double seconds = timer.seconds();
+    benchmark::DoNotOptimize(partial.data());
+    if (pass > 0) rates.push_back(static_cast<double>(n_words * sizeof(uint64_t)) / seconds);
+  }
+  std::sort(rates.begin(), rates.end());
+  return measured[threads] = rates[rates.size() / 2];
+}
+
+void set_counters(benchmark::State& state, double bytes_per_iteration) {
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["read_bw_GB/s"] = read_bandwidth() * 1e-9;
+  state.counters["of_read_bw"] = benchmark::Counter(bytes_per_iteration / read_bandwidth(),
+                                                    benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void run_product(float* out, const float* x, const WeightMatrix& w, const Kernel& k) {
+  if (k.type == WeightType::f16) {
+    snapkv::ops_internal::gemv_f16(out, x, w, k.f16);
+  } else {
+    snapkv::gemv(out, x, w, k.precision);
+  }
+}
+
+// range(0): kernel (kKernels), range(1): shape (kShapes), range(2): threads
+void BM_GemvDecode(benchmark::State& state) {
+  const Kernel& k = kKernels[state.range(0)];
+  const Shape s = kShapes[state.range(1)];
+  const int saved = snapkv::num_threads();
+  snapkv::set_num_threads(static_cast<int>(state.range(2)));
+  const Pool pool = make_pool(encoded(k.type, s));
+  const std::vector<float> x = noise(s.cols, 2);
+  std::vector<float> out(s.rows);
+  read_bandwidth();  // measured before the timed loop
+  size_t i = 0;
+  for (auto _ : state) {
+    const WeightMatrix w{k.type, pool.at(i++), s.rows, s.cols};
+    run_product(out.data(), x.data(), w, k);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(std::string(k.name) + " " + std::to_string(s.rows) + "x" + std::to_string(s.cols));
+  set_counters(state, static_cast<double>(pool.matrix_bytes));
+  snapkv::set_num_threads(saved);
+}
+
+void gemv_args(benchmark::internal::Benchmark* b) {
+  for (int64_t k = 0; k < static_cast<int64_t>(std::size(kKernels)); ++k) {
+    for (int64_t s = 0; s < static_cast<int64_t>(std::size(kShapes)); ++s) {
+      for (int64_t t : {1, 2}) b->Args({k, s, t});
+    }
+  }
+}
+BENCHMARK(BM_GemvDecode)->Apply(gemv_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// range(0): weight type (0 f16, 1 q8_0, 2 q4_K, each through gemv's default), range(1): threads.
+void BM_LayerDecode(benchmark::State& state) {
+  const WeightType type = std::array{WeightType::f16, WeightType::q8_0,
+                                     WeightType::q4_K}[static_cast<size_t>(state.range(0))];
+  const int saved = snapkv::num_threads();
+  snapkv::set_num_threads(static_cast<int>(state.range(1)));
+  // q, k, v, o, gate, up, down
+  const Shape shapes[] = {kShapes[0], kShapes[1], kShapes[1], kShapes[0],
+                          kShapes[2], kShapes[2], kShapes[3]};
+  std::vector<Pool> pools;
+  double layer_bytes = 0;
+  for (const Shape s : shapes) {
+    pools.push_back(make_pool(encoded(type, s)));
+    layer_bytes += static_cast<double>(pools.back().matrix_bytes);
+  }
+  const std::vector<float> x = noise(5632, 2);
+  std::vector<float> out(5632);
+  read_bandwidth();
+  size_t i = 0;
+  std::vector<float> out2(5632), out3(5632);
+  for (auto _ : state) {
+    WeightMatrix w[std::size(shapes)];
+    for (size_t m = 0; m < std::size(shapes); ++m) {
+      w[m] = WeightMatrix{type, pools[m].at(i), shapes[m].rows, shapes[m].cols};
+    }
+    float* const qkv[] = {out.data(), out2.data(), out3.data()};
+    snapkv::gemv_multi(qkv, x.data(), w, 3);  // as the decode step: q, k, v in one region
+    snapkv::gemv(out.data(), x.data(), w[3]);
+    float* const gate_up[] = {out.data(), out2.data()};
+    snapkv::gemv_multi(gate_up, x.data(), w + 4, 2);
+    snapkv::gemv(out.data(), x.data(), w[6]);
+    ++i;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(std::string(snapkv::to_string(type)) + " layer (7 products, 4 regions)");
+  set_counters(state, layer_bytes);
+  snapkv::set_num_threads(saved);
+}
+BENCHMARK(BM_LayerDecode)
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// range(0): threads. One parallel_for over `threads` indices that do nothing.
+void BM_ParallelForEmpty(benchmark::State& state) {
+  const int saved = snapkv::num_threads();
+  const int threads = static_cast<int>(state.range(0));
+  snapkv::set_num_threads(threads);
+  std::vector<int> touched(static_cast<size_t>(threads) * 16);
+  for (auto _ : state) {
+    snapkv::parallel_for(static_cast<size_t>(threads), [&](size_t i) { touched[i * 16] += 1; });
+    benchmark::DoNotOptimize(touched.data());
+  }
+  snapkv::set_num_threads(saved);
+}
+BENCHMARK(BM_ParallelForEmpty)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
