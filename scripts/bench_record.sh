@@ -14,9 +14,10 @@
 #            repetitions; Q8_0 also at 1 thread (thread scaling). The files are random-weight
 #            0.73B Llama GGUFs: tools/make_big_random_model.py --ctx 20480 writes the F16 one,
 #            llama.cpp's llama-quantize the others (neither is committed).
-#   kernels  build/bench/bench_snapkv_select (scoring + selection + compaction vs sgemm) and
-#            build/bench/bench_kivi_attention (decode attention per codec vs memcpy bandwidth),
-#            medians of 3, JSON.
+#   kernels  build/bench/bench_snapkv_select (scoring + selection + compaction vs sgemm),
+#            build/bench/bench_kivi_attention (decode attention per codec vs memcpy bandwidth; fp16
+#            and the KIVI family) and build/bench/bench_gemv_decode (decode matvec per weight type
+#            vs the read bandwidth measured in the same process), medians of 3, JSON.
 #   ttft     scripts/bench_ttft.py: time to first token from a .kvc vs a fresh prefill, the shipped
 #            model at 2K (3 repetitions) and the 0.73B file at 4K (TTFT_BIG_REPS, default 1).
 #   serve    scripts/serve_load.py: 200 requests from 8 concurrent clients against `snapkv serve` on
@@ -65,10 +66,18 @@ for part in $PARTS; do
       build/bench/bench_snapkv_select --benchmark_repetitions=3 \
         --benchmark_report_aggregates_only=true --benchmark_out="$OUT/select.json" \
         --benchmark_out_format=json | tee "$OUT/select.txt"
+      # The filter of record: fp16 and the KIVI family (kivi42 is codec 9) (zipcache and gear build their caches
+      # for minutes; run them alone with --benchmark_filter='BM_DecodeAttend/codec:[6-9]').
       log "kernels: bench_kivi_attention"
       build/bench/bench_kivi_attention --benchmark_repetitions=3 \
-        --benchmark_report_aggregates_only=true --benchmark_out="$OUT/kivi_attention.json" \
+        --benchmark_report_aggregates_only=true \
+        --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9)/' \
+        --benchmark_out="$OUT/kivi_attention.json" \
         --benchmark_out_format=json | tee "$OUT/kivi_attention.txt"
+      log "kernels: bench_gemv_decode"
+      build/bench/bench_gemv_decode --benchmark_repetitions=3 \
+        --benchmark_report_aggregates_only=true --benchmark_out="$OUT/gemv_decode.json" \
+        --benchmark_out_format=json | tee "$OUT/gemv_decode.txt"
       ;;
     ttft)
       rm -f "$OUT/ttft.jsonl"
