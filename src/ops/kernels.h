@@ -22,12 +22,15 @@ namespace snapkv::ops_internal {
 //   row_acc8_prefetch  row_acc8 plus a software prefetch 2 KiB ahead in the stream
 // (the first three give the bits of the per-row dot_f16; at the scalar level all are per_row)
 // gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
-// environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch; read once, anything else
-// throws std::invalid_argument), for A/B runs of a whole decode; bench_gemv_decode times all three
-// in one run.
+// environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch, row_acc8,
+// row_acc8_prefetch; read once, anything else throws std::invalid_argument), for A/B runs of a
+// whole decode; bench_gemv_decode times all five in one run. The default is per_row: in the quiet
+// run of record (docs/results/bench/gemv_decode.txt, 2 threads) it read 0.73-0.88 of the read
+// bandwidth at the model's four shapes against 0.62-0.82 for row_acc8_prefetch, and the 16K
+// long-context decode with per_row ran 19.2 tok/s against 14.7 (docs/results/bench/ab/).
 enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch };
 inline constexpr size_t kF16RowsInFlight = 4;
-inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::row_acc8_prefetch;
+inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::per_row;
 }  // namespace snapkv::ops_internal
 
 #define SNAPKV_OPS_KERNELS_DECLARE(NS)                                                       \
