@@ -86,7 +86,7 @@ inline __m256 unpack8(uint32_t word) {
 }
 
 // Writes the 8 row results of one octet (rows past n_rows are dropped): dst[0..valid) = acc + qz.
-inline void store_octet(float* dst, __m256 acc, float qz, size_t valid) {
+[[maybe_unused]] inline void store_octet(float* dst, __m256 acc, float qz, size_t valid) {
   const __m256 v = _mm256_add_ps(acc, _mm256_set1_ps(qz));
   if (valid == kKiviOctet) {
     _mm256_storeu_ps(dst, v);
