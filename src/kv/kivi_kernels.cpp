@@ -23,10 +23,12 @@ struct KiviKernels {
   void (*value_rows_accumulate)(float*, const float*, size_t, size_t, const uint8_t*,
                                 const KiviParams*, size_t, size_t, size_t, int, float*);
   bool (*key_q8_handles)(size_t, int);
+  bool (*value_q8_handles)(size_t, size_t, int);
 };
-#define SNAPKV_KIVI_TABLE(NS)                                                          \
-  KiviKernels {                                                                        \
-    &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles \
+#define SNAPKV_KIVI_TABLE(NS)                                                           \
+  KiviKernels {                                                                         \
+    &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles, \
+        &NS::kivi_value_q8_handles                                                      \
   }
 const KiviKernels kTables[kIsaLevelCount] = {SNAPKV_KIVI_TABLE(isa_scalar),
                                              SNAPKV_KIVI_TABLE(SNAPKV_ISA_NS_AVX2),
@@ -151,6 +153,70 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
   scratch.resize(kivi_value_scratch_floats(n_q, head_dim, group));
   isa_select(kTables).value_rows_accumulate(out, w, w_stride, n_q, codes, params, n_rows, head_dim,
                                             group, bits, scratch.data());
+}
+
+void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
+                                          const uint8_t* codes, const KiviParams* params,
+                                          size_t n_rows, size_t head_dim, size_t group, int bits) {
+  const size_t n_words = ceil_div(head_dim, kKiviOctet);
+  const size_t n_groups = ceil_div(head_dim, group);
+  const size_t row_bytes = n_words * kivi_word_bytes(bits);
+  const bool two = kivi_value_q8_parts(bits) == 2;
+  const float levels = two ? 127.0f : 255.0f;
+  std::vector<float> sums(head_dim), zero_sum(n_groups), step(n_groups), step2(n_groups);
+  std::vector<int32_t> hsum(head_dim), lsum(head_dim);
+  std::vector<int32_t> hi(kKiviValueTile * n_groups), lo(kKiviValueTile * n_groups);
+  for (size_t j = 0; j < n_q; ++j) {
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    std::fill(zero_sum.begin(), zero_sum.end(), 0.0f);
+    for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueTile) {
+      const size_t nr = std::min(kKiviValueTile, n_rows - r0);
+      const float* wj = w + j * w_stride + r0;
+      for (size_t g = 0; g < n_groups; ++g) {
+        const auto u = [&](size_t r) {
+          return wj[r] * fp16_to_fp32(params[(r0 + r) * n_groups + g].scale);
+        };
+        float mx = 0.0f;
+        for (size_t r = 0; r < nr; ++r) {
+          mx = std::max(mx, u(r));
+          zero_sum[g] += wj[r] * fp16_to_fp32(params[(r0 + r) * n_groups + g].zero);
+        }
+        const float inv = mx >= 0x1p-100f ? levels / mx : 0.0f;
+        step[g] = mx >= 0x1p-100f ? mx / levels : 0.0f;
+        step2[g] = two ? step[g] / 254.0f : 0.0f;
+        const float inv2 = step[g] >= 0x1p-100f ? 254.0f / step[g] : 0.0f;
+        for (size_t r = 0; r < nr; ++r) {
+          const float h = std::min(std::nearbyint(u(r) * inv), levels);
+          hi[r * n_groups + g] = static_cast<int32_t>(h);
+          lo[r * n_groups + g] =
+              two ? static_cast<int32_t>(std::clamp(
+                        std::nearbyint(std::fma(-step[g], h, u(r)) * inv2), -127.0f, 127.0f))
+                  : 0;
+        }
+      }
+      std::fill(hsum.begin(), hsum.end(), 0);
+      std::fill(lsum.begin(), lsum.end(), 0);
+      for (size_t r = 0; r < nr; ++r) {
+        const uint8_t* row = codes + (r0 + r) * row_bytes;
+        for (size_t c = 0; c < head_dim; ++c) {
+          const auto code = static_cast<int32_t>(
+              code_at(kivi_load_word(row, c / kKiviOctet, bits), c % kKiviOctet, bits));
+          hsum[c] += hi[r * n_groups + c / group] * code;
+          lsum[c] += lo[r * n_groups + c / group] * code;
+        }
+      }
+      for (size_t c = 0; c < head_dim; ++c) {
+        const size_t g = c / group;
+        sums[c] = std::fma(step2[g], static_cast<float>(lsum[c]),
+                           std::fma(step[g], static_cast<float>(hsum[c]), sums[c]));
+      }
+    }
+    for (size_t c = 0; c < head_dim; ++c) out[j * head_dim + c] += sums[c] + zero_sum[c / group];
+  }
+}
+
+bool kivi_value_accumulate_uses_q8(size_t head_dim, size_t group, int bits) {
+  return isa_select(kTables).value_q8_handles(head_dim, group, bits);
 }
 
 void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* params,

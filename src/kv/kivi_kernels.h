@@ -57,6 +57,31 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
                                        const uint8_t* codes, const KiviParams* params,
                                        size_t n_rows, size_t head_dim, size_t group, int bits);
 
+// The integer form of kivi_value_rows_accumulate (the reference of the AVX-512 VNNI kernel,
+// kivi_q8_simd.cpp), for weights w in [0, 2^100] (softmax weights; other weights run the float
+// form). Per query j, tile of kKiviValueTile rows (counted from row 0 of the call) and group g,
+// with u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile, the weights become
+// integers in parts = kivi_value_q8_parts(bits):
+//   1 part:  step = mx / 255, hi_r = min(rne(u_r * (255 / mx)), 255), step2 = lo_r = 0
+//   2 parts: step = mx / 127, hi_r = min(rne(u_r * (127 / mx)), 127), step2 = step / 254,
+//            lo_r = rne(fma(-step, hi_r, u_r) * (254 / step)) in [-127, 127] (0 if step < 2^-100)
+// (everything 0 when mx < 2^-100) and
+//   out[j][c] += sum_tiles fma(step2, float(L_c), fma(step, float(H_c), 0)) + sum_r w_r zero(r, g)
+// with H_c = sum_r hi_r code(r, c), L_c = sum_r lo_r code(r, c) exact in int32. Its distance from
+// the float form is at most
+//   sum_tiles e_t * sum_r code(r, c) + the fp32 rounding of both forms,
+// e_t = step / 2 (1 part) or step2 / 2 (2 parts), times (1 + 2^-10), or mx when mx < 2^-100,
+// since |step hi_r + step2 lo_r - u_r| <= e_t.
+constexpr int kivi_value_q8_parts(int bits) {
+  return bits == 4 ? 2 : 1;  // 2-bit codes (<= 3) make one u8 part's error small beside theirs
+}
+void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
+                                          const uint8_t* codes, const KiviParams* params,
+                                          size_t n_rows, size_t head_dim, size_t group, int bits);
+// True when kivi_value_rows_accumulate runs the integer form at the active ISA level for this
+// shape (and weights in [0, 2^100]).
+bool kivi_value_accumulate_uses_q8(size_t head_dim, size_t group, int bits);
+
 // Decodes n_rows value rows into out: [n_rows][head_dim].
 void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* params,
                             size_t n_rows, size_t head_dim, size_t group, int bits);
@@ -92,6 +117,10 @@ constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
   void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,       \
                                   const uint8_t* codes, const KiviParams* params, size_t n_rows, \
                                   size_t head_dim, size_t group, int bits, float* scratch);      \
+  bool kivi_value_rows_accumulate_q8(float* out, const float* w, size_t w_stride, size_t n_q,    \
+                                     const uint8_t* codes, const KiviParams* params,             \
+                                     size_t n_rows, size_t head_dim, size_t group, int bits);    \
+  bool kivi_value_q8_handles(size_t head_dim, size_t group, int bits);                           \
   }
 SNAPKV_KIVI_KERNELS_DECLARE(isa_scalar)
 SNAPKV_KIVI_KERNELS_DECLARE(isa_avx2)

@@ -448,6 +448,10 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
 void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,
                                 const uint8_t* codes, const KiviParams* params, size_t n_rows,
                                 size_t head_dim, size_t group, int bits, float* scratch) {
+  if (kivi_value_rows_accumulate_q8(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group,
+                                    bits)) {
+    return;  // integer weighted sums (kivi_q8_simd.cpp)
+  }
 #if SNAPKV_KIVI_AVX2
   const size_t n_groups = ceil_div(head_dim, group);
   const bool words_in_one_group = group % kKiviOctet == 0 || n_groups == 1;

@@ -3,6 +3,7 @@
 // against their scalar twins, and attention output error against an fp16 cache on the same rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -215,8 +216,12 @@ TEST(KiviAttention, FastKernelsMatchScalarTwins) {
         for (float& v : w) v = u(rng);
         kivi_value_rows_accumulate(acc_fast.data(), w.data(), n_rows, n_q, codes.data(),
                                    params.data(), n_rows, hd, group, bits);
-        kivi_value_rows_accumulate_scalar(acc_slow.data(), w.data(), n_rows, n_q, codes.data(),
-                                          params.data(), n_rows, hd, group, bits);
+        // weights all >= 0 (rare here) run the integer form where the level has it
+        const bool value_q8 = kivi_value_accumulate_uses_q8(hd, group, bits) &&
+                              std::all_of(w.begin(), w.end(), [](float x) { return x >= 0.0f; });
+        (value_q8 ? kivi_value_rows_accumulate_q8_scalar : kivi_value_rows_accumulate_scalar)(
+            acc_slow.data(), w.data(), n_rows, n_q, codes.data(), params.data(), n_rows, hd, group,
+            bits);
         // both within 2 (n_rows + 4) u * (1 + sum_r |w_r| (|s_r| max_code + 2 |z_r|))
         for (size_t j = 0; j < n_q; ++j) {
           for (size_t c = 0; c < hd; ++c) {
@@ -380,6 +385,137 @@ TEST(KiviAttention, IntegerKeyAttentionWithinDerivedBound) {
       if (bits == 2 && j == 0) {
         std::printf("[kivi] integer key form: logit error bound %.2e (q8 %d)\n", big_e, int(q8));
       }
+    }
+  }
+}
+
+// Packed value rows with random codes and params, and softmax-like weights (exp of spread-out
+// logits: a few large, many tiny, some exactly 0, one query's weights all below 2^-100 in a tile).
+struct ValueCase {
+  size_t hd, group, n_rows, n_q;
+  std::vector<uint8_t> codes;
+  std::vector<KiviParams> params;
+  std::vector<float> w;
+};
+ValueCase value_case(size_t hd, size_t group, size_t n_rows, size_t n_q, int bits, uint32_t seed) {
+  ValueCase v{hd, group, n_rows, n_q, {}, {}, {}};
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  v.codes.resize(n_rows * ((hd + 7) / 8) * size_t(bits));
+  for (auto& b : v.codes) b = static_cast<uint8_t>(rng());
+  v.params.resize(n_rows * ((hd + group - 1) / group));
+  for (auto& p : v.params) {
+    p.scale = fp32_to_fp16(std::fabs(u(rng)) * (rng() % 7 == 0 ? 0.0f : 1.0f));
+    p.zero = fp32_to_fp16(u(rng));
+  }
+  v.w.resize(n_q * n_rows);
+  for (size_t j = 0; j < n_q; ++j) {
+    for (size_t r = 0; r < n_rows; ++r) {
+      float& x = v.w[j * n_rows + r];
+      x = std::exp(-std::fabs(u(rng)) * 12.0f);
+      if (rng() % 11 == 0) x = 0.0f;
+      if (j == 1 && r < 32) x *= 0x1p-110f;  // below the smallest step the integer form keeps
+    }
+  }
+  return v;
+}
+
+// The active level's value kernel against its reference: the integer form's scalar twin where it
+// runs (same integer weights, exact integer sums; only the fp32 sums of the tiles, lane order and
+// zero terms differ), else the float form's; weights with a negative entry run the float form.
+TEST(KiviAttention, IntegerValueKernelMatchesScalarForm) {
+  struct VShape {
+    size_t hd, group;
+  };
+  for (int bits : {2, 4}) {
+    for (const VShape& sh : {VShape{128, 32}, VShape{128, 128}, VShape{64, 16}, VShape{128, 64},
+                             VShape{256, 32}, VShape{64, 64}, VShape{40, 8}, VShape{128, 8}}) {
+      for (size_t n_rows : {size_t{1}, size_t{5}, size_t{8}, size_t{33}, size_t{77}}) {
+        for (bool negative : {false, true}) {
+          const size_t n_q = 5;
+          ValueCase v = value_case(sh.hd, sh.group, n_rows, n_q, bits, uint32_t(n_rows + sh.hd));
+          if (negative) v.w[2 * n_rows + n_rows / 2] = -0.25f;
+          const bool q8 = !negative && kivi_value_accumulate_uses_q8(sh.hd, sh.group, bits);
+          std::vector<float> fast(n_q * sh.hd, 0.5f), slow(n_q * sh.hd, 0.5f);
+          kivi_value_rows_accumulate(fast.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                                     v.params.data(), n_rows, sh.hd, sh.group, bits);
+          if (q8) {
+            kivi_value_rows_accumulate_q8_scalar(slow.data(), v.w.data(), n_rows, n_q,
+                                                 v.codes.data(), v.params.data(), n_rows, sh.hd,
+                                                 sh.group, bits);
+          } else {
+            kivi_value_rows_accumulate_scalar(slow.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                                              v.params.data(), n_rows, sh.hd, sh.group, bits);
+          }
+          // both forms: every product and sum rounds once, <= 4 (n_rows + 4) u * magnitude
+          const size_t n_groups = (sh.hd + sh.group - 1) / sh.group;
+          for (size_t j = 0; j < n_q; ++j) {
+            for (size_t c = 0; c < sh.hd; ++c) {
+              double mag = 0.5;
+              for (size_t r = 0; r < n_rows; ++r) {
+                const KiviParams& p = v.params[r * n_groups + c / sh.group];
+                mag += std::fabs(v.w[j * n_rows + r]) *
+                       (fp16_to_fp32(p.scale) * double(kivi_max_code(bits)) * 1.01 +
+                        2 * std::fabs(fp16_to_fp32(p.zero)));
+              }
+              ASSERT_NEAR(fast[j * sh.hd + c], slow[j * sh.hd + c],
+                          4.0 * double(n_rows + 4) * kU32 * mag)
+                  << "bits " << bits << " hd " << sh.hd << " group " << sh.group << " rows "
+                  << n_rows << " q8 " << q8 << " query " << j << " channel " << c;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The integer form's reference against the exact weighted sum of the decoded rows, within the
+// bound of kivi_kernels.h: per tile e_t * sum_r code(r, c) (e_t from the tile's largest
+// w * scale of the channel's group) + the fp32 rounding of the sums.
+TEST(KiviAttention, IntegerValueFormWithinDerivedBound) {
+  for (int bits : {2, 4}) {
+    const double levels = kivi_value_q8_parts(bits) == 2 ? 127.0 * 254.0 : 255.0;
+    for (size_t group : {size_t{32}, size_t{128}}) {
+      const size_t hd = 128, n_rows = 100, n_q = 4;
+      const ValueCase v = value_case(hd, group, n_rows, n_q, bits, 7);
+      const size_t n_groups = hd / group;
+      std::vector<float> q8(n_q * hd, 0.0f);
+      kivi_value_rows_accumulate_q8_scalar(q8.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                                           v.params.data(), n_rows, hd, group, bits);
+      double worst = 0;  // largest error over its bound
+      for (size_t j = 0; j < n_q; ++j) {
+        for (size_t c = 0; c < hd; ++c) {
+          const size_t g = c / group;
+          double exact = 0, mag = 0, bound = 0;
+          for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueTile) {
+            const size_t nr = std::min(kKiviValueTile, n_rows - r0);
+            double mx = 0, code_sum = 0;
+            for (size_t r = r0; r < r0 + nr; ++r) {
+              const KiviParams& p = v.params[r * n_groups + g];
+              const float uw = v.w[j * n_rows + r] * fp16_to_fp32(p.scale);
+              mx = std::max(mx, double(uw));
+              const uint32_t code =
+                  (kivi_load_word(v.codes.data() + r * (hd / 8) * size_t(bits), c / 8, bits) >>
+                   (bits * (c % 8))) &
+                  kivi_max_code(bits);
+              code_sum += code;
+              exact += double(v.w[j * n_rows + r]) * kivi_decode(code, p);
+              mag += std::fabs(v.w[j * n_rows + r]) *
+                     (fp16_to_fp32(p.scale) * double(code) + 2 * std::fabs(fp16_to_fp32(p.zero)));
+            }
+            const double e = mx >= 0x1p-100 ? mx / levels / 2 * (1.0 + 1.0 / 1024) : mx;
+            bound += e * code_sum;
+          }
+          bound += 4.0 * double(n_rows + 8) * kU32 * mag;
+          const double err = std::fabs(q8[j * hd + c] - exact);
+          ASSERT_LE(err, bound) << "bits " << bits << " group " << group << " query " << j
+                                << " channel " << c;
+          worst = std::max(worst, err / bound);
+        }
+      }
+      std::printf("[kivi] integer value form, %d-bit group %zu: error / bound <= %.3f\n", bits,
+                  group, worst);
     }
   }
 }
