@@ -161,16 +161,13 @@ void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_s
   const size_t n_words = ceil_div(head_dim, kKiviOctet);
   const size_t n_groups = ceil_div(head_dim, group);
   const size_t row_bytes = n_words * kivi_word_bytes(bits);
-  const bool two = kivi_value_q8_parts(bits) == 2;
-  const float levels = two ? 127.0f : 255.0f;
-  std::vector<float> sums(head_dim), zero_sum(n_groups), step(n_groups), step2(n_groups);
-  std::vector<int32_t> hsum(head_dim), lsum(head_dim);
-  std::vector<int32_t> hi(kKiviValueTile * n_groups), lo(kKiviValueTile * n_groups);
+  std::vector<float> sums(head_dim), zero_sum(n_groups), step(n_groups);
+  std::vector<int32_t> isum(head_dim), wq(kKiviValueQ8Tile * n_groups);
   for (size_t j = 0; j < n_q; ++j) {
     std::fill(sums.begin(), sums.end(), 0.0f);
     std::fill(zero_sum.begin(), zero_sum.end(), 0.0f);
-    for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueTile) {
-      const size_t nr = std::min(kKiviValueTile, n_rows - r0);
+    for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueQ8Tile) {
+      const size_t nr = std::min(kKiviValueQ8Tile, n_rows - r0);
       const float* wj = w + j * w_stride + r0;
       for (size_t g = 0; g < n_groups; ++g) {
         const auto u = [&](size_t r) {
@@ -181,34 +178,23 @@ void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_s
           mx = std::max(mx, u(r));
           zero_sum[g] += wj[r] * fp16_to_fp32(params[(r0 + r) * n_groups + g].zero);
         }
-        const float inv = mx >= 0x1p-100f ? levels / mx : 0.0f;
-        step[g] = mx >= 0x1p-100f ? mx / levels : 0.0f;
-        step2[g] = two ? step[g] / 254.0f : 0.0f;
-        const float inv2 = step[g] >= 0x1p-100f ? 254.0f / step[g] : 0.0f;
+        const float inv = mx >= 0x1p-100f ? 255.0f / mx : 0.0f;
+        step[g] = mx >= 0x1p-100f ? mx * (1.0f / 255.0f) : 0.0f;
         for (size_t r = 0; r < nr; ++r) {
-          const float h = std::min(std::nearbyint(u(r) * inv), levels);
-          hi[r * n_groups + g] = static_cast<int32_t>(h);
-          lo[r * n_groups + g] =
-              two ? static_cast<int32_t>(std::clamp(
-                        std::nearbyint(std::fma(-step[g], h, u(r)) * inv2), -127.0f, 127.0f))
-                  : 0;
+          wq[r * n_groups + g] = static_cast<int32_t>(std::min(std::nearbyint(u(r) * inv), 255.0f));
         }
       }
-      std::fill(hsum.begin(), hsum.end(), 0);
-      std::fill(lsum.begin(), lsum.end(), 0);
+      std::fill(isum.begin(), isum.end(), 0);
       for (size_t r = 0; r < nr; ++r) {
         const uint8_t* row = codes + (r0 + r) * row_bytes;
         for (size_t c = 0; c < head_dim; ++c) {
           const auto code = static_cast<int32_t>(
               code_at(kivi_load_word(row, c / kKiviOctet, bits), c % kKiviOctet, bits));
-          hsum[c] += hi[r * n_groups + c / group] * code;
-          lsum[c] += lo[r * n_groups + c / group] * code;
+          isum[c] += wq[r * n_groups + c / group] * code;
         }
       }
       for (size_t c = 0; c < head_dim; ++c) {
-        const size_t g = c / group;
-        sums[c] = std::fma(step2[g], static_cast<float>(lsum[c]),
-                           std::fma(step[g], static_cast<float>(hsum[c]), sums[c]));
+        sums[c] = std::fma(step[c / group], static_cast<float>(isum[c]), sums[c]);
       }
     }
     for (size_t c = 0; c < head_dim; ++c) out[j * head_dim + c] += sums[c] + zero_sum[c / group];

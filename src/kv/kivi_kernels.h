@@ -58,23 +58,20 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
                                        size_t n_rows, size_t head_dim, size_t group, int bits);
 
 // The integer form of kivi_value_rows_accumulate (the reference of the AVX-512 VNNI kernel,
-// kivi_q8_simd.cpp), for weights w in [0, 2^100] (softmax weights; other weights run the float
-// form). Per query j, tile of kKiviValueTile rows (counted from row 0 of the call) and group g,
-// with u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile, the weights become
-// integers in parts = kivi_value_q8_parts(bits):
-//   1 part:  step = mx / 255, hi_r = min(rne(u_r * (255 / mx)), 255), step2 = lo_r = 0
-//   2 parts: step = mx / 127, hi_r = min(rne(u_r * (127 / mx)), 127), step2 = step / 254,
-//            lo_r = rne(fma(-step, hi_r, u_r) * (254 / step)) in [-127, 127] (0 if step < 2^-100)
-// (everything 0 when mx < 2^-100) and
-//   out[j][c] += sum_tiles fma(step2, float(L_c), fma(step, float(H_c), 0)) + sum_r w_r zero(r, g)
-// with H_c = sum_r hi_r code(r, c), L_c = sum_r lo_r code(r, c) exact in int32. Its distance from
-// the float form is at most
+// kivi_q8_simd.cpp, which runs it for 2-bit rows of head_dim 128 or 256 with groups of 16k
+// channels, at most 4 per row), for weights w in [0, 2^100] (softmax weights; other weights run
+// the float form). Per query j, tile of kKiviValueQ8Tile rows (counted from row 0 of the call)
+// and group g, with u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile:
+//   step = mx * (1 / 255), wq_r = min(rne(u_r * (255 / mx)), 255)   (both 0 when mx < 2^-100)
+//   out[j][c] += sum_tiles fma(step, float(I_c), .) + sum_r w_r zero(r, g)
+// with I_c = sum_r wq_r code(r, c) exact in int32. Its distance from the float form is at most
 //   sum_tiles e_t * sum_r code(r, c) + the fp32 rounding of both forms,
-// e_t = step / 2 (1 part) or step2 / 2 (2 parts), times (1 + 2^-10), or mx when mx < 2^-100,
-// since |step hi_r + step2 lo_r - u_r| <= e_t.
-constexpr int kivi_value_q8_parts(int bits) {
-  return bits == 4 ? 2 : 1;  // 2-bit codes (<= 3) make one u8 part's error small beside theirs
-}
+// e_t = step / 2 * (1 + 2^-10) (or mx when mx < 2^-100), since |step wq_r - u_r| <= e_t.
+// One u8 part (8 bits) suffices for 2-bit codes: on the tests' realistic rows the attention error
+// against fp16 does not move (kivi_attention_test, kivi_cache_test). 4-bit values keep the float
+// kernel: one u8 part there added 5-19% to the attention error against fp16 in the same tests,
+// and two int8 parts (about 15 bits, as the keys use) measured no faster than the float kernel
+// (twice the vpdpbusd of one part, on codes of 4 bits).
 void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                           const uint8_t* codes, const KiviParams* params,
                                           size_t n_rows, size_t head_dim, size_t group, int bits);
@@ -90,6 +87,8 @@ void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* 
 // the fp32 scratch it needs: coefficients [tile][n_groups][4], params [tile][n_groups][2], the
 // zero sums [n_q][n_groups] and those of one group of 4 queries [n_groups][4].
 inline constexpr size_t kKiviValueTile = 32;
+// Rows per weight step of the integer value form (kivi_value_rows_accumulate_q8_scalar).
+inline constexpr size_t kKiviValueQ8Tile = 64;
 constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t group) {
   return ((head_dim + group - 1) / group) * (6 * kKiviValueTile + n_q + 4);
 }

@@ -1,7 +1,8 @@
-// KIVI key scores with integer dot products on the packed codes (see kivi_kernels.h,
-// kivi_key_block_dot_q8_scalar for the arithmetic), compiled once per ISA level (util/isa.h); the
-// levels with AVX-512 VNNI run vpdpbusd (u8 codes x s8 query), the others report "not handled"
-// and keep the float kernels of kivi_simd.cpp.
+// KIVI key scores and 2-bit value sums with integer dot products on the packed codes (see
+// kivi_kernels.h, kivi_key_block_dot_q8_scalar and kivi_value_rows_accumulate_q8_scalar for the
+// arithmetic), compiled once per ISA level (util/isa.h); the levels with AVX-512 VNNI run vpdpbusd
+// (keys: u8 codes x s8 query; values: u8 weights x codes), the others report "not handled" and
+// keep the float kernels of kivi_simd.cpp. The value kernel is described above its code below.
 //
 // Within a key block every channel c has one scale s_c and zero z_c, so
 //   q . k_r = sum_c (q_c s_c) code(r, c) + sum_c q_c z_c.
@@ -23,7 +24,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "kv/kivi_kernels.h"
@@ -261,126 +261,93 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
 
 // ---- values: integer weighted sums (kivi_value_rows_accumulate_q8_scalar is the reference) ----
 //
-// A value row is [head_dim / 8] words of 8 channels, byte b holding channels P b .. P b + P - 1
-// (P = 8 / bits codes per byte). Four rows' bytes are interleaved so that a dword holds byte
-// position p of 4 consecutive rows (unpack epi8 then epi16, per 128-bit lane); masking bits
-// (bits i) .. of every byte leaves code(row, P p + i) in each byte, and vpdpbusd with the four
-// rows' quantized weights (u8) sums 4 rows of one channel per dword lane. Rows of 64 bytes and up
-// (4-bit head_dim 128) fill a vector with 4 rows x 64 byte positions; rows of 32 bytes (2-bit
-// head_dim 128) put rows r .. r + 3 in the low half and r + 4 .. r + 7 in the high half (two
-// lanes per byte position; the halves are added when the lanes are mapped back to channels).
-// The code vectors of a tile are built once and serve every query of the group; the float
-// accumulators stay in this lane order until the end of the call.
+// 2-bit value rows only (4-bit keeps the float kernel: kivi_kernels.h says why). A row is
+// [head_dim / 8] words of 8 channels, byte b holding channels 4 b .. 4 b + 3. Four rows' bytes
+// are interleaved so that a dword holds byte position p of 4 consecutive rows (unpack epi8 then
+// epi16, per 128-bit lane); masking bits 2 i, 2 i + 1 of every byte leaves code(row, 4 p + i)
+// in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums 4 rows of one channel
+// per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows x 64 byte positions;
+// rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and r + 4 .. r + 7 in the
+// high half (two lanes per byte position, added when the lanes are mapped back to channels). The
+// code vectors of a tile are built once and serve every query of the group; the float sums stay
+// in lane order until the end of the call.
 namespace {
 
-constexpr size_t kVTile = kKiviValueTile;  // rows per tile: one weight step per (query, group)
+constexpr size_t kVTile = kKiviValueQ8Tile;  // rows per tile: one weight step per (query, group)
+constexpr size_t kVK = 16;                   // code vectors per step = accumulators per query
 
 struct ValueQ8Shape {
-  int bits = 0, p = 0;     // p: codes per byte
   bool pair_rows = false;  // rows of 32 bytes: 8 rows per step, halves of the vector
-  size_t n_chunks = 0;     // 64-byte chunks of a row (1 when pair_rows)
-  size_t k = 0;            // code vectors per step (= accumulators per query): n_chunks * 4 * p
   size_t step_rows = 0;    // 4, or 8 when pair_rows
 };
 
 bool value_q8_shape(ValueQ8Shape& s, size_t head_dim, size_t group, int bits) {
-  if ((bits != 2 && bits != 4) || head_dim % kKiviOctet != 0) return false;
-  s.bits = bits;
-  s.p = 8 / bits;
-  const size_t row_bytes = head_dim / kKiviOctet * static_cast<size_t>(bits);
+  if (bits != 2 || (head_dim != 128 && head_dim != 256)) return false;
   const size_t n_groups = (head_dim + group - 1) / group;
-  // each dword (4 bytes of a row, 4 p channels) inside one group
-  if (n_groups != 1 && group % (4 * static_cast<size_t>(s.p)) != 0) return false;
-  s.pair_rows = row_bytes == 32;
-  if (!s.pair_rows && row_bytes % 64 != 0) return false;
-  s.n_chunks = s.pair_rows ? 1 : row_bytes / 64;
-  s.k = s.n_chunks * 4 * static_cast<size_t>(s.p);
+  s.pair_rows = head_dim == 128;  // 32-byte rows
   s.step_rows = s.pair_rows ? 8 : 4;
-  // accumulators in registers; weight sources of a step ([group][half] dwords) in one vector
-  return s.k * static_cast<size_t>(kivi_value_q8_parts(bits)) <= 16 &&
-         n_groups * (s.pair_rows ? 2 : 1) <= 16;
+  // each dword (4 bytes of a row: 16 channels) inside one group; the tile's weights of every
+  // group in two vectors (n_groups <= 4)
+  return (n_groups == 1 || group % 16 == 0) && n_groups <= 4;
 }
 
-// Channel of lane `lane` of code vector k (see the block comment).
+// Channel of lane `lane` of code vector k = 4 v + i (see the block comment).
 size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
-  const size_t ch = k / (4 * s.p), v = (k / s.p) % 4, i = k % s.p;
-  const size_t lane128 = lane / 4, d = lane % 4;
-  const size_t pos =
-      s.pair_rows ? 16 * (lane128 % 2) + 4 * v + d : 64 * ch + 16 * lane128 + 4 * v + d;
-  return pos * s.p + i;
+  const size_t v = k / 4, i = k % 4, lane128 = lane / 4, d = lane % 4;
+  const size_t pos = (s.pair_rows ? 16 * (lane128 % 2) : 16 * lane128) + 4 * v + d;
+  return 4 * pos + i;
 }
 
-// The 4 interleaved dword vectors of 4 loaded rows: V_v lane L dword d <- byte 16 L + 4 v + d.
-inline void interleave4(__m512i* out, __m512i x0, __m512i x1, __m512i x2, __m512i x3) {
-  const __m512i ab_lo = _mm512_unpacklo_epi8(x0, x1), ab_hi = _mm512_unpackhi_epi8(x0, x1);
-  const __m512i cd_lo = _mm512_unpacklo_epi8(x2, x3), cd_hi = _mm512_unpackhi_epi8(x2, x3);
-  out[0] = _mm512_unpacklo_epi16(ab_lo, cd_lo);
-  out[1] = _mm512_unpackhi_epi16(ab_lo, cd_lo);
-  out[2] = _mm512_unpacklo_epi16(ab_hi, cd_hi);
-  out[3] = _mm512_unpackhi_epi16(ab_hi, cd_hi);
-}
-
-// Code vectors of one step starting at `rows` (row_bytes apart, every row readable) into dst[k].
-template <int Bits>
+// The 16 code vectors of one step starting at `rows` (row_bytes apart, all readable) into dst.
 void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const ValueQ8Shape& s) {
-  constexpr int kP = 8 / Bits;
-  const __m512i mask = _mm512_set1_epi8(static_cast<char>((1 << Bits) - 1));
-  for (size_t ch = 0; ch < s.n_chunks; ++ch) {
-    __m512i x[4];
-    for (size_t t = 0; t < 4; ++t) {
-      if (s.pair_rows) {
-        const auto* lo = reinterpret_cast<const __m256i*>(rows + t * row_bytes);
-        const auto* hi = reinterpret_cast<const __m256i*>(rows + (4 + t) * row_bytes);
-        x[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
-                                  _mm256_loadu_si256(hi), 1);
-      } else {
-        x[t] = _mm512_loadu_si512(rows + t * row_bytes + 64 * ch);
-      }
+  __m512i x[4];
+  for (size_t t = 0; t < 4; ++t) {
+    if (s.pair_rows) {
+      const auto* lo = reinterpret_cast<const __m256i*>(rows + t * row_bytes);
+      const auto* hi = reinterpret_cast<const __m256i*>(rows + (4 + t) * row_bytes);
+      x[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
+                                _mm256_loadu_si256(hi), 1);
+    } else {
+      x[t] = _mm512_loadu_si512(rows + t * row_bytes);
     }
-    __m512i vv[4];
-    interleave4(vv, x[0], x[1], x[2], x[3]);
-    for (int v = 0; v < 4; ++v) {
-      for (int i = 0; i < kP; ++i) {
-        const __m512i shifted = i == 0 ? vv[v] : _mm512_srli_epi16(vv[v], Bits * i);
-        _mm512_store_si512(dst + (ch * 4 + static_cast<size_t>(v)) * kP + static_cast<size_t>(i),
-                           _mm512_and_si512(shifted, mask));
-      }
+  }
+  // V_v lane L dword d <- byte 16 L + 4 v + d of the 4 rows
+  const __m512i ab_lo = _mm512_unpacklo_epi8(x[0], x[1]), ab_hi = _mm512_unpackhi_epi8(x[0], x[1]);
+  const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
+  const __m512i vv[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
+                         _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
+  const __m512i mask = _mm512_set1_epi8(3);
+  for (int v = 0; v < 4; ++v) {
+    for (int i = 0; i < 4; ++i) {
+      const __m512i shifted = i == 0 ? vv[v] : _mm512_srli_epi16(vv[v], 2 * i);
+      _mm512_store_si512(dst + 4 * v + i, _mm512_and_si512(shifted, mask));
     }
   }
 }
 
-// Sum over the steps of one tile for one query. Parts 1: acc[k] += u8 weights x codes (s8 operand
-// from memory); Parts 2: acc[k] += codes (u8) x hi, acc[K + k] += codes x lo (s8 weights).
-// wv: [n_steps][Parts][K / P] weight vectors; codes: [n_steps][K] code vectors; sums[k] +=
-// step * acc[k] (+ step2 * acc[K + k]).
-template <int K, int P, int Parts>
-void dot_tile(__m512 (&sums)[K], const __m512i* wv, const __m512i* codes, size_t n_steps,
-              const __m512* step_v, const __m512* step2_v) {
-  constexpr int kU = K / P;
-  __m512i acc[Parts * K];
-  for (int k = 0; k < Parts * K; ++k) acc[k] = _mm512_setzero_si512();
+// The sums over the steps of one tile for one query, the accumulators as named locals (in an
+// array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
+// weight vector v (u8) x code vector 4 v + i (s8, from memory); then sums[k] += step_v[k / 4] *
+// acc[k]. wv: [n_steps][4] weight vectors (vector v of a step at uniq[v]); codes: [n_steps][16].
+void dot_tile(__m512* sums, const __m512i* wv, const int* uniq, const __m512i* codes,
+              size_t n_steps, const __m512* step_v) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+          a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
   for (size_t st = 0; st < n_steps; ++st) {
-    const __m512i* w = wv + st * Parts * kU;
-    const __m512i* c = codes + st * K;
-    for (int u = 0; u < kU; ++u) {
-      const __m512i wu = _mm512_load_si512(w + u);
-      if constexpr (Parts == 1) {
-        for (int i = 0; i < P; ++i) dpbusd(acc[u * P + i], wu, c[u * P + i]);
-      } else {
-        const __m512i wl = _mm512_load_si512(w + kU + u);
-        for (int i = 0; i < P; ++i) {
-          const __m512i x = _mm512_load_si512(c + u * P + i);
-          dpbusd(acc[u * P + i], x, wu);
-          dpbusd(acc[K + u * P + i], x, wl);
-        }
-      }
-    }
+    const __m512i* w = wv + st * 4;
+    const __m512i* c = codes + st * kVK;
+    __m512i h = _mm512_load_si512(w + uniq[0]);
+    dpbusd(a0, h, c[0]), dpbusd(a1, h, c[1]), dpbusd(a2, h, c[2]), dpbusd(a3, h, c[3]);
+    h = _mm512_load_si512(w + uniq[1]);
+    dpbusd(a4, h, c[4]), dpbusd(a5, h, c[5]), dpbusd(a6, h, c[6]), dpbusd(a7, h, c[7]);
+    h = _mm512_load_si512(w + uniq[2]);
+    dpbusd(a8, h, c[8]), dpbusd(a9, h, c[9]), dpbusd(a10, h, c[10]), dpbusd(a11, h, c[11]);
+    h = _mm512_load_si512(w + uniq[3]);
+    dpbusd(a12, h, c[12]), dpbusd(a13, h, c[13]), dpbusd(a14, h, c[14]), dpbusd(a15, h, c[15]);
   }
-  for (int k = 0; k < K; ++k) {
-    sums[k] = _mm512_fmadd_ps(step_v[k / P], _mm512_cvtepi32_ps(acc[k]), sums[k]);
-    if constexpr (Parts == 2) {
-      sums[k] = _mm512_fmadd_ps(step2_v[k / P], _mm512_cvtepi32_ps(acc[K + k]), sums[k]);
-    }
+  const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
+  for (size_t k = 0; k < kVK; ++k) {
+    sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
   }
 }
 
@@ -388,49 +355,71 @@ struct alignas(64) Bytes64 {  // one vector's worth of storage
   uint8_t b[64];
 };
 struct ValueQ8Scratch {
-  std::vector<Bytes64> codes;   // [steps per tile][K] code vectors
-  std::vector<Bytes64> wv;      // [steps per tile][Parts][K / P] weight vectors
-  std::vector<Bytes64> sums;    // [n_q][K] float vectors
-  std::vector<float> params32;  // [kVTile][n_groups][2]
-  std::vector<float> zero_sum;  // [n_q][n_groups]
-  std::vector<uint8_t> wq;      // [Parts][steps][n_groups][halves][4] + 64 bytes of padding
-  std::vector<uint8_t> pad;     // a partial step's rows, zero-filled
+  std::vector<Bytes64> codes;  // [steps per tile][16] code vectors
+  std::vector<Bytes64> wv;     // [steps per tile][4] weight vectors
+  std::vector<Bytes64> sums;   // [n_q][16] float vectors
+  std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
+  std::vector<uint8_t> pad;    // a partial step's rows, zero-filled
+  std::vector<float> acc;      // [head_dim]
+  std::vector<uint32_t> chan;  // [16][16]: channel of each lane
 };
 
-template <int Bits, int K, int Parts>
 void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
                    const KiviParams* params, size_t n_rows, size_t head_dim, size_t group,
                    const ValueQ8Shape& s) {
-  constexpr int kP = 8 / Bits;
-  constexpr int kU = K / kP;  // weight vectors per step
-  const size_t n_groups = (head_dim + group - 1) / group;
-  const size_t row_bytes = head_dim / kKiviOctet * Bits;
-  const size_t halves = s.pair_rows ? 2 : 1;
-  const size_t max_steps = kVTile / s.step_rows;
+  constexpr size_t kSub = 32;  // rows per weight table (two vectors: 4 groups x 32 rows)
+  constexpr size_t kQuarters = kVTile / 16;
+  static_assert(kVTile % kSub == 0, "whole weight tables per tile");
+  const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
+  const size_t row_bytes = head_dim / 4;
+  const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
   thread_local ValueQ8Scratch sc;
-  sc.codes.resize(max_steps * K);
-  sc.wv.resize(max_steps * Parts * kU);
-  sc.sums.assign(n_q * K, Bytes64{});
-  sc.params32.resize(kVTile * n_groups * 2);
-  sc.zero_sum.assign(n_q * n_groups, 0.0f);
-  const size_t step_bytes = n_groups * halves * 4;  // weight bytes per step and part
-  const size_t part_bytes = max_steps * step_bytes;
-  sc.wq.assign(Parts * part_bytes + 64, 0);
+  sc.codes.resize(max_steps * kVK);
+  sc.wv.resize(max_steps * 4);
+  sc.sums.assign(n_q * kVK, Bytes64{});
+  sc.zsum.assign(n_q * n_groups, Bytes64{});
   sc.pad.assign(s.step_rows * row_bytes, 0);
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* wv_v = reinterpret_cast<__m512i*>(sc.wv.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
-  // per weight vector u (chunk, v): lane -> source dword (group * halves + half) and -> group
-  alignas(64) int32_t src_idx[kU][16], grp_idx[kU][16];
-  for (int u = 0; u < kU; ++u) {
+  auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
+  // per weight vector v: lane -> group; the distinct ones (uniq); per step of a sub-tile and
+  // distinct v: lane -> the dword of the weights of (group g, rows 4 qd .. 4 qd + 3) in the
+  // packed tables below: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4
+  alignas(64) int32_t grp_idx[4][16];
+  int uniq[4];
+  int n_uniq = 0;
+  for (int v = 0; v < 4; ++v) {
     for (size_t lane = 0; lane < 16; ++lane) {
-      const size_t g =
-          std::min(value_q8_channel(s, static_cast<size_t>(u) * kP, lane) / group, n_groups - 1);
-      const size_t half = s.pair_rows ? lane / 8 : 0;
-      src_idx[u][lane] = static_cast<int32_t>(g * halves + half);
-      grp_idx[u][lane] = static_cast<int32_t>(g);
+      grp_idx[v][lane] = static_cast<int32_t>(
+          std::min(value_q8_channel(s, 4 * static_cast<size_t>(v), lane) / group, n_groups - 1));
+    }
+    uniq[v] = n_uniq;
+    for (int e = 0; e < v; ++e) {
+      if (std::equal(grp_idx[v], grp_idx[v] + 16, grp_idx[e])) {
+        uniq[v] = uniq[e];
+        break;
+      }
+    }
+    if (uniq[v] == n_uniq) ++n_uniq;
+  }
+  alignas(64) int32_t w_idx[kSub / 4][4][16];
+  for (size_t st = 0; st < sub_steps; ++st) {
+    for (int v = 0; v < 4; ++v) {
+      for (size_t lane = 0; lane < 16; ++lane) {
+        const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
+        const int32_t g = grp_idx[v][lane];
+        w_idx[st][uniq[v]][lane] = 16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
+      }
     }
   }
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i row_idx = _mm512_mullo_epi32(iota, _mm512_set1_epi32(static_cast<int>(n_groups)));
+  __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
+  for (auto& g : w32) {
+    for (auto& x : g) x = _mm512_setzero_si512();
+  }
+  __m512 scale_t[4][kQuarters], zero_t[4][kQuarters];  // the tile's params [group][16 rows]
   for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
@@ -443,88 +432,106 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         std::memcpy(sc.pad.data(), src, (nr - row) * row_bytes);
         src = sc.pad.data();
       }
-      build_step<Bits>(codes_v + st * K, src, row_bytes, s);
+      build_step(codes_v + st * kVK, src, row_bytes, s);
     }
-    fp16_to_fp32_n(sc.params32.data(), reinterpret_cast<const fp16_t*>(params + r0 * n_groups),
-                   2 * nr * n_groups);
+    __mmask16 mask[kQuarters];
+    for (size_t h = 0; h < kQuarters; ++h) {
+      const size_t valid = nr > 16 * h ? std::min<size_t>(16, nr - 16 * h) : 0;
+      mask[h] = static_cast<__mmask16>((1u << valid) - 1u);
+    }
+    // (scale, zero) pairs as dwords, 16 rows of a group per gather (rows past nr: 0)
+    const auto* tile_params = reinterpret_cast<const int*>(params + r0 * n_groups);
+    for (size_t g = 0; g < n_groups; ++g) {
+      for (size_t h = 0; h < kQuarters; ++h) {
+        const __m512i idx =
+            _mm512_add_epi32(row_idx, _mm512_set1_epi32(static_cast<int>(16 * h * n_groups + g)));
+        const __m512i d =
+            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask[h], idx, tile_params, 4);
+        scale_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        zero_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
+      }
+    }
     for (size_t j = 0; j < n_q; ++j) {
       const float* wj = w + j * w_stride + r0;
-      float* zs = sc.zero_sum.data() + j * n_groups;
-      alignas(64) float steps[16] = {}, steps2[16] = {};
+      __m512 wr[kQuarters];
+      for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
+      alignas(64) float steps[16] = {};
       for (size_t g = 0; g < n_groups; ++g) {
-        float wr[kVTile];
-        float mx = 0.0f;
-        for (size_t r = 0; r < nr; ++r) {
-          const float* pr = sc.params32.data() + 2 * (r * n_groups + g);
-          wr[r] = wj[r] * pr[0];
-          mx = std::max(mx, wr[r]);
-          zs[g] += wj[r] * pr[1];
-        }
         // the arithmetic of kivi_value_rows_accumulate_q8_scalar
-        const float levels = Parts == 1 ? 255.0f : 127.0f;
-        const float inv = mx >= 0x1p-100f ? levels / mx : 0.0f;
-        const float step = mx >= 0x1p-100f ? mx / levels : 0.0f;
-        const float inv2 = step >= 0x1p-100f ? 254.0f / step : 0.0f;
-        steps[g] = step;
-        steps2[g] = step / 254.0f;
-        for (size_t r = 0; r < n_steps * s.step_rows; ++r) {
-          const size_t at =
-              (r / s.step_rows) * step_bytes + (g * halves + (r % s.step_rows) / 4) * 4 + r % 4;
-          if (r >= nr) {  // padding rows of a partial last step
-            for (int part = 0; part < Parts; ++part) sc.wq[part * part_bytes + at] = 0;
-            continue;
-          }
-          const float hi = std::min(std::nearbyint(wr[r] * inv), levels);
-          sc.wq[at] = static_cast<uint8_t>(hi);
-          if constexpr (Parts == 2) {
-            const float lo =
-                std::clamp(std::nearbyint(std::fma(-step, hi, wr[r]) * inv2), -127.0f, 127.0f);
-            sc.wq[part_bytes + at] = static_cast<uint8_t>(static_cast<int8_t>(lo));
+        __m512 u[kQuarters];
+        __m512 z = zsum_v[j * n_groups + g], m = _mm512_setzero_ps();
+        for (size_t h = 0; h < kQuarters; ++h) {
+          u[h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
+          z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
+          m = _mm512_max_ps(m, u[h]);
+        }
+        zsum_v[j * n_groups + g] = z;
+        const float mx = _mm512_reduce_max_ps(m);
+        const bool live = mx >= 0x1p-100f;
+        steps[g] = live ? mx * (1.0f / 255.0f) : 0.0f;
+        const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
+        // min(., 255) is the unsigned saturation of the pack below
+        for (size_t h = 0; h < kQuarters; ++h) {
+          w32[g][h] = _mm512_cvtps_epi32(_mm512_mul_ps(u[h], inv));
+        }
+      }
+      __m512 step_v[4];
+      for (int v = 0; v < 4; ++v) {
+        step_v[v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), _mm512_load_ps(steps));
+      }
+      for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
+        // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
+        // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
+        const auto table = [&](size_t g0) {
+          const __m512i a = _mm512_packs_epi32(w32[g0][2 * sub], w32[g0][2 * sub + 1]);
+          const __m512i b = _mm512_packs_epi32(w32[g0 + 1][2 * sub], w32[g0 + 1][2 * sub + 1]);
+          return _mm512_packus_epi16(a, b);
+        };
+        const __m512i t0 = table(0), t1 = table(2);
+        for (size_t sst = 0; sst < sub_steps && sub * sub_steps + sst < n_steps; ++sst) {
+          __m512i* dst = wv_v + (sub * sub_steps + sst) * 4;
+          for (int v = 0; v < n_uniq; ++v) {
+            _mm512_store_si512(dst + v,
+                               _mm512_permutex2var_epi32(t0, _mm512_load_si512(w_idx[sst][v]), t1));
           }
         }
       }
-      __m512 step_v[kU], step2_v[kU];
-      for (int u = 0; u < kU; ++u) {
-        const __m512i gi = _mm512_load_si512(grp_idx[u]);
-        step_v[u] = _mm512_permutexvar_ps(gi, _mm512_load_ps(steps));
-        step2_v[u] = _mm512_permutexvar_ps(gi, _mm512_load_ps(steps2));
-      }
-      for (size_t st = 0; st < n_steps; ++st) {
-        for (int part = 0; part < Parts; ++part) {
-          const __m512i srcv =
-              _mm512_loadu_si512(sc.wq.data() + part * part_bytes + st * step_bytes);
-          for (int u = 0; u < kU; ++u) {
-            _mm512_store_si512(wv_v + (st * Parts + static_cast<size_t>(part)) * kU + u,
-                               _mm512_permutexvar_epi32(_mm512_load_si512(src_idx[u]), srcv));
-          }
-        }
-      }
-      __m512 sums[K];
-      __m512* sj = sums_v + j * K;
-      for (int k = 0; k < K; ++k) sums[k] = _mm512_load_ps(sj + k);
-      dot_tile<K, kP, Parts>(sums, wv_v, codes_v, n_steps, step_v, step2_v);
-      for (int k = 0; k < K; ++k) _mm512_store_ps(sj + k, sums[k]);
+      dot_tile(sums_v + j * kVK, wv_v, uniq, codes_v, n_steps, step_v);
     }
   }
   // back to channel order: out[c] += the lanes of channel c (two when pair_rows) + zero sum
+  sc.chan.resize(kVK * 16);
+  for (size_t k = 0; k < kVK; ++k) {
+    for (size_t lane = 0; lane < 16; ++lane) {
+      sc.chan[k * 16 + lane] = static_cast<uint32_t>(value_q8_channel(s, k, lane));
+    }
+  }
   for (size_t j = 0; j < n_q; ++j) {
     alignas(64) float lanes[16];
-    float* oj = out + j * head_dim;
-    std::vector<float>& acc = sc.params32;  // reused: [head_dim]
-    acc.assign(head_dim, 0.0f);
-    for (size_t k = 0; k < static_cast<size_t>(K); ++k) {
-      _mm512_store_ps(lanes, sums_v[j * K + k]);
-      for (size_t lane = 0; lane < 16; ++lane) acc[value_q8_channel(s, k, lane)] += lanes[lane];
+    float zero_sum[4];
+    for (size_t g = 0; g < n_groups; ++g) {
+      zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * n_groups + g]);
     }
-    for (size_t c = 0; c < head_dim; ++c) oj[c] += acc[c] + sc.zero_sum[j * n_groups + c / group];
+    sc.acc.assign(head_dim, 0.0f);
+    for (size_t k = 0; k < kVK; ++k) {
+      _mm512_store_ps(lanes, sums_v[j * kVK + k]);
+      for (size_t lane = 0; lane < 16; ++lane) sc.acc[sc.chan[k * 16 + lane]] += lanes[lane];
+    }
+    float* oj = out + j * head_dim;
+    for (size_t c = 0; c < head_dim; ++c) oj[c] += sc.acc[c] + zero_sum[c / group];
   }
 }
 
 bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p100f);
   for (size_t j = 0; j < n_q; ++j) {
-    for (size_t r = 0; r < n_rows; ++r) {
-      const float x = w[j * w_stride + r];
-      if (!(x >= 0.0f && x <= 0x1p100f)) return false;
+    for (size_t r = 0; r < n_rows; r += 16) {
+      const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
+      const __m512 x = _mm512_maskz_loadu_ps(m, w + j * w_stride + r);
+      // NaN fails both ordered compares
+      const __mmask16 ok =
+          _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
+      if ((ok & m) != m) return false;
     }
   }
   return true;
@@ -580,16 +587,7 @@ bool kivi_value_rows_accumulate_q8(float* out, const float* w, size_t w_stride, 
   if (!value_q8_shape(s, head_dim, group, bits) || !weights_in_q8_range(w, w_stride, n_q, n_rows)) {
     return false;
   }
-  // 4-bit: two int8 weight parts (about 15 bits, 16 accumulators per query: K = 8 only);
-  // 2-bit: one u8 part (codes <= 3: its error stays far below the 2-bit codec's own)
-  const int parts = kivi_value_q8_parts(bits);
-  if (bits == 2 && s.k == 16 && parts == 1) {
-    value_rows_q8<2, 16, 1>(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group, s);
-  } else if (bits == 4 && s.k == 8 && parts == 2) {
-    value_rows_q8<4, 8, 2>(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group, s);
-  } else {
-    return false;
-  }
+  value_rows_q8(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group, s);
   return true;
 #else
   (void)out, (void)w, (void)w_stride, (void)n_q, (void)codes, (void)params, (void)n_rows;

@@ -424,6 +424,9 @@ ValueCase value_case(size_t hd, size_t group, size_t n_rows, size_t n_q, int bit
 // runs (same integer weights, exact integer sums; only the fp32 sums of the tiles, lane order and
 // zero terms differ), else the float form's; weights with a negative entry run the float form.
 TEST(KiviAttention, IntegerValueKernelMatchesScalarForm) {
+  // the integer value form runs wherever the integer key form does (AVX-512 VNNI)
+  EXPECT_EQ(kivi_value_accumulate_uses_q8(128, 32, 2), kivi_key_dot_uses_q8(128, 2));
+  EXPECT_FALSE(kivi_value_accumulate_uses_q8(128, 32, 4));
   struct VShape {
     size_t hd, group;
   };
@@ -475,7 +478,7 @@ TEST(KiviAttention, IntegerValueKernelMatchesScalarForm) {
 // w * scale of the channel's group) + the fp32 rounding of the sums.
 TEST(KiviAttention, IntegerValueFormWithinDerivedBound) {
   for (int bits : {2, 4}) {
-    const double levels = kivi_value_q8_parts(bits) == 2 ? 127.0 * 254.0 : 255.0;
+    const double levels = 255.0;
     for (size_t group : {size_t{32}, size_t{128}}) {
       const size_t hd = 128, n_rows = 100, n_q = 4;
       const ValueCase v = value_case(hd, group, n_rows, n_q, bits, 7);
@@ -488,8 +491,8 @@ TEST(KiviAttention, IntegerValueFormWithinDerivedBound) {
         for (size_t c = 0; c < hd; ++c) {
           const size_t g = c / group;
           double exact = 0, mag = 0, bound = 0;
-          for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueTile) {
-            const size_t nr = std::min(kKiviValueTile, n_rows - r0);
+          for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueQ8Tile) {
+            const size_t nr = std::min(kKiviValueQ8Tile, n_rows - r0);
             double mx = 0, code_sum = 0;
             for (size_t r = r0; r < r0 + nr; ++r) {
               const KiviParams& p = v.params[r * n_groups + g];

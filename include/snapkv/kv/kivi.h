@@ -27,7 +27,9 @@
 // with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c. (Where the
 // CPU has AVX-512 VNNI the first sum runs in integers on the codes, q_c * scale_c rounded to a
 // pair of int8 vectors per block, about 15 bits: src/kv/kivi_kernels.h bounds the difference.)
-// A value row stores its channels in octets:
+// A value row stores its channels in octets (where the CPU has AVX-512 VNNI, attention sums
+// 2-bit value rows in integers: the weights times scales rounded to u8 per 64 rows and group,
+// src/kv/kivi_kernels.h bounds the difference):
 //   value row codes  [ceil(head_dim/8)] words       (channels past head_dim: code 0)
 //   value row params [ceil(head_dim/G)] KiviParams
 //
