@@ -360,8 +360,7 @@ struct ValueQ8Scratch {
   std::vector<Bytes64> sums;   // [n_q][16] float vectors
   std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
   std::vector<uint8_t> pad;    // a partial step's rows, zero-filled
-  std::vector<float> acc;      // [head_dim]
-  std::vector<uint32_t> chan;  // [16][16]: channel of each lane
+  std::vector<int32_t> chan;   // [2][head_dim]: the lanes of each channel (-1: none)
 };
 
 void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
@@ -413,8 +412,12 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       }
     }
   }
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i row_idx = _mm512_mullo_epi32(iota, _mm512_set1_epi32(static_cast<int>(n_groups)));
+  __m512i param_idx[4];  // lane i -> dword (i % 8) * n_groups + g of 8 rows' params
+  for (size_t g = 0; g < n_groups; ++g) {
+    alignas(64) int32_t idx[16];
+    for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>((i % 8) * n_groups + g);
+    param_idx[g] = _mm512_load_si512(idx);
+  }
   __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
   for (auto& g : w32) {
     for (auto& x : g) x = _mm512_setzero_si512();
@@ -439,14 +442,25 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       const size_t valid = nr > 16 * h ? std::min<size_t>(16, nr - 16 * h) : 0;
       mask[h] = static_cast<__mmask16>((1u << valid) - 1u);
     }
-    // (scale, zero) pairs as dwords, 16 rows of a group per gather (rows past nr: 0)
+    // (scale, zero) pairs as dwords [row][group]: rows 16 h .. 16 h + 7 and 16 h + 8 .. 16 h + 15
+    // are 8 n_groups <= 32 dwords each, so one two-source permute per group and 8 rows picks a
+    // group's column; dwords past the tile's rows load as 0
     const auto* tile_params = reinterpret_cast<const int*>(params + r0 * n_groups);
-    for (size_t g = 0; g < n_groups; ++g) {
-      for (size_t h = 0; h < kQuarters; ++h) {
-        const __m512i idx =
-            _mm512_add_epi32(row_idx, _mm512_set1_epi32(static_cast<int>(16 * h * n_groups + g)));
+    const size_t n_dw = nr * n_groups;
+    const auto load16 = [&](size_t at) {
+      const size_t valid = at < n_dw ? std::min<size_t>(16, n_dw - at) : 0;
+      return valid == 0 ? _mm512_setzero_si512()
+                        : _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u),
+                                                   tile_params + at);
+    };
+    for (size_t h = 0; h < kQuarters; ++h) {
+      const size_t at0 = 16 * h * n_groups, at1 = at0 + 8 * n_groups;
+      const __m512i l0 = load16(at0), l1 = load16(at0 + 16);
+      const __m512i h0 = load16(at1), h1 = load16(at1 + 16);
+      for (size_t g = 0; g < n_groups; ++g) {
         const __m512i d =
-            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask[h], idx, tile_params, 4);
+            _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(l0, param_idx[g], l1),
+                                    _mm512_permutex2var_epi32(h0, param_idx[g], h1));
         scale_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
         zero_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
       }
@@ -499,26 +513,35 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       dot_tile(sums_v + j * kVK, wv_v, uniq, codes_v, n_steps, step_v);
     }
   }
-  // back to channel order: out[c] += the lanes of channel c (two when pair_rows) + zero sum
-  sc.chan.resize(kVK * 16);
+  // back to channel order: out[c] += the lanes of channel c (two when pair_rows: lanes l and
+  // l + 8; else the second gather is masked off) + zero sum, 16 channels at a time
+  sc.chan.assign(2 * head_dim, -1);
   for (size_t k = 0; k < kVK; ++k) {
     for (size_t lane = 0; lane < 16; ++lane) {
-      sc.chan[k * 16 + lane] = static_cast<uint32_t>(value_q8_channel(s, k, lane));
+      const size_t c = value_q8_channel(s, k, lane);
+      sc.chan[s.pair_rows && lane >= 8 ? head_dim + c : c] = static_cast<int32_t>(k * 16 + lane);
     }
   }
   for (size_t j = 0; j < n_q; ++j) {
-    alignas(64) float lanes[16];
-    float zero_sum[4];
+    alignas(64) float zero_sum[16] = {};
     for (size_t g = 0; g < n_groups; ++g) {
       zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * n_groups + g]);
     }
-    sc.acc.assign(head_dim, 0.0f);
-    for (size_t k = 0; k < kVK; ++k) {
-      _mm512_store_ps(lanes, sums_v[j * kVK + k]);
-      for (size_t lane = 0; lane < 16; ++lane) sc.acc[sc.chan[k * 16 + lane]] += lanes[lane];
-    }
+    const __m512 zs = _mm512_load_ps(zero_sum);
+    const auto* base = reinterpret_cast<const float*>(sums_v + j * kVK);
     float* oj = out + j * head_dim;
-    for (size_t c = 0; c < head_dim; ++c) oj[c] += sc.acc[c] + zero_sum[c / group];
+    for (size_t c = 0; c < head_dim; c += 16) {
+      alignas(64) int32_t grp[16];
+      for (size_t i = 0; i < 16; ++i) grp[i] = static_cast<int32_t>((c + i) / group);
+      const __m512i i0 = _mm512_loadu_si512(sc.chan.data() + c);
+      const __m512i i1 = _mm512_loadu_si512(sc.chan.data() + head_dim + c);
+      const __mmask16 has1 = _mm512_cmpge_epi32_mask(i1, _mm512_setzero_si512());
+      const __m512 v0 = _mm512_i32gather_ps(i0, base, 4);
+      const __m512 v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), has1, i1, base, 4);
+      const __m512 z = _mm512_permutexvar_ps(_mm512_load_si512(grp), zs);
+      _mm512_storeu_ps(
+          oj + c, _mm512_add_ps(_mm512_loadu_ps(oj + c), _mm512_add_ps(_mm512_add_ps(v0, v1), z)));
+    }
   }
 }
 
