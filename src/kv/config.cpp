@@ -71,7 +71,7 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 12> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 13> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
@@ -84,6 +84,7 @@ constexpr std::array<std::pair<std::string_view, CodecKind>, 12> kCodecNames{{
     {"kivi42", CodecKind::kivi42},
     {"kivi24", CodecKind::kivi24},
     {"kivi42r", CodecKind::kivi42r},
+    {"kivi32", CodecKind::kivi32},
 }};
 
 template <typename Enum, size_t N>
@@ -259,6 +260,7 @@ size_t codec_default_kivi_residual(CodecKind k) {
     case CodecKind::kivi42:
     case CodecKind::kivi42r:
     case CodecKind::kivi24:
+    case CodecKind::kivi32:
       return 32;
     default:
       return 128;
@@ -294,6 +296,8 @@ int codec_kivi_bits(CodecKind k, bool key_role) {
       return key_role ? 4 : 2;
     case CodecKind::kivi24:
       return key_role ? 2 : 4;
+    case CodecKind::kivi32:
+      return key_role ? 3 : 2;
     default:
       return 0;
   }
