@@ -50,7 +50,8 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.kitty_channels = kitty_channels;
   d.kivi_residual = kivi_residual;
   d.kivi_group = kivi_group;
-  d.kivi_fp16_sinks = kivi_fp16_sinks;
+  d.kivi_fp16_sinks =
+      kivi_fp16_sinks < 0 ? kCodecDefaultCount : static_cast<size_t>(kivi_fp16_sinks);
   d.zip_salient = zip_salient;
   d.zip_high_bits = zip_high;
   d.gear_bits = gear_bits;
@@ -112,7 +113,7 @@ nlohmann::json CacheOptions::to_json() const {
           {"decode_interval", c.decode_interval},
           {"kivi_group", c.kivi_group},
           {"kivi_residual", kivi_residual_of(c)},
-          {"kivi_fp16_sinks", c.kivi_fp16_sinks},
+          {"kivi_fp16_sinks", kivi_fp16_sinks_of(c)},
           {"rotation_seed", c.rotation_seed},
           {"kitty_channels", c.kitty_channels},
           {"zip_salient", zip_salient_of(c)},
@@ -222,7 +223,9 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->group(group);
   app.add_option("--kivi-fp16-sinks", o.kivi_fp16_sinks,
                  "KIVI-family codecs: the first rows ever appended that stay fp16 for good "
-                 "(KIVI-Sink; 0 = none)")
+                 "(KIVI-Sink; 0 = none; -1 = the codec's default: 4 for kivi42/kivi32, 0 "
+                 "otherwise)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
       ->capture_default_str()
       ->group(group);
   app.add_option("--kitty-channels", o.kitty_channels,

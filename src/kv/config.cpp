@@ -273,6 +273,15 @@ double codec_default_zip_salient(CodecKind k) {
   return 0.0;
 }
 
+size_t codec_default_kivi_fp16_sinks(CodecKind k) {
+  return k == CodecKind::kivi42 || k == CodecKind::kivi32 ? 4 : 0;
+}
+
+size_t kivi_fp16_sinks_of(const CacheConfig& c) {
+  return c.kivi_fp16_sinks != kCodecDefaultCount ? c.kivi_fp16_sinks
+                                                 : codec_default_kivi_fp16_sinks(c.codec);
+}
+
 size_t kivi_residual_of(const CacheConfig& c) {
   return c.kivi_residual != 0 ? c.kivi_residual : codec_default_kivi_residual(c.codec);
 }

@@ -291,7 +291,7 @@ std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole
   }
   std::unique_ptr<RowStore> store =
       make_kivi_row_store(role, static_cast<int>(config.gear_bits), head_dim, config.kivi_group,
-                          kivi_residual_of(config), config.kivi_fp16_sinks);
+                          kivi_residual_of(config), kivi_fp16_sinks_of(config));
   static_cast<KiviStore&>(*store).enable_gear(config.gear_rank, config.gear_sparse);
   return store;
 }
@@ -299,14 +299,14 @@ std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole
 std::unique_ptr<RowStore> load_gear_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record) {
   std::unique_ptr<RowStore> store = make_gear_row_store(config, role, head_dim);
-  static_cast<KiviStore&>(*store).load(record, config.kivi_fp16_sinks);
+  static_cast<KiviStore&>(*store).load(record, kivi_fp16_sinks_of(config));
   return store;
 }
 
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record) {
   std::unique_ptr<RowStore> store = make_kivi_row_store(config, role, head_dim);
-  static_cast<KiviStore&>(*store).load(record, config.kivi_fp16_sinks);
+  static_cast<KiviStore&>(*store).load(record, kivi_fp16_sinks_of(config));
   return store;
 }
 
@@ -329,7 +329,7 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
     }
   }
   return make_kivi_row_store(role, bits, head_dim, config.kivi_group, kivi_residual_of(config),
-                             config.kivi_fp16_sinks, boost);
+                             kivi_fp16_sinks_of(config), boost);
 }
 
 }  // namespace snapkv

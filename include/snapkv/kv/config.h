@@ -110,9 +110,16 @@ bool codec_routes_rows(CodecKind k);
 //   zip_salient:   0.7 for zipcacher (with residual 32), 0.2 for zipcache, 0 for the rest.
 // Any explicit value overrides the default. The resolved values are what the stores use and what
 // .kvc files, fork keys and eval reports record.
+//   kivi_fp16_sinks (kCodecDefaultCount = the codec's own): 4 for kivi42 and kivi32 (the first
+//                  rows, the attention sinks SnapKV always keeps, stay fp16: on the dev seed
+//                  they carry most of what snapkv + kivi42 lost, docs/results/codecs-25bit/);
+//                  0 for every other codec.
 inline constexpr double kCodecDefaultFraction = -1.0;
+inline constexpr size_t kCodecDefaultCount = static_cast<size_t>(-1);
 struct CacheConfig;
 size_t codec_default_kivi_residual(CodecKind k);
+size_t codec_default_kivi_fp16_sinks(CodecKind k);
+size_t kivi_fp16_sinks_of(const CacheConfig& c);  // kivi_fp16_sinks, or the codec's default
 double codec_default_zip_salient(CodecKind k);
 size_t kivi_residual_of(const CacheConfig& c);  // kivi_residual, or the codec's default for 0
 double zip_salient_of(const CacheConfig& c);    // zip_salient, or the codec's default
@@ -165,8 +172,9 @@ struct CacheConfig {
   // .kvc files, fork keys and reports use: kivi_residual_of()).
   size_t kivi_group = 32;
   size_t kivi_residual = 0;
-  // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI).
-  size_t kivi_fp16_sinks = 0;
+  // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI);
+  // kCodecDefaultCount = the codec's own default (kivi_fp16_sinks_of()).
+  size_t kivi_fp16_sinks = kCodecDefaultCount;
   // kivi2r/kivi4r/zipcacher: seed of the rotation's random signs (kv/rotation.h); saved in .kvc
   // files.
   uint64_t rotation_seed = 0;
