@@ -28,8 +28,8 @@ const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
     "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear, "
-    "zipcacher (rotated zipcache), kivi42 (4-bit keys, 2-bit values), kivi24, kivi42r "
-    "(full cache + codec), <policy>+<codec> (snapkv+kivi2); "
+    "zipcacher (rotated zipcache), kivi42 (4-bit keys, 2-bit values), kivi24, kivi42r, "
+    "kivi32 (3-bit keys, 2-bit values) (full cache + codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
 }  // namespace
@@ -49,6 +49,9 @@ eval::MethodDefaults CacheOptions::method_defaults() const {
   d.rotation_seed = rotation_seed;
   d.kitty_channels = kitty_channels;
   d.kivi_residual = kivi_residual;
+  d.kivi_group = kivi_group;
+  d.kivi_fp16_sinks =
+      kivi_fp16_sinks < 0 ? kCodecDefaultCount : static_cast<size_t>(kivi_fp16_sinks);
   d.zip_salient = zip_salient;
   d.zip_high_bits = zip_high;
   d.gear_bits = gear_bits;
@@ -110,7 +113,7 @@ nlohmann::json CacheOptions::to_json() const {
           {"decode_interval", c.decode_interval},
           {"kivi_group", c.kivi_group},
           {"kivi_residual", kivi_residual_of(c)},
-          {"kivi_fp16_sinks", c.kivi_fp16_sinks},
+          {"kivi_fp16_sinks", kivi_fp16_sinks_of(c)},
           {"rotation_seed", c.rotation_seed},
           {"kitty_channels", c.kitty_channels},
           {"zip_salient", zip_salient_of(c)},
@@ -210,7 +213,19 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   app.add_option("--kivi-residual", o.kivi_residual,
                  "KIVI-family codecs: rows kept fp16 before packing, a multiple of the group (32); "
                  "zipcache/zipcacher: rows per quantized segment; 0 = the codec's default (32 for "
-                 "zipcacher/kivi42/kivi42r/kivi24, 128 otherwise)")
+                 "zipcacher/kivi42/kivi42r/kivi24/kivi32, 128 otherwise)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--kivi-group", o.kivi_group,
+                 "KIVI-family codecs: group size G (key rows per block sharing a channel's "
+                 "scale; value channels per group); the residual must be a multiple of it")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--kivi-fp16-sinks", o.kivi_fp16_sinks,
+                 "KIVI-family codecs: the first rows ever appended that stay fp16 for good "
+                 "(KIVI-Sink; 0 = none; -1 = the codec's default: 4 for kivi42/kivi32, 0 "
+                 "otherwise)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
       ->capture_default_str()
       ->group(group);
   app.add_option("--kitty-channels", o.kitty_channels,

@@ -91,6 +91,8 @@ struct CacheOptions {
   uint64_t rotation_seed = kDefaults.rotation_seed;  // kivi2r / kivi4r / zipcacher
   size_t kitty_channels = kDefaults.kitty_channels;  // kitty
   size_t kivi_residual = kDefaults.kivi_residual;    // KIVI-family codecs, zipcache
+  size_t kivi_group = kDefaults.kivi_group;          // KIVI-family codecs
+  int64_t kivi_fp16_sinks = -1;                      // KIVI-family codecs; -1 = the codec's default
   bool print_config = false;
   CLI::Option* budget_option = nullptr;  // to tell "--budget given" from the default
 

@@ -16,7 +16,8 @@ constexpr const char* kPolicyNames =
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
 constexpr const char* kCodecNames =
-    "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42, kivi24, kivi42r";
+    "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42, kivi24, kivi42r, "
+    "kivi32";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -108,6 +109,8 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
   c.rotation_seed = defaults.rotation_seed;
   c.kitty_channels = defaults.kitty_channels;
   c.kivi_residual = defaults.kivi_residual;
+  c.kivi_group = defaults.kivi_group;
+  c.kivi_fp16_sinks = defaults.kivi_fp16_sinks;
   c.zip_salient = defaults.zip_salient;
   c.zip_high_bits = defaults.zip_high_bits;
   c.gear_bits = defaults.gear_bits;

@@ -17,6 +17,7 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kitty:
     case CodecKind::kivi42:
     case CodecKind::kivi24:
+    case CodecKind::kivi32:
       return make_kivi_row_store(config, role, head_dim);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
@@ -30,7 +31,7 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
   }
   throw_invalid(
       "codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r");
+      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|kivi32");
 }
 
 std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
@@ -44,6 +45,7 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kitty:
     case CodecKind::kivi42:
     case CodecKind::kivi24:
+    case CodecKind::kivi32:
       return load_kivi_row_store(config, role, head_dim, record);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
@@ -57,7 +59,7 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
   }
   throw_invalid(
       "codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r");
+      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|kivi32");
 }
 
 }  // namespace snapkv

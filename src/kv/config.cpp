@@ -71,7 +71,7 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 12> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 13> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
@@ -84,6 +84,7 @@ constexpr std::array<std::pair<std::string_view, CodecKind>, 12> kCodecNames{{
     {"kivi42", CodecKind::kivi42},
     {"kivi24", CodecKind::kivi24},
     {"kivi42r", CodecKind::kivi42r},
+    {"kivi32", CodecKind::kivi32},
 }};
 
 template <typename Enum, size_t N>
@@ -259,6 +260,7 @@ size_t codec_default_kivi_residual(CodecKind k) {
     case CodecKind::kivi42:
     case CodecKind::kivi42r:
     case CodecKind::kivi24:
+    case CodecKind::kivi32:
       return 32;
     default:
       return 128;
@@ -269,6 +271,15 @@ double codec_default_zip_salient(CodecKind k) {
   if (k == CodecKind::zipcacher) return 0.7;
   if (k == CodecKind::zipcache) return 0.2;
   return 0.0;
+}
+
+size_t codec_default_kivi_fp16_sinks(CodecKind k) {
+  return k == CodecKind::kivi42 || k == CodecKind::kivi32 ? 4 : 0;
+}
+
+size_t kivi_fp16_sinks_of(const CacheConfig& c) {
+  return c.kivi_fp16_sinks != kCodecDefaultCount ? c.kivi_fp16_sinks
+                                                 : codec_default_kivi_fp16_sinks(c.codec);
 }
 
 size_t kivi_residual_of(const CacheConfig& c) {
@@ -294,6 +305,8 @@ int codec_kivi_bits(CodecKind k, bool key_role) {
       return key_role ? 4 : 2;
     case CodecKind::kivi24:
       return key_role ? 2 : 4;
+    case CodecKind::kivi32:
+      return key_role ? 3 : 2;
     default:
       return 0;
   }

@@ -26,7 +26,7 @@ bool can_be_fork_base(const CacheConfig& config) {
 
 std::optional<ForkKey> fork_key(const CacheConfig& c) {
   if (c.chunk_mode != ChunkMode::end_of_prompt) return std::nullopt;
-  ForkKey key{c.codec, c.kivi_group, kivi_residual_of(c), c.kivi_fp16_sinks, c.window};
+  ForkKey key{c.codec, c.kivi_group, kivi_residual_of(c), kivi_fp16_sinks_of(c), c.window};
   if (codec_is_rotated(c.codec)) {
     key.rotation_seed = c.rotation_seed;
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kv/kivi3_kernels.h"
 #include "snapkv/util/cpu.h"
 #include "util/isa_tables.h"
 
@@ -59,6 +60,10 @@ void kivi_key_block_dot_scalar(float* out, size_t out_stride, const float* q, si
 void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
                         const float* scales, const float* zeros, const uint8_t* words,
                         size_t n_rows, size_t head_dim, int bits) {
+  if (bits == 3) {  // kivi32's keys: a float kernel of their own (kv/kivi3_kernels.h)
+    kivi3_key_block_dot(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim);
+    return;
+  }
   // thread_local: one buffer per worker, reused across blocks and calls (concurrent stores never
   // share it).
   thread_local std::vector<float> scratch;

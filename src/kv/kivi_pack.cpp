@@ -25,8 +25,8 @@ fp16_t next_down(fp16_t h) {
 }  // namespace
 
 KiviParams kivi_choose_params(float lo, float hi, int bits) {
-  if (bits != 2 && bits != 4) {
-    throw_invalid("kivi", "unsupported bit width", std::to_string(bits), "2 or 4");
+  if (bits != 2 && bits != 3 && bits != 4) {
+    throw_invalid("kivi", "unsupported bit width", std::to_string(bits), "2, 3 or 4");
   }
   if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi) || std::fabs(lo) > kFp16Max ||
       std::fabs(hi) > kFp16Max) {
@@ -98,6 +98,10 @@ uint32_t kivi_load_word(const uint8_t* words, size_t i, int bits) {
     std::memcpy(&w, words + 2 * i, sizeof w);
     return w;
   }
+  if (bits == 3) {  // three bytes, little-endian
+    const uint8_t* b = words + 3 * i;
+    return uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16;
+  }
   uint32_t w;
   std::memcpy(&w, words + 4 * i, sizeof w);
   return w;
@@ -107,6 +111,13 @@ void kivi_store_word(uint8_t* words, size_t i, uint32_t word, int bits) {
   if (bits == 2) {
     const auto w = static_cast<uint16_t>(word);
     std::memcpy(words + 2 * i, &w, sizeof w);
+    return;
+  }
+  if (bits == 3) {
+    uint8_t* b = words + 3 * i;
+    b[0] = static_cast<uint8_t>(word);
+    b[1] = static_cast<uint8_t>(word >> 8);
+    b[2] = static_cast<uint8_t>(word >> 16);
     return;
   }
   std::memcpy(words + 4 * i, &word, sizeof word);

@@ -248,8 +248,12 @@ void KiviStore::flush_residual_front() {
 std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t head_dim, size_t group,
                                               size_t residual, size_t fp16_sinks,
                                               size_t boost_channels) {
-  if (bits != 2 && bits != 4) {
-    throw_invalid("kivi", "unsupported bit width", num(static_cast<size_t>(bits)), "2 or 4");
+  if (bits != 2 && bits != 3 && bits != 4) {
+    throw_invalid("kivi", "unsupported bit width", num(static_cast<size_t>(bits)), "2, 3 or 4");
+  }
+  if (bits == 3 && role != RowRole::key) {
+    throw_invalid("kivi", "3-bit codes are for key stores only (values: 2 or 4 bits)",
+                  "a 3-bit value store", "2 or 4 bits");
   }
   if (head_dim == 0) throw_invalid("kivi", "head_dim must be positive", "0", ">= 1");
   if (group == 0) throw_invalid("kivi", "kivi_group must be positive", "0", ">= 1");
@@ -287,7 +291,7 @@ std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole
   }
   std::unique_ptr<RowStore> store =
       make_kivi_row_store(role, static_cast<int>(config.gear_bits), head_dim, config.kivi_group,
-                          kivi_residual_of(config), config.kivi_fp16_sinks);
+                          kivi_residual_of(config), kivi_fp16_sinks_of(config));
   static_cast<KiviStore&>(*store).enable_gear(config.gear_rank, config.gear_sparse);
   return store;
 }
@@ -295,14 +299,14 @@ std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole
 std::unique_ptr<RowStore> load_gear_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record) {
   std::unique_ptr<RowStore> store = make_gear_row_store(config, role, head_dim);
-  static_cast<KiviStore&>(*store).load(record, config.kivi_fp16_sinks);
+  static_cast<KiviStore&>(*store).load(record, kivi_fp16_sinks_of(config));
   return store;
 }
 
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record) {
   std::unique_ptr<RowStore> store = make_kivi_row_store(config, role, head_dim);
-  static_cast<KiviStore&>(*store).load(record, config.kivi_fp16_sinks);
+  static_cast<KiviStore&>(*store).load(record, kivi_fp16_sinks_of(config));
   return store;
 }
 
@@ -311,10 +315,10 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
   const int bits = codec_kivi_bits(config.codec, role == RowRole::key);
   const bool plain = config.codec == CodecKind::kivi2 || config.codec == CodecKind::kivi4 ||
                      config.codec == CodecKind::kitty || config.codec == CodecKind::kivi42 ||
-                     config.codec == CodecKind::kivi24;
+                     config.codec == CodecKind::kivi24 || config.codec == CodecKind::kivi32;
   if (!plain) {
     throw_invalid("kivi", "codec is not a KIVI codec", std::string(to_string(config.codec)),
-                  "kivi2|kivi4|kitty|kivi42|kivi24");
+                  "kivi2|kivi4|kitty|kivi42|kivi24|kivi32");
   }
   size_t boost = 0;
   if (config.codec == CodecKind::kitty) {
@@ -325,7 +329,7 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
     }
   }
   return make_kivi_row_store(role, bits, head_dim, config.kivi_group, kivi_residual_of(config),
-                             config.kivi_fp16_sinks, boost);
+                             kivi_fp16_sinks_of(config), boost);
 }
 
 }  // namespace snapkv

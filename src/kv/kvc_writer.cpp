@@ -45,7 +45,7 @@ KvcConfigRecord config_record(const CacheConfig& c) {
   r.chunk_size = c.chunk_size;
   r.kivi_group = c.kivi_group;
   r.kivi_residual = kivi_residual_of(c);
-  r.kivi_fp16_sinks = c.kivi_fp16_sinks;
+  r.kivi_fp16_sinks = kivi_fp16_sinks_of(c);  // resolved (kv/config.h defaults)
   r.rotation_seed = c.rotation_seed;
   r.kitty_channels = c.kitty_channels;
   r.keep_window = c.keep_window ? 1 : 0;

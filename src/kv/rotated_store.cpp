@@ -114,6 +114,7 @@ CacheConfig inner_config(const CacheConfig& config) {
   // residual 32 and salient 0.7 are not zipcache's 128 and 0.2.
   c.kivi_residual = kivi_residual_of(config);
   c.zip_salient = zip_salient_of(config);
+  c.kivi_fp16_sinks = kivi_fp16_sinks_of(config);
   switch (config.codec) {
     case CodecKind::kivi2r:
       c.codec = CodecKind::kivi2;

@@ -499,9 +499,9 @@ std::unique_ptr<RowStore> make_zipcache_row_store(const CacheConfig& config, Row
     throw_invalid("zipcache", "kivi_residual (rows per flushed segment)",
                   num(kivi_residual_of(config)), "1 .. 2^24");
   }
-  if (config.kivi_fp16_sinks != 0) {
+  if (kivi_fp16_sinks_of(config) != 0) {
     throw_invalid("zipcache", "kivi_fp16_sinks is a KIVI option zipcache does not have",
-                  num(config.kivi_fp16_sinks), "0");
+                  num(kivi_fp16_sinks_of(config)), "0");
   }
   if (!(zip_salient_of(config) >= 0.0 && zip_salient_of(config) <= 1.0)) {
     throw_invalid("zipcache", "zip_salient out of range", std::to_string(zip_salient_of(config)),

@@ -61,8 +61,8 @@ TEST(CacheOptionsCli, EveryCommandDefaultsToCacheConfig) {
     EXPECT_EQ(j["chunk_mode"], std::string(to_string(d.chunk_mode)));
     EXPECT_EQ(j["chunk_size"], d.chunk_size);
     EXPECT_EQ(j["kivi_group"], d.kivi_group);
-    EXPECT_EQ(j["kivi_residual"], kivi_residual_of(d));  // resolved: the codec's default
-    EXPECT_EQ(j["kivi_fp16_sinks"], d.kivi_fp16_sinks);
+    EXPECT_EQ(j["kivi_residual"], kivi_residual_of(d));      // resolved: the codec's default
+    EXPECT_EQ(j["kivi_fp16_sinks"], kivi_fp16_sinks_of(d));  // resolved, as kivi_residual
     EXPECT_EQ(j["rotation_seed"], d.rotation_seed);
     EXPECT_EQ(j["kitty_channels"], d.kitty_channels);
     EXPECT_EQ(j["threads"], 0);
@@ -74,7 +74,7 @@ TEST(CacheOptionsCli, SameFlagsSameConfigEverywhere) {
   TempDir dir("cacheopts");
   const std::string flags =
       "--window 16 --sinks 2 --pool avg --kernel 15 --no-keep-window --chunk-mode every_chunk "
-      "--chunkkv-size 4 --rotation-seed 9 --kitty-channels 3";
+      "--chunkkv-size 4 --rotation-seed 9 --kitty-channels 3 --kivi-group 16 --kivi-fp16-sinks 3";
   for (const Command& c : kCacheCommands) {
     const json j = print_config(c, flags, dir);
     SCOPED_TRACE(c.name);
@@ -87,7 +87,14 @@ TEST(CacheOptionsCli, SameFlagsSameConfigEverywhere) {
     EXPECT_EQ(j["chunk_size"], 4);
     EXPECT_EQ(j["rotation_seed"], 9);
     EXPECT_EQ(j["kitty_channels"], 3);
+    EXPECT_EQ(j["kivi_group"], 16);
+    EXPECT_EQ(j["kivi_fp16_sinks"], 3);
   }
+  // kivi42's own default of 4 fp16 sinks (kv/config.h) unless a count is given; 0 turns it off.
+  EXPECT_EQ(print_config(kCacheCommands[0], "--method kivi42", dir)["kivi_fp16_sinks"], 4);
+  EXPECT_EQ(print_config(kCacheCommands[0], "--method kivi42 --kivi-fp16-sinks 0",
+                         dir)["kivi_fp16_sinks"],
+            0);
   // --keep-window turns it back on (the flag pair is one option).
   EXPECT_EQ(print_config(kCacheCommands[0], "--keep-window", dir)["keep_window"], true);
   // Method names are eval's grammar in run too.

@@ -150,9 +150,9 @@ RoundTrip round_trip(CodecKind codec, RowRole role, size_t head_dim, size_t grou
 }
 
 TEST(CodecVariants, RoundTripWithinDerivedBounds) {
-  const CodecKind codecs[] = {CodecKind::kivi2,  CodecKind::kivi2r, CodecKind::kitty,
-                              CodecKind::kivi4,  CodecKind::kivi4r, CodecKind::kivi42,
-                              CodecKind::kivi24, CodecKind::kivi42r};
+  const CodecKind codecs[] = {CodecKind::kivi2,  CodecKind::kivi2r,  CodecKind::kitty,
+                              CodecKind::kivi4,  CodecKind::kivi4r,  CodecKind::kivi42,
+                              CodecKind::kivi24, CodecKind::kivi42r, CodecKind::kivi32};
   std::map<std::pair<int, int>, double> nmse;  // (codec, role) -> nmse
   for (RowRole role : {RowRole::key, RowRole::value}) {
     for (CodecKind codec : codecs) {
@@ -184,6 +184,11 @@ TEST(CodecVariants, RoundTripWithinDerivedBounds) {
   EXPECT_EQ(at(CodecKind::kivi42r, RowRole::value), at(CodecKind::kivi2r, RowRole::value));
   EXPECT_EQ(at(CodecKind::kivi24, RowRole::key), at(CodecKind::kivi2, RowRole::key));
   EXPECT_EQ(at(CodecKind::kivi24, RowRole::value), at(CodecKind::kivi4, RowRole::value));
+  // kivi32: 3-bit keys lose less than 2-bit ones and more than 4-bit ones (7 levels between 3 and
+  // 15); its values are kivi2's.
+  EXPECT_LT(at(CodecKind::kivi32, RowRole::key), at(CodecKind::kivi2, RowRole::key));
+  EXPECT_GT(at(CodecKind::kivi32, RowRole::key), at(CodecKind::kivi4, RowRole::key));
+  EXPECT_EQ(at(CodecKind::kivi32, RowRole::value), at(CodecKind::kivi2, RowRole::value));
 }
 
 // A store of realistic rows with evictions (holes in key blocks), sinks and a partial residual.
@@ -206,7 +211,8 @@ std::unique_ptr<RowStore> evicted_store(CodecKind codec, RowRole role, size_t he
 }
 
 constexpr CodecKind kNewCodecs[] = {CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty,
-                                    CodecKind::kivi42, CodecKind::kivi24, CodecKind::kivi42r};
+                                    CodecKind::kivi42, CodecKind::kivi24, CodecKind::kivi42r,
+                                    CodecKind::kivi32};
 
 // dot_rows on packed rows vs double dots with read() rows. In the codec's coordinates the KIVI
 // kernel's bound of kivi_attention_test.cpp holds: 2 (hd + K + 6) u * sum_c |q'_c| (|x'_c| +

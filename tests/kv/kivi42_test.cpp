@@ -27,6 +27,7 @@ CacheConfig mixed(CodecKind codec, size_t group = 8, size_t residual = 16) {
   c.kivi_group = group;
   c.kivi_residual = residual;
   c.rotation_seed = 99;
+  c.kivi_fp16_sinks = 0;  // as the single-width codecs' default (kivi42's own is 4: kv/config.h)
   return c;
 }
 
@@ -103,15 +104,26 @@ TEST(Kivi42, PerCodecDefaultsResolveAndCanBeOverridden) {
   c.zip_salient = 0.3;
   EXPECT_EQ(kivi_residual_of(c), 64u);
   EXPECT_EQ(zip_salient_of(c), 0.3);
-  // The store uses the resolved residual: 31 rows stay fp16 under kivi42's default 32, and the
-  // 33rd row arriving packs 32 of them.
+  // The store uses the resolved residual and sinks: under kivi42's defaults (residual 32, 4 fp16
+  // sinks) the first 4 rows stay fp16 for good, 32 more wait in the residual, and the 37th row
+  // arriving packs 32 of them.
+  EXPECT_EQ(kivi_fp16_sinks_of(CacheConfig{.codec = CodecKind::kivi42}), 4u);
+  EXPECT_EQ(kivi_fp16_sinks_of(CacheConfig{.codec = CodecKind::kivi32}), 4u);
+  for (CodecKind k : {CodecKind::kivi2, CodecKind::kivi4, CodecKind::kivi24, CodecKind::kivi42r,
+                      CodecKind::kitty, CodecKind::zipcache, CodecKind::gear}) {
+    EXPECT_EQ(kivi_fp16_sinks_of(CacheConfig{.codec = k}), 0u) << to_string(k);
+  }
+  EXPECT_EQ(kivi_fp16_sinks_of(CacheConfig{.codec = CodecKind::kivi42, .kivi_fp16_sinks = 0}), 0u);
   auto s = make_row_store(CacheConfig{.codec = CodecKind::kivi42}, RowRole::key, 16);
-  const std::vector<float> x = realistic_rows(33, 16, 3, true);
-  s->append(x.data(), 32);
+  const std::vector<float> x = realistic_rows(37, 16, 3, true);
+  s->append(x.data(), 36);
   const size_t fp16_bytes = s->bytes();
-  EXPECT_EQ(fp16_bytes, 32u * 16 * 2);
-  s->append(x.data() + 32 * 16, 1);
+  EXPECT_EQ(fp16_bytes, 36u * 16 * 2);
+  s->append(x.data() + 36 * 16, 1);
   EXPECT_LT(s->bytes(), fp16_bytes);
+  std::vector<float> y(37 * 16);
+  s->read(y.data(), 0, 37);
+  for (size_t i = 0; i < 4 * 16; ++i) EXPECT_EQ(y[i], kivi_test::round_fp16(x[i])) << i;
   // A wrapped codec keeps its own defaults: zipcacher's stores (keys plain zipcache, values
   // rotated zipcache) with the default fields decode and count bytes exactly as with residual 32
   // and salient 0.7 spelled out, and not as zipcache's 128 / 0.2.

@@ -130,7 +130,8 @@ TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
   const CodecKind codecs[] = {CodecKind::fp16,     CodecKind::kivi2,  CodecKind::kivi4,
                               CodecKind::kivi2r,   CodecKind::kivi4r, CodecKind::kitty,
                               CodecKind::zipcache, CodecKind::gear,   CodecKind::zipcacher,
-                              CodecKind::kivi42,   CodecKind::kivi24, CodecKind::kivi42r};
+                              CodecKind::kivi42,   CodecKind::kivi24, CodecKind::kivi42r,
+                              CodecKind::kivi32};
   const std::vector<int32_t> tokens = tokens_of(kS);
   const ModelFingerprint fp = fingerprint(3);
   for (const PolicyKind policy : policies) {

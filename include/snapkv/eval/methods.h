@@ -38,11 +38,13 @@ struct MethodDefaults {
   size_t kernel = CacheConfig{}.kernel;
   bool keep_window = CacheConfig{}.keep_window;
   ChunkMode chunk_mode = CacheConfig{}.chunk_mode;
-  size_t chunk_size = CacheConfig{}.chunk_size;          // chunkkv
-  uint64_t seed = CacheConfig{}.seed;                    // random policy
-  uint64_t rotation_seed = CacheConfig{}.rotation_seed;  // kivi2r / kivi4r / zipcacher
-  size_t kitty_channels = CacheConfig{}.kitty_channels;  // kitty
-  size_t kivi_residual = CacheConfig{}.kivi_residual;    // fp16 residual / zipcache segment
+  size_t chunk_size = CacheConfig{}.chunk_size;            // chunkkv
+  uint64_t seed = CacheConfig{}.seed;                      // random policy
+  uint64_t rotation_seed = CacheConfig{}.rotation_seed;    // kivi2r / kivi4r / zipcacher
+  size_t kitty_channels = CacheConfig{}.kitty_channels;    // kitty
+  size_t kivi_residual = CacheConfig{}.kivi_residual;      // fp16 residual / zipcache segment
+  size_t kivi_group = CacheConfig{}.kivi_group;            // KIVI group G
+  size_t kivi_fp16_sinks = CacheConfig{}.kivi_fp16_sinks;  // KIVI-Sink rows kept fp16
   // Decode-time budget (CacheConfig::decode_budget / decode_interval), applied to every evicting
   // method (the full-cache baselines stay full); 0 = off.
   size_t decode_budget = CacheConfig{}.decode_budget;

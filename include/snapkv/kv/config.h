@@ -71,6 +71,8 @@ enum class ChunkMode {
 // kivi42: KIVI with 4-bit keys (per channel) and 2-bit values (per token); kivi24 the mirror
 // (2-bit keys, 4-bit values), the measurement that splits a 2-bit cache's loss between keys and
 // values; kivi42r: kivi42 whose value rows are turned by the rotation of kivi2r (keys plain).
+// kivi32: 3-bit keys (per channel), 2-bit values (per token): 2.5 code bits per element on
+// average, the ~2.5-bit point of issue 16 (docs/results/codecs-25bit/).
 // Layouts are KIVI's at each role's width (kv/kivi.h); docs/results/codecs-kivi42/.
 enum class CodecKind {
   fp16,
@@ -84,10 +86,11 @@ enum class CodecKind {
   zipcacher,
   kivi42,
   kivi24,
-  kivi42r
+  kivi42r,
+  kivi32
 };
 // Bits per code of the KIVI store of `role` for the plain and rotated KIVI codecs (kivi2, kivi4,
-// kivi2r, kivi4r, kitty, kivi42, kivi24, kivi42r); 0 for the others.
+// kivi2r, kivi4r, kitty, kivi42, kivi24, kivi42r, kivi32); 0 for the others.
 int codec_kivi_bits(CodecKind k, bool key_role);
 
 // True for the codecs that quantize Hadamard-rotated rows (kivi2r, kivi4r; zipcacher and kivi42r
@@ -100,15 +103,23 @@ bool codec_routes_rows(CodecKind k);
 
 // Per-codec defaults. CacheConfig::kivi_residual == 0 and zip_salient == kCodecDefaultFraction
 // (the field defaults) stand for the codec's own setting, chosen on the dev seed (2) per codec:
-//   kivi_residual: 32 for zipcacher, kivi42, kivi42r, kivi24 (at a 1K prompt 128 fp16 rows are
+//   kivi_residual: 32 for zipcacher, kivi42, kivi42r, kivi24, kivi32 (at a 1K prompt 128 fp16 rows
+//   are
 //                  12% of the cache; 32 frees those bytes: docs/results/codecs-zipcacher/,
 //                  docs/results/codecs-kivi42/); 128 (KIVI's R) for every other codec.
 //   zip_salient:   0.7 for zipcacher (with residual 32), 0.2 for zipcache, 0 for the rest.
 // Any explicit value overrides the default. The resolved values are what the stores use and what
 // .kvc files, fork keys and eval reports record.
+//   kivi_fp16_sinks (kCodecDefaultCount = the codec's own): 4 for kivi42 and kivi32 (the first
+//                  rows, the attention sinks SnapKV always keeps, stay fp16: on the dev seed
+//                  they carry most of what snapkv + kivi42 lost, docs/results/codecs-25bit/);
+//                  0 for every other codec.
 inline constexpr double kCodecDefaultFraction = -1.0;
+inline constexpr size_t kCodecDefaultCount = static_cast<size_t>(-1);
 struct CacheConfig;
 size_t codec_default_kivi_residual(CodecKind k);
+size_t codec_default_kivi_fp16_sinks(CodecKind k);
+size_t kivi_fp16_sinks_of(const CacheConfig& c);  // kivi_fp16_sinks, or the codec's default
 double codec_default_zip_salient(CodecKind k);
 size_t kivi_residual_of(const CacheConfig& c);  // kivi_residual, or the codec's default for 0
 double zip_salient_of(const CacheConfig& c);    // zip_salient, or the codec's default
@@ -161,8 +172,9 @@ struct CacheConfig {
   // .kvc files, fork keys and reports use: kivi_residual_of()).
   size_t kivi_group = 32;
   size_t kivi_residual = 0;
-  // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI).
-  size_t kivi_fp16_sinks = 0;
+  // KIVI-Sink: the first kivi_fp16_sinks rows stay fp16 forever (0 = plain KIVI);
+  // kCodecDefaultCount = the codec's own default (kivi_fp16_sinks_of()).
+  size_t kivi_fp16_sinks = kCodecDefaultCount;
   // kivi2r/kivi4r/zipcacher: seed of the rotation's random signs (kv/rotation.h); saved in .kvc
   // files.
   uint64_t rotation_seed = 0;

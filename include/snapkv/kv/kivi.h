@@ -1,4 +1,4 @@
-// KIVI codec (arXiv 2402.02750): 2- and 4-bit asymmetric min/max quantization of kept KV rows.
+// KIVI codec (arXiv 2402.02750): 2-, 3- and 4-bit asymmetric min/max quantization of kept KV rows.
 // This header pins the packed layouts and exposes the scalar primitives (parameter choice, encode,
 // decode, word packing) that the RowStore (src/kv/kivi_store.cpp) and the tests share. The store
 // itself is made by make_row_store(config with codec kivi2/kivi4, role, head_dim).
@@ -19,9 +19,13 @@
 //                            last group holds the head_dim % G tail channels when G does not
 //                            divide head_dim (its min/max cover just those channels).
 //
-// Code words. Codes are packed 8 to a little-endian word of b*8 bits (2-bit: uint16, 4-bit:
-// uint32): element k of the octet sits in bits [b*k, b*k + b). A key block of n rows stores, per
-// octet of rows o = 0 .. ceil(n/8)-1 and channel c, the word of rows 8o..8o+7 of channel c:
+// Code words. Codes are packed 8 to a little-endian word of b*8 bits (2-bit: uint16, 3-bit: three
+// bytes, byte i holding bits [8i, 8i + 8) of the 24-bit word, 4-bit: uint32): element k of the
+// octet sits in bits [b*k, b*k + b). 3-bit codes are for keys only (codec kivi32; a value store
+// of width 3 is an error): their dot product runs a float kernel of its own
+// (src/kv/kivi3_kernels.cpp), not the packed SIMD or integer kernels of widths 2 and 4. A key block
+// of n rows stores, per octet of rows o = 0 .. ceil(n/8)-1 and channel c, the word of rows 8o..8o+7
+// of channel c:
 //   key block codes  [ceil(n/8)][head_dim] words   (rows past n inside the last octet: code 0)
 // so one word decodes into 8 consecutive rows' codes of one channel, and a dot product of a query
 // with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c. (Where the
@@ -89,7 +93,7 @@ static_assert(sizeof(KittyChannel) == 2 && sizeof(fp16_t) == 2, "kitty indices a
 
 inline constexpr size_t kKiviOctet = 8;  // codes per word
 
-// Bytes of one code word (8 codes of `bits` bits): 2 for 2-bit, 4 for 4-bit.
+// Bytes of one code word (8 codes of `bits` bits): 2 for 2-bit, 3 for 3-bit, 4 for 4-bit.
 constexpr size_t kivi_word_bytes(int bits) {
   return static_cast<size_t>(bits);
 }

@@ -47,8 +47,10 @@
 //                 kivi2/kivi4 record of the rotated rows (kv/rotation.h).
 //   zipcacher:    keys: the zipcache record; values: KvcRotatedStore, then the zipcache record
 //                 of the rotated rows.
-//   kivi42/kivi24: the kivi record at each role's width (kivi42: keys as kivi4, values as kivi2;
-//                 kivi24 the mirror); kivi_residual is written resolved (kv/config.h defaults).
+//   kivi42/kivi24/kivi32: the kivi record at each role's width (kivi42: keys as kivi4, values as
+//                 kivi2; kivi24 the mirror; kivi32: keys at 3 bits, key_words of 3 bytes per
+//                 word, values as kivi2); kivi_residual is written resolved (kv/config.h
+//                 defaults).
 //   kivi42r:      keys: the kivi4 key record; values: KvcRotatedStore, then the kivi2 value record
 //                 of the rotated rows.
 //   gear:         the kivi record (at gear_bits), then KvcGearCorrection and the correction
