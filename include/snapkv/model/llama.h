@@ -69,9 +69,17 @@ struct LlamaWeights {
 
 class LlamaModel {
  public:
-  // Memory-maps and validates a GGUF file (general.architecture llama, qwen2 or qwen3). Throws
+  // Opens and validates a GGUF file (general.architecture llama, qwen2 or qwen3), its bytes held
+  // as `storage` says (gguf::File::Storage): by default weight_storage(). Throws
   // snapkv::RuntimeError.
   static LlamaModel load(const std::string& path);
+  static LlamaModel load(const std::string& path, gguf::File::Storage storage);
+  // How load(path) holds a model file: huge_page_copy (a decode step streams every weight once, and
+  // on 4 KiB pages of a file map it pays a TLB walk per 4 KiB), or mapped when the environment
+  // sets SNAPKV_WEIGHTS=mmap (read once; SNAPKV_WEIGHTS=huge names the default; any other value
+  // throws std::invalid_argument). The map opens faster when only part of a file is read, and
+  // keeps the SIGBUS message for a file truncated while in use (gguf.h).
+  static gguf::File::Storage weight_storage();
   // Takes ownership of a parsed file (e.g. gguf::File::from_bytes for in-memory models).
   explicit LlamaModel(gguf::File file);
 
