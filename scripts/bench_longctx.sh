@@ -23,7 +23,9 @@
 #     only: the prompt state is loaded, its last token recomputed, then -n $GEN tokens)
 #   the memory-traffic bound of each of our runs: (weight bytes read per token + kept KV bytes at
 #     the mid-point of the generation) / read bandwidth, the bandwidth measured in the same run by
-#     build/bench/bench_read_bandwidth ($THREADS threads) — and the decode's fraction of that bound
+#     build/bench/bench_read_bandwidth ($THREADS threads; the higher of its 4 KiB-page and 2 MiB
+#     huge-page rates: the weights sit on huge pages by default, SNAPKV_WEIGHTS=mmap maps the file)
+#     — and the decode's fraction of that bound
 #   longctx.json (everything), longctx.txt (a table)
 # Environment: WORK (/work/longctx), OUT, SNAPKV (build/snapkv), LLAMA_BUILD (/work/llama.cpp/build),
 # MODEL (/work/models-big/random-0.73b-ctx20k.gguf), THREADS (2), TOKENS (16384), SHORT_TOKENS
@@ -165,7 +167,7 @@ measure() {
   [[ -x "$bw_bench" ]] || die "no $bw_bench (cmake --build build --target bench_read_bandwidth)" 2
   log "start $(date -u +%FT%TZ)"
   log "read bandwidth ($THREADS threads)"
-  "$bw_bench" --benchmark_filter="BM_ReadBandwidth/$THREADS/" --benchmark_repetitions=3 \
+  "$bw_bench" --benchmark_filter="BM_ReadBandwidth(HugePages)?/$THREADS/" --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_out="$OUT/read_bandwidth.json" \
     --benchmark_out_format=json > /dev/null
   local questions="$WORK/questions.txt"
