@@ -13,11 +13,12 @@
 //   1 f16 rows               4 rows in flight, per_row's bits (ops/kernels.h F16GemvKernel)
 //   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
 //   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
-//   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead (gemv's default)
+//   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead
 //   5 q8_0 q8                Q8_0 weights, 8-bit activations, integer pair dots (gemv's default)
 //   6 q8_0 f32               Q8_0 weights decoded to fp32
 //   7 q4_K q8                Q4_K weights, Q8_K activations (gemv's default)
 //   8 q4_K f32               Q4_K blocks decoded to fp32
+//   9 f16 by_width           per_row up to 4096 columns, rows_prefetch beyond (gemv's default)
 // The pools and the read-bandwidth buffer sit on 2 MiB huge pages (util/huge_pages.h), as the
 // model's weights do by default (LlamaModel::weight_storage); SNAPKV_HUGEPAGES=0 puts both on
 // ordinary 4 KiB pages (the file map's page size) for an A/B run.
@@ -28,7 +29,7 @@
 // BM_ParallelForEmpty: the cost of one parallel_for with nothing to do (the decode step opens about
 // 7 per layer, 112 per token).
 //
-//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-4]/'
+//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-49]/'
 //       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one command line)
 //   build/bench/bench_gemv_decode --benchmark_filter='BM_LayerDecode|BM_ParallelFor'
 #include <benchmark/benchmark.h>
@@ -79,6 +80,7 @@ const Kernel kKernels[] = {
     {WeightType::q8_0, GemmPrecision::f32, F16GemvKernel::per_row, "q8_0 f32"},
     {WeightType::q4_K, GemmPrecision::q8, F16GemvKernel::per_row, "q4_K q8"},
     {WeightType::q4_K, GemmPrecision::f32, F16GemvKernel::per_row, "q4_K f32"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::by_width, "f16 by_width"},
 };
 
 std::vector<float> noise(size_t n, uint64_t seed) {
