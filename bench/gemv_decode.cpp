@@ -20,8 +20,9 @@
 //   8 q4_K f32               Q4_K blocks decoded to fp32
 //   9 f16 by_width           per_row up to 4096 columns, rows_prefetch beyond (gemv's default)
 // The pools and the read-bandwidth buffer sit on 2 MiB huge pages (util/huge_pages.h), as the
-// model's weights do by default (LlamaModel::weight_storage); SNAPKV_HUGEPAGES=0 puts both on
-// ordinary 4 KiB pages (the file map's page size) for an A/B run.
+// model's weights do when the page cache holds the file in 2 MiB folios or with
+// SNAPKV_WEIGHTS=huge (LlamaModel::weight_storage); SNAPKV_HUGEPAGES=0 puts both on ordinary
+// 4 KiB pages (a file map's pages otherwise) for an A/B run.
 // (of_read_bw is a ratio; Google Benchmark prints it with a "/s" suffix because it is computed
 // as a rate.)
 // BM_LayerDecode: the seven products of one layer in the model's order and grouping (q/k/v and

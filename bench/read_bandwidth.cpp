@@ -5,7 +5,8 @@
 // be faster than (weight bytes + KV bytes it reads) / this bandwidth.
 //
 // BM_ReadBandwidthHugePages reads the same amount from a region on 2 MiB huge pages
-// (util/huge_pages.h), as the model's weights are held by default (LlamaModel::weight_storage):
+// (util/huge_pages.h), as the model's weights are when the page cache holds the file in 2 MiB
+// folios or with SNAPKV_WEIGHTS=huge (LlamaModel::weight_storage):
 // on 4 KiB pages a stream pays a TLB walk every 4 KiB, so this is the higher of the two rates on
 // most machines, and the one a bound on a huge-page decode should use (scripts/bench_longctx.sh
 // takes the larger).

@@ -70,9 +70,9 @@ gguf::File::Storage LlamaModel::weight_storage() {
   static const gguf::File::Storage storage = [] {
     const char* env = std::getenv("SNAPKV_WEIGHTS");
     const std::string s = env != nullptr ? env : "";
-    if (s.empty() || s == "huge") return gguf::File::Storage::huge_page_copy;
-    if (s == "mmap") return gguf::File::Storage::mapped;
-    throw_invalid(kComponent, "SNAPKV_WEIGHTS not a known storage", s, "huge or mmap");
+    if (s.empty() || s == "mmap") return gguf::File::Storage::mapped;
+    if (s == "huge") return gguf::File::Storage::huge_page_copy;
+    throw_invalid(kComponent, "SNAPKV_WEIGHTS not a known storage", s, "mmap or huge");
   }();
   return storage;
 }
