@@ -13,11 +13,16 @@
 //   1 f16 rows               4 rows in flight, per_row's bits (ops/kernels.h F16GemvKernel)
 //   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
 //   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
-//   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead (gemv's default)
+//   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead
 //   5 q8_0 q8                Q8_0 weights, 8-bit activations, integer pair dots (gemv's default)
 //   6 q8_0 f32               Q8_0 weights decoded to fp32
 //   7 q4_K q8                Q4_K weights, Q8_K activations (gemv's default)
 //   8 q4_K f32               Q4_K blocks decoded to fp32
+//   9 f16 by_width           per_row up to 4096 columns, rows_prefetch beyond (gemv's default)
+// The pools and the read-bandwidth buffer sit on 2 MiB huge pages (util/huge_pages.h), as the
+// model's weights do when the page cache holds the file in 2 MiB folios or with
+// SNAPKV_WEIGHTS=huge (LlamaModel::weight_storage); SNAPKV_HUGEPAGES=0 puts both on ordinary
+// 4 KiB pages (a file map's pages otherwise) for an A/B run.
 // (of_read_bw is a ratio; Google Benchmark prints it with a "/s" suffix because it is computed
 // as a rate.)
 // BM_LayerDecode: the seven products of one layer in the model's order and grouping (q/k/v and
@@ -25,7 +30,7 @@
 // BM_ParallelForEmpty: the cost of one parallel_for with nothing to do (the decode step opens about
 // 7 per layer, 112 per token).
 //
-//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-4]/'
+//   build/bench/bench_gemv_decode --benchmark_filter='BM_GemvDecode/[0-49]/'
 //       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one command line)
 //   build/bench/bench_gemv_decode --benchmark_filter='BM_LayerDecode|BM_ParallelFor'
 #include <benchmark/benchmark.h>
@@ -43,6 +48,7 @@
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
 #include "snapkv/util/timer.h"
+#include "util/huge_pages.h"
 
 namespace {
 
@@ -75,6 +81,7 @@ const Kernel kKernels[] = {
     {WeightType::q8_0, GemmPrecision::f32, F16GemvKernel::per_row, "q8_0 f32"},
     {WeightType::q4_K, GemmPrecision::q8, F16GemvKernel::per_row, "q4_K q8"},
     {WeightType::q4_K, GemmPrecision::f32, F16GemvKernel::per_row, "q4_K f32"},
+    {WeightType::f16, GemmPrecision::f32, F16GemvKernel::by_width, "f16 by_width"},
 };
 
 std::vector<float> noise(size_t n, uint64_t seed) {
@@ -99,18 +106,34 @@ std::vector<uint8_t> encoded(WeightType type, Shape s) {
   return bytes;
 }
 
+// `n` bytes on huge pages, or from operator new under SNAPKV_HUGEPAGES=0.
+struct Buffer {
+  snapkv::HugePageRegion huge;
+  std::vector<uint8_t> plain;
+  explicit Buffer(size_t n) {
+    if (snapkv::huge_pages_enabled()) {
+      huge = snapkv::HugePageRegion::allocate(n);
+    } else {
+      plain.resize(n);
+    }
+  }
+  uint8_t* data() { return huge.data() != nullptr ? huge.data() : plain.data(); }
+  const uint8_t* data() const { return huge.data() != nullptr ? huge.data() : plain.data(); }
+};
+
 // Copies of one encoded matrix, back to back, at least kPoolBytes in all.
 struct Pool {
-  std::vector<uint8_t> bytes;
-  size_t matrix_bytes = 0, count = 0;
+  Buffer bytes;
+  size_t matrix_bytes, count;
   const void* at(size_t i) const { return bytes.data() + (i % count) * matrix_bytes; }
 };
 
+size_t pool_count(size_t matrix_bytes) {
+  return std::max<size_t>(2, (kPoolBytes + matrix_bytes - 1) / matrix_bytes);
+}
+
 Pool make_pool(const std::vector<uint8_t>& one) {
-  Pool p;
-  p.matrix_bytes = one.size();
-  p.count = std::max<size_t>(2, (kPoolBytes + one.size() - 1) / one.size());
-  p.bytes.resize(p.count * one.size());
+  Pool p{Buffer(pool_count(one.size()) * one.size()), one.size(), pool_count(one.size())};
   for (size_t i = 0; i < p.count; ++i)
     std::memcpy(p.bytes.data() + i * one.size(), one.data(), one.size());
   return p;
@@ -130,14 +153,16 @@ uint64_t sum_words(const uint64_t* p, size_t n) {
 }
 
 // Read bandwidth (bytes/s) with the current thread count: bench_read_bandwidth's loop (each
-// thread one contiguous slice of a 1 GiB buffer), the median of 5 passes; measured once per
-// thread count per process.
+// thread one contiguous slice of a 1 GiB buffer, on the pools' kind of pages), the median of 5
+// passes; measured once per thread count per process.
 double read_bandwidth() {
   static std::map<int, double> measured;
   const int threads = snapkv::num_threads();
   if (auto it = measured.find(threads); it != measured.end()) return it->second;
   const size_t n_words = (size_t{1} << 30) / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(n_words, 1);
+  Buffer bytes(n_words * sizeof(uint64_t));
+  auto* words = reinterpret_cast<uint64_t*>(bytes.data());
+  std::fill(words, words + n_words, uint64_t{1});
   const auto n_slices = static_cast<size_t>(threads);
   std::vector<uint64_t> partial(n_slices * 8);
   std::vector<double> rates;
@@ -145,7 +170,7 @@ double read_bandwidth() {
     const snapkv::Timer timer;
     snapkv::parallel_for(n_slices, [&](size_t s) {
       const size_t begin = n_words * s / n_slices, end = n_words * (s + 1) / n_slices;
-      partial[s * 8] = sum_words(buffer.data() + begin, end - begin);
+      partial[s * 8] = sum_words(words + begin, end - begin);
     });
     const double seconds = timer.seconds();
     benchmark::DoNotOptimize(partial.data());

@@ -23,9 +23,12 @@
 #     only: the prompt state is loaded, its last token recomputed, then -n $GEN tokens)
 #   the memory-traffic bound of each of our runs: (weight bytes read per token + kept KV bytes at
 #     the mid-point of the generation) / read bandwidth, the bandwidth measured in the same run by
-#     build/bench/bench_read_bandwidth ($THREADS threads) — and the decode's fraction of that bound
+#     build/bench/bench_read_bandwidth ($THREADS threads; the higher of its 4 KiB-page and 2 MiB
+#     huge-page rates: the weights stream on 2 MiB pages when the page cache holds the file in
+#     2 MiB folios, or with SNAPKV_WEIGHTS=huge, this script's default for the decode runs)
+#     — and the decode's fraction of that bound
 #   longctx.json (everything), longctx.txt (a table)
-# Environment: WORK (/work/longctx), OUT, SNAPKV (build/snapkv), LLAMA_BUILD (/work/llama.cpp/build),
+# Environment: WORK (/work/longctx), OUT, SNAPKV (build/snapkv), SNAPKV_WEIGHTS (huge), LLAMA_BUILD (/work/llama.cpp/build),
 # MODEL (/work/models-big/random-0.73b-ctx20k.gguf), THREADS (2), TOKENS (16384), SHORT_TOKENS
 # (4096), CHUNK (512), GEN (64), REPS (3).
 set -euo pipefail
@@ -42,6 +45,10 @@ SHORT_TOKENS=${SHORT_TOKENS:-4096}
 CHUNK=${CHUNK:-512}
 GEN=${GEN:-64}
 REPS=${REPS:-3}
+# How `measure` has snapkv hold the weights (LlamaModel::weight_storage): huge (read into 2 MiB
+# pages: 1.5-3 s more at load, the decode streams on huge TLB entries) or mmap (the default of the
+# library, 2 MiB entries only where the page cache holds the file in 2 MiB folios).
+WEIGHTS=${SNAPKV_WEIGHTS:-huge}
 QUESTION=" Question: what is the pass key? Answer: the pass key is"
 LLAMA_CLI="$LLAMA_BUILD/bin/llama-cli"
 export OMP_WAIT_POLICY=passive
@@ -165,15 +172,15 @@ measure() {
   [[ -x "$bw_bench" ]] || die "no $bw_bench (cmake --build build --target bench_read_bandwidth)" 2
   log "start $(date -u +%FT%TZ)"
   log "read bandwidth ($THREADS threads)"
-  "$bw_bench" --benchmark_filter="BM_ReadBandwidth/$THREADS/" --benchmark_repetitions=3 \
+  "$bw_bench" --benchmark_filter="BM_ReadBandwidth(HugePages)?/$THREADS/" --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_out="$OUT/read_bandwidth.json" \
     --benchmark_out_format=json > /dev/null
   local questions="$WORK/questions.txt"
   : > "$questions"
   for ((i = 0; i < REPS; ++i)); do echo "$QUESTION" >> "$questions"; done
   for name in full snapkv1024; do
-    log "ours: decode $GEN tokens from $name.kvc, $REPS repetitions"
-    "$SNAPKV" ask --model "$MODEL" --cache "$WORK/$name.kvc" --questions "$questions" \
+    log "ours: decode $GEN tokens from $name.kvc, $REPS repetitions, SNAPKV_WEIGHTS=$WEIGHTS"
+    SNAPKV_WEIGHTS="$WEIGHTS" "$SNAPKV" ask --model "$MODEL" --cache "$WORK/$name.kvc" --questions "$questions" \
       --max-tokens "$GEN" --ignore-eos --multiline --threads "$THREADS" \
       --json "$OUT/ours-$name.json" > /dev/null
   done

@@ -15,11 +15,13 @@
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/mapped_file.h"
+#include "util/huge_pages.h"
 
 namespace snapkv::gguf {
 
 struct File::Mapping {
   MappedFile file;             // read-only map of File::open's path (registered for SIGBUS)
+  HugePageRegion copy;         // or File::open's path read into huge pages
   std::vector<uint8_t> owned;  // from_bytes copy
 };
 
@@ -167,13 +169,20 @@ File::File(File&&) noexcept = default;
 File& File::operator=(File&&) noexcept = default;
 File::~File() = default;
 
-File File::open(const std::string& path) {
+File File::open(const std::string& path, Storage storage) {
   File f;
   f.origin_ = path;
   f.mapping_ = std::make_unique<Mapping>();
-  f.mapping_->file = MappedFile::open(path, kComponent, "a readable regular GGUF file");
-  f.base_ = f.mapping_->file.data();
-  f.size_ = f.mapping_->file.size();
+  constexpr std::string_view kExpected = "a readable regular GGUF file";
+  if (storage == Storage::huge_page_copy) {
+    f.mapping_->copy = read_file_to_huge_pages(path, kComponent, kExpected);
+    f.base_ = f.mapping_->copy.data();
+    f.size_ = f.mapping_->copy.size();
+  } else {
+    f.mapping_->file = MappedFile::open(path, kComponent, kExpected);
+    f.base_ = f.mapping_->file.data();
+    f.size_ = f.mapping_->file.size();
+  }
   f.parse();
   return f;
 }

@@ -10,7 +10,7 @@
 // kv/fp16_rows.h, and cost time without it: A/B the two together.) reserve_for_append grows
 // capacity by at least a quarter, so appending one row per decode step copies the rows O(log n)
 // times, not once per step. Leaves out: NUMA placement, and any promise that huge pages are granted
-// (the kernel decides). Private to kv/.
+// (the kernel decides). The mapping itself is util/huge_pages.h's. Private to kv/.
 #pragma once
 
 #include <sys/mman.h>
@@ -18,43 +18,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <new>
 #include <vector>
 
+#include "util/huge_pages.h"
+
 namespace snapkv {
-
-inline constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-// A region of `bytes` (a multiple of kHugePageBytes) at a kHugePageBytes boundary; throws
-// std::bad_alloc when the kernel refuses.
-inline void* huge_page_map(size_t bytes) {
-  const size_t padded = bytes + kHugePageBytes;
-  void* raw = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (begin + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
-  // Give back the unaligned head and the tail beyond the region.
-  if (aligned > begin) munmap(raw, aligned - begin);
-  const size_t tail = padded - (aligned - begin) - bytes;
-  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-  void* region = reinterpret_cast<void*>(aligned);
-#ifdef MADV_HUGEPAGE
-  madvise(region, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
-#endif
-  return region;
-}
-
-// False when the environment sets SNAPKV_HUGEPAGES=0 (read once): every request then goes to
-// operator new, for A/B runs against the plain allocation.
-inline bool huge_pages_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("SNAPKV_HUGEPAGES");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return enabled;
-}
 
 template <class T>
 struct HugePageAllocator {
@@ -64,9 +33,7 @@ struct HugePageAllocator {
   HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
 
   // Bytes a request of n elements occupies: rounded up to whole huge pages when large.
-  static size_t mapped_bytes(size_t n) {
-    return (n * sizeof(T) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  }
+  static size_t mapped_bytes(size_t n) { return huge_page_round_up(n * sizeof(T)); }
   static bool mapped(size_t n) { return n * sizeof(T) >= kHugePageBytes && huge_pages_enabled(); }
   T* allocate(size_t n) {
     if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();

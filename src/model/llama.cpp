@@ -5,6 +5,7 @@
 #include "model/arch_weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -58,7 +59,22 @@ void add_bias_rows(float* x, const float* bias, size_t n_rows, size_t n) {
 // ---- LlamaModel -------------------------------------------------------------------------------
 
 LlamaModel LlamaModel::load(const std::string& path) {
-  return LlamaModel(gguf::File::open(path));
+  return load(path, weight_storage());
+}
+
+LlamaModel LlamaModel::load(const std::string& path, gguf::File::Storage storage) {
+  return LlamaModel(gguf::File::open(path, storage));
+}
+
+gguf::File::Storage LlamaModel::weight_storage() {
+  static const gguf::File::Storage storage = [] {
+    const char* env = std::getenv("SNAPKV_WEIGHTS");
+    const std::string s = env != nullptr ? env : "";
+    if (s.empty() || s == "mmap") return gguf::File::Storage::mapped;
+    if (s == "huge") return gguf::File::Storage::huge_page_copy;
+    throw_invalid(kComponent, "SNAPKV_WEIGHTS not a known storage", s, "mmap or huge");
+  }();
+  return storage;
 }
 
 LlamaModel::LlamaModel(gguf::File file) : file_(std::make_unique<gguf::File>(std::move(file))) {

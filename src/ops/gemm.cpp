@@ -383,8 +383,9 @@ F16GemvKernel f16_gemv_kernel() {
     if (s == "rows_prefetch") return F16GemvKernel::rows_prefetch;
     if (s == "row_acc8") return F16GemvKernel::row_acc8;
     if (s == "row_acc8_prefetch") return F16GemvKernel::row_acc8_prefetch;
+    if (s == "by_width") return F16GemvKernel::by_width;
     throw_invalid("gemm", "SNAPKV_F16_GEMV not a known kernel", s,
-                  "per_row, rows, rows_prefetch, row_acc8 or row_acc8_prefetch");
+                  "per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch or by_width");
   }();
   return kernel;
 }

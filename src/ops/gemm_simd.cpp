@@ -225,6 +225,10 @@ void gemv_f16(float* out, const float* x, const WeightMatrix& w, size_t row_begi
   size_t r = row_begin;
 #if SNAPKV_GEMM_AVX2
   using ops_internal::F16GemvKernel;
+  if (kernel == F16GemvKernel::by_width) {
+    kernel =
+        n > ops_internal::kF16LongRowCols ? F16GemvKernel::rows_prefetch : F16GemvKernel::per_row;
+  }
   if ((kernel == F16GemvKernel::row_acc8 || kernel == F16GemvKernel::row_acc8_prefetch) &&
       n % 64 == 0) {
     const fp16_t* end = kernel == F16GemvKernel::row_acc8_prefetch ? base + row_end * n : nullptr;

@@ -20,17 +20,27 @@ namespace snapkv::ops_internal {
 //                  own summation order (gemm_simd.cpp dot_f16_row_acc8), the same at both SIMD
 //                  levels; widths that are not a multiple of 64 take per_row
 //   row_acc8_prefetch  row_acc8 plus a software prefetch 2 KiB ahead in the stream
-// (the first three give the bits of the per-row dot_f16; at the scalar level all are per_row)
+//   by_width       per_row for rows of at most kF16LongRowCols columns, rows_prefetch for longer
+//                  ones (x of a long row, 4 bytes a column, outgrows half the 32 KiB L1 data
+//                  cache, and one row at a time then re-reads it from L2 for every row; four rows
+//                  in flight read it once per four rows)
+// (per_row, rows, rows_prefetch and by_width give the bits of the per-row dot_f16; at the scalar
+// level all are per_row)
 // gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
 // environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch, row_acc8,
-// row_acc8_prefetch; read once, anything else throws std::invalid_argument), for A/B runs of a
-// whole decode; bench_gemv_decode times all five in one run. The default is per_row: in the quiet
-// run of record (docs/results/bench/gemv_decode.txt, 2 threads) it read 0.73-0.88 of the read
-// bandwidth at the model's four shapes against 0.62-0.82 for row_acc8_prefetch, and the 16K
-// long-context decode with per_row ran 19.2 tok/s against 14.7 (docs/results/bench/ab/).
-enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch };
+// row_acc8_prefetch, by_width; read once, anything else throws std::invalid_argument), for A/B
+// runs of a whole decode; bench_gemv_decode times all six in one run. The default is by_width:
+// in the quiet run of record (docs/results/bench/gemv_decode.txt, 2 threads, 4 KiB pages)
+// per_row read 0.88 / 0.79 / 0.88 of the read bandwidth at 2048x2048 / 512x2048 / 5632x2048, the
+// best there, and rows_prefetch 0.80 at 2048x5632 against per_row's 0.73; on a loaded machine
+// with the weights on huge pages, paired runs of the two at the 0.73B F16 model's 1536x6144 down
+// projection gave rows_prefetch 1.46x per_row's rate (faster in 232 of 300 pairs). Before it,
+// per_row was the default (the 16K long-context decode ran 19.2 tok/s with it against 14.7 with
+// row_acc8_prefetch, docs/results/bench/ab/).
+enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch, by_width };
 inline constexpr size_t kF16RowsInFlight = 4;
-inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::per_row;
+inline constexpr size_t kF16LongRowCols = 4096;  // by_width: longer rows take rows_prefetch
+inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::by_width;
 }  // namespace snapkv::ops_internal
 
 #define SNAPKV_OPS_KERNELS_DECLARE(NS)                                                       \

@@ -118,8 +118,9 @@ TEST(BadInputCli, PerplexityContextBeyondTheModelFailsBeforeBuildingText) {
   EXPECT_LT(seconds, 60.0);
 }
 
-// The model file is truncated while `snapkv run` has it mapped: the next weight read faults
-// (SIGBUS), which must become the named error and exit 1 (was: killed by SIGBUS, exit 135).
+// The model file is truncated while `snapkv run` has it mapped (SNAPKV_WEIGHTS=mmap, the default):
+// the next weight read faults (SIGBUS), which must become the named error and exit 1 (was: killed
+// by SIGBUS, exit 135).
 TEST(BadInputCli, ModelTruncatedWhileMappedExitsOneWithNamedError) {
   TempDir dir("sigbus");
   const std::string prompt_file = dir.file("prompt.txt");
@@ -145,7 +146,15 @@ TEST(BadInputCli, ModelTruncatedWhileMappedExitsOneWithNamedError) {
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, SNAPKV_CLI_PATH, &actions, nullptr, argv.data(), environ), 0);
+    // The memory map is what faults (SNAPKV_WEIGHTS=huge would read the file into memory instead).
+    std::vector<std::string> env_strings = {"SNAPKV_WEIGHTS=mmap"};
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string(*e).rfind("SNAPKV_WEIGHTS=", 0) != 0) env_strings.emplace_back(*e);
+    }
+    std::vector<char*> envp;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    ASSERT_EQ(posix_spawn(&pid, SNAPKV_CLI_PATH, &actions, nullptr, argv.data(), envp.data()), 0);
     posix_spawn_file_actions_destroy(&actions);
     // Wait until the model is mapped (it appears in /proc/PID/maps), then truncate it.
     const std::string maps = "/proc/" + std::to_string(pid) + "/maps";

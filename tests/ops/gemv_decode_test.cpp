@@ -1,12 +1,12 @@
 // The F16 decode matvec (ops/kernels.h F16GemvKernel, gemm_simd.cpp): at any thread count, the
-// variants per_row / rows / rows_prefetch give each output the bits of the per-row dot_f16 of the
-// active ISA level, and row_acc8 / row_acc8_prefetch the bits of their own documented order
-// (emulated here with std::fma), on widths that are and are not multiples of 16 / 64 and row
-// counts that are and are not multiples of the rows in flight (the suite runs at every level:
-// ctest -L isa). Closeness to the double-precision reference is
-// gemm_test.cpp's (GemmTest.MatchesDoubleReferenceAcrossShapes, f16). gemv_multi (several
-// products of one input in one parallel region) gives each product gemv's bits, for every weight
-// type, a mix of types, both precisions and thread counts.
+// variants per_row / rows / rows_prefetch / by_width give each output the bits of the per-row
+// dot_f16 of the active ISA level, and row_acc8 / row_acc8_prefetch the bits of their own
+// documented order (emulated here with std::fma), on widths that are and are not multiples of 16 /
+// 64 and row counts that are and are not multiples of the rows in flight (the suite runs at every
+// level: ctest -L isa). Closeness to the double-precision reference is gemm_test.cpp's
+// (GemmTest.MatchesDoubleReferenceAcrossShapes, f16). gemv_multi (several products of one input in
+// one parallel region) gives each product gemv's bits, for every weight type, a mix of types, both
+// precisions and thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,7 +67,9 @@ TEST(GemvDecode, F16VariantsFollowTheirOrder) {
   struct Shape {
     size_t rows, cols;
   };
-  const Shape shapes[] = {{1, 16}, {3, 48}, {4, 64}, {7, 40}, {37, 512}, {261, 2048}, {64, 5632}};
+  // 9x4112 and 64x5632: by_width's long rows (rows_prefetch, a last partial group of rows).
+  const Shape shapes[] = {{1, 16},   {3, 48},     {4, 64},   {7, 40},
+                          {37, 512}, {261, 2048}, {9, 4112}, {64, 5632}};
   for (const Shape s : shapes) {
     std::vector<fp16_t> m(s.rows * s.cols);
     for (fp16_t& h : m) h = fp32_to_fp16(dist(rng));
@@ -87,7 +89,7 @@ TEST(GemvDecode, F16VariantsFollowTheirOrder) {
       set_num_threads(threads);
       for (const F16GemvKernel kernel :
            {F16GemvKernel::per_row, F16GemvKernel::rows, F16GemvKernel::rows_prefetch,
-            F16GemvKernel::row_acc8, F16GemvKernel::row_acc8_prefetch}) {
+            F16GemvKernel::row_acc8, F16GemvKernel::row_acc8_prefetch, F16GemvKernel::by_width}) {
         const bool is_acc8 =
             kernel == F16GemvKernel::row_acc8 || kernel == F16GemvKernel::row_acc8_prefetch;
         const std::vector<float>& want = is_acc8 ? acc8 : per_row;

@@ -10,7 +10,8 @@
 // to end with the last tensor (its padding may be cut short): leftover bytes mean the tensor infos
 // and the data disagree.
 //
-// File::open maps the file read-only (MAP_PRIVATE) and registers the map with util/mapped_file.h:
+// File::open maps the file read-only (MAP_PRIVATE; or, with Storage::huge_page_copy, reads it into
+// read-only huge-page memory and keeps no map) and registers the map with util/mapped_file.h:
 // if the file is truncated while mapped, the next read of a lost page raises SIGBUS, which
 // install_mapped_file_fault_handler() (installed by the `snapkv` command) turns into a named error
 // and exit status 1. Library users that map files another process may truncate should install it
@@ -145,10 +146,21 @@ std::string shape_string(std::span<const int64_t> ne);
 // A parsed GGUF file. Move-only; owns its memory map (or byte buffer).
 class File {
  public:
-  // Memory-maps `path` read-only and parses it. Throws snapkv::RuntimeError on any I/O problem or
-  // malformed content (the message starts with "[gguf] " and includes the path). Only regular
-  // files are opened (a FIFO, directory or device is refused before open(), which could block).
-  static File open(const std::string& path);
+  // How open() holds the file's bytes:
+  //   mapped          a read-only memory map (pages read on first touch; 4 KiB pages of the page
+  //                   cache; a truncation while mapped raises SIGBUS, see above)
+  //   huge_page_copy  the whole file read (pread, no map) into anonymous memory on 2 MiB
+  //                   boundaries advised for transparent huge pages (util/huge_pages.h), then
+  //                   made read-only: for weights streamed once per decoded token, where 4 KiB
+  //                   pages cost a TLB walk every 4 KiB. Same peak RSS as a fully touched map
+  //                   (plus < 2 MiB of rounding); reads the whole file up front.
+  enum class Storage { mapped, huge_page_copy };
+
+  // Opens `path` (a memory map by default) and parses it. Throws snapkv::RuntimeError on any I/O
+  // problem or malformed content (the message starts with "[gguf] " and includes the path). Only
+  // regular files are opened (a FIFO, directory or device is refused before open(), which could
+  // block).
+  static File open(const std::string& path, Storage storage = Storage::mapped);
   // Parses a copy of the bytes held by the File (tests, generated files).
   static File from_bytes(std::vector<uint8_t> bytes);
   // Parses bytes the caller keeps alive for the File's lifetime (no copy; used by the fuzzer).
@@ -200,7 +212,7 @@ class File {
   const TensorInfo& get_tensor(std::string_view name) const;
 
  private:
-  struct Mapping;  // mmap owner (or byte vector), defined in the .cpp
+  struct Mapping;  // mmap owner (or huge-page copy, or byte vector), defined in the .cpp
   File();
   void parse();
 

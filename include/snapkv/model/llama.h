@@ -69,9 +69,21 @@ struct LlamaWeights {
 
 class LlamaModel {
  public:
-  // Memory-maps and validates a GGUF file (general.architecture llama, qwen2 or qwen3). Throws
+  // Opens and validates a GGUF file (general.architecture llama, qwen2 or qwen3), its bytes held
+  // as `storage` says (gguf::File::Storage): by default weight_storage(). Throws
   // snapkv::RuntimeError.
   static LlamaModel load(const std::string& path);
+  static LlamaModel load(const std::string& path, gguf::File::Storage storage);
+  // How load(path) holds a model file: mapped (the default: a 2 MiB-aligned file map advised for
+  // huge pages, util/mapped_file.h, so a file the page cache holds in 2 MiB folios streams on
+  // 2 MiB TLB entries; opens in about 0.1 s), or huge_page_copy when the environment sets
+  // SNAPKV_WEIGHTS=huge (the file read into anonymous huge pages: 2 MiB pages whatever the page
+  // cache holds, for a long generation, at the price of zeroing and copying the whole file at
+  // load, about 1.5-3 s of system time for the 1.4 GB F16 0.73B file on the development VM, and
+  // the RSS of parts a map would never touch, such as an untied token embedding).
+  // SNAPKV_WEIGHTS=mmap names the default; it is read once, any other value throws
+  // std::invalid_argument.
+  static gguf::File::Storage weight_storage();
   // Takes ownership of a parsed file (e.g. gguf::File::from_bytes for in-memory models).
   explicit LlamaModel(gguf::File file);
 

@@ -2,9 +2,13 @@
 //
 // Promises: map_file_readonly() maps a regular file (never blocks on a FIFO or device: the path is
 // checked with stat() before it is opened, and opened with O_NONBLOCK) with a read-only private
-// mapping, and registers the range under the file's path. If the file is truncated while mapped,
-// touching a page past its new end raises SIGBUS; install_mapped_file_fault_handler() turns that
-// signal, when it falls inside a registered range, into the message
+// mapping, and registers the range under the file's path. A file of 2 MiB or more is mapped at a
+// 2 MiB-aligned address advised MADV_HUGEPAGE: where the page cache holds it in 2 MiB folios
+// (Linux with large folios on the file system: the kernel makes them when such a map first faults
+// the file in) every 2 MiB is one TLB entry instead of 512, for weights streamed once per token. If
+// the file is truncated while mapped, touching a page past its new end raises SIGBUS;
+// install_mapped_file_fault_handler() turns that signal, when it falls inside a registered range,
+// into the message
 //   "snapkv: error: [mmap] file 'PATH' was truncated or replaced while in use, got a bus error at
 //   byte N of M, expected the file to stay unchanged while it is mapped"
 // on stderr and exit status 1 (a runtime error, as for any other bad file). A SIGBUS outside every
