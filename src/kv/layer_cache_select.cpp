@@ -119,7 +119,9 @@ LayerCache::SelectOutcome LayerCache::select_then_store(Tensor3 k, Tensor3 v, co
   if (std::find(bad.begin(), bad.end(), uint8_t{1}) != bad.end()) {
     return SelectOutcome::keys_out_of_range;
   }
-  for (size_t h = 0; h < n_kv; ++h) {
+  // Heads compact independently (their own stores, positions and scores): in parallel, so the
+  // gather of the kept chunk rows (scattered reads of k and v) is not a serial tail.
+  parallel_for(n_kv, [&](size_t h) {
     const std::vector<uint32_t>& keep = results[h].keep;
     const std::vector<int64_t>& pos = candidates[h];
     SNAPKV_CHECK(keep.size() == std::min(budget, pos.size()));
@@ -146,7 +148,7 @@ LayerCache::SelectOutcome LayerCache::select_then_store(Tensor3 k, Tensor3 v, co
     }
     settle_head(h, kept_scores, queries, n_window);
     last_scores_[h] = std::move(results[h].scores);
-  }
+  });
   ++compressions_;
   return SelectOutcome::selected;
 }
