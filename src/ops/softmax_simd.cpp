@@ -13,10 +13,11 @@
 #include "util/isa.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
-// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
+// -W(maybe-)uninitialized reports wherever they inline; silenced for the header's lines only.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #if defined(__AVX2__)
 #include <immintrin.h>
