@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "kv/scratch.h"
 #include "kv/span_attention.h"
@@ -237,33 +238,45 @@ LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const
   return copy;
 }
 
-void LayerCache::validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) const {
+void LayerCache::validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window,
+                                 bool k_values_later) const {
   check_tensor(k, "k", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
   check_tensor(v, "v", dims_.n_kv_heads, "n_kv_heads", dims_.head_dim);
   if (v.dim1 != k.dim1) {
     throw_invalid(kComponent, "v token count differs from k", num(v.dim1), "S = " + num(k.dim1));
   }
-  check_values(k, "k", true);
-  check_values(v, "v", true);
-  if (q_window != nullptr) {
-    check_tensor(*q_window, "q_window", dims_.n_heads, "n_heads", dims_.head_dim);
-    if (q_window->dim1 > k.dim1) {
-      throw_invalid(kComponent, "q_window has more rows than the chunk", num(q_window->dim1),
-                    "<= S = " + num(k.dim1));
+  if (!k_values_later) check_values(k, "k", true);
+  try {
+    check_values(v, "v", true);
+    if (q_window != nullptr) {
+      check_tensor(*q_window, "q_window", dims_.n_heads, "n_heads", dims_.head_dim);
+      if (q_window->dim1 > k.dim1) {
+        throw_invalid(kComponent, "q_window has more rows than the chunk", num(q_window->dim1),
+                      "<= S = " + num(k.dim1));
+      }
+      check_values(*q_window, "q_window", false);
     }
-    check_values(*q_window, "q_window", false);
+  } catch (const std::invalid_argument&) {
+    if (k_values_later) check_values(k, "k", true);  // a bad k is named first, as without deferral
+    throw;
   }
 }
 
 void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKind kind) {
-  validate_update(k, v, q_window);
   const size_t n_new = k.dim1;
   const size_t head_dim = dims_.head_dim;
   const bool decode = kind == UpdateKind::decode || (kind == UpdateKind::automatic && n_new == 1);
   const bool evicts = config_.policy != PolicyKind::full;
   const bool wants_queries = wants_window_queries(config_);
+  // every_chunk prefill on fp16 rows with one budget per head: select before storing
+  // (select_then_store, which checks k's values as it reads them).
+  const bool selects_first = !decode && evicts && config_.chunk_mode == ChunkMode::every_chunk &&
+                             config_.codec == CodecKind::fp16 &&
+                             config_.head_allocation != HeadAllocation::ada;
+  validate_update(k, v, q_window, selects_first);
   if (!decode && wants_queries && config_.query_source == QuerySource::queries &&
       q_window == nullptr) {
+    if (selects_first) check_values(k, "k", true);  // named first, as before the deferral
     throw_invalid(kComponent, "q_window missing on a prefill update", "none",
                   "[n_heads][w][head_dim] queries (query_source = queries)");
   }
@@ -285,16 +298,20 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   // (and rows a routing codec still holds are routed).
   if (decode) end_prompt();
 
-  if (!decode && evicts && config_.chunk_mode == ChunkMode::every_chunk &&
-      config_.codec == CodecKind::fp16 && config_.head_allocation != HeadAllocation::ada) {
+  if (selects_first) {
     tokens_seen_ += n_new;
-    pending_queries_ = window_queries;
-    pending_window_ = n_window;
-    if (select_then_store(k, v, window_queries.empty() ? nullptr : window_queries.data(), n_window,
-                          layer_budget())) {
-      return;
-    }
-    tokens_seen_ -= n_new;  // the chunk fits: stored below like any other
+    std::vector<float> saved_queries = std::exchange(pending_queries_, window_queries);
+    const size_t saved_window = std::exchange(pending_window_, n_window);
+    const SelectOutcome outcome = select_then_store(
+        k, v, window_queries.empty() ? nullptr : window_queries.data(), n_window, layer_budget());
+    if (outcome == SelectOutcome::selected) return;
+    tokens_seen_ -= n_new;  // nothing stored yet: the cache as it was
+    pending_queries_ = std::move(saved_queries);
+    pending_window_ = saved_window;
+    // Out of range: the named error (check_values walks to the first bad value). The chunk fits:
+    // k not read yet, checked here before it is stored below like any other.
+    check_values(k, "k", true);
+    SNAPKV_CHECK(outcome == SelectOutcome::chunk_fits);
   }
 
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {

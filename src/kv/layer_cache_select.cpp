@@ -8,7 +8,9 @@
 // so the policy sees the same keys (and values) as after an append; only the kept rows of the
 // chunk are then appended. Rows, positions, scores and compression count equal the general path
 // (tests/kv/layer_cache_select_test.cpp holds the two equal); only fp16 rows with one budget per
-// head take this path (LayerCache::update decides).
+// head take this path (LayerCache::update decides). The rounding of the chunk's keys also checks
+// them (|x| <= 65504, no NaN/Inf): update() leaves k's values to this path rather than read all
+// of k once more before it, and turns a bad value into its usual named error.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -22,15 +24,15 @@
 namespace snapkv {
 namespace {
 
-// out = in rounded to binary16 and back: [n]. The conversions Fp16RowStore uses.
-void round_through_fp16(float* out, const float* in, size_t n) {
+// Whether every value of rows [begin, end) of src [..][head_dim] fits binary16 (|x| <= 65504):
+// the check LayerCache::update makes of k, for rows the scoring did not read.
+bool rows_fit_fp16(const float* src, size_t begin, size_t end, size_t head_dim) {
   constexpr size_t kBlock = 4096;
-  fp16_t half[kBlock];
-  for (size_t i = 0; i < n; i += kBlock) {
-    const size_t len = std::min(kBlock, n - i);
-    fp32_to_fp16_n(half, in + i, len);
-    fp16_to_fp32_n(out + i, half, len);
+  float rounded[kBlock];
+  for (size_t i = begin * head_dim; i < end * head_dim; i += kBlock) {
+    if (!fp16_round_trip_n(rounded, src + i, std::min(kBlock, end * head_dim - i))) return false;
   }
+  return true;
 }
 
 // Rows keep[i] - base (keep[i] >= base) of src [..][head_dim], gathered: [n][head_dim].
@@ -45,27 +47,38 @@ std::vector<float> gather_rows(const float* src, std::span<const uint32_t> keep,
 
 }  // namespace
 
-bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, size_t n_window,
-                                   size_t budget) {
+LayerCache::SelectOutcome LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries,
+                                                        size_t n_window, size_t budget) {
   const size_t n_kv = dims_.n_kv_heads, head_dim = dims_.head_dim, n_new = k.dim1;
   const size_t n_group = dims_.n_heads / n_kv;
   for (size_t h = 0; h < n_kv; ++h) {
-    if (positions_[h].size() + n_new <= budget) return false;  // the general path keeps them all
+    // the general path keeps them all
+    if (positions_[h].size() + n_new <= budget) return SelectOutcome::chunk_fits;
   }
   const int64_t first_new = static_cast<int64_t>(tokens_seen_ - n_new);
   const bool needs_values = policy_->needs_values();
   std::vector<SelectionResult> results(n_kv);
   std::vector<std::vector<int64_t>> candidates(n_kv);  // [n_kv][n_old + n_new] positions
+  // Per head: chunk rows [0, checked[h]) were read and found within the fp16 range; bad[h] once
+  // a read row was not (the rows handed to the policy are then zeros, its result discarded).
+  std::vector<size_t> checked(n_kv, 0);
+  std::vector<uint8_t> bad(n_kv, 0);
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_old = key_stores_[h]->rows(), n_rows = n_old + n_new;
     const float* k_head = k.data + h * n_new * head_dim;  // [n_new][head_dim]
-    // Candidate keys [begin, end): stored rows read back, then chunk rows rounded through fp16.
+    // Candidate keys [begin, end): stored rows read back, then chunk rows rounded through fp16
+    // (and checked on the way: the one read of k's values in this update).
     const KeyRowReader read_keys = [&](float* out, size_t begin, size_t end) {
       const size_t mid = std::clamp(n_old, begin, end);
       if (begin < mid) key_stores_[h]->read(out, begin, mid);
-      if (mid < end) {
-        round_through_fp16(out + (mid - begin) * head_dim, k_head + (mid - n_old) * head_dim,
-                           (end - mid) * head_dim);
+      if (mid == end) return;
+      float* chunk_out = out + (mid - begin) * head_dim;
+      const size_t count = (end - mid) * head_dim;
+      if (!fp16_round_trip_n(chunk_out, k_head + (mid - n_old) * head_dim, count)) {
+        bad[h] = 1;
+        std::fill_n(chunk_out, count, 0.0f);  // no NaN or Inf reaches the policy
+      } else if (mid - n_old <= checked[h]) {
+        checked[h] = std::max(checked[h], end - n_old);
       }
     };
     float* keys = nullptr;  // [n_rows][head_dim], only for policies that need all keys at once
@@ -89,8 +102,9 @@ bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, s
     if (needs_values) {
       float* values = scratch_floats(ScratchSlot::values, n_rows * head_dim);
       value_stores_[h]->read(values, 0, n_old);
-      round_through_fp16(values + n_old * head_dim, v.data + h * n_new * head_dim,
-                         n_new * head_dim);
+      // v was checked by validate_update: the range flag is not needed here
+      (void)fp16_round_trip_n(values + n_old * head_dim, v.data + h * n_new * head_dim,
+                              n_new * head_dim);
       in.values = values;
     }
     if (queries != nullptr) {
@@ -99,8 +113,15 @@ bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, s
       in.n_window = n_window;
     }
     results[h] = policy_->select(in);
+    // Chunk rows the policy did not read (or read out of order) are checked here.
+    if (bad[h] == 0 && !rows_fit_fp16(k_head, checked[h], n_new, head_dim)) bad[h] = 1;
   });
-  for (size_t h = 0; h < n_kv; ++h) {
+  if (std::find(bad.begin(), bad.end(), uint8_t{1}) != bad.end()) {
+    return SelectOutcome::keys_out_of_range;
+  }
+  // Heads compact independently (their own stores, positions and scores): in parallel, so the
+  // gather of the kept chunk rows (scattered reads of k and v) is not a serial tail.
+  parallel_for(n_kv, [&](size_t h) {
     const std::vector<uint32_t>& keep = results[h].keep;
     const std::vector<int64_t>& pos = candidates[h];
     SNAPKV_CHECK(keep.size() == std::min(budget, pos.size()));
@@ -127,9 +148,9 @@ bool LayerCache::select_then_store(Tensor3 k, Tensor3 v, const float* queries, s
     }
     settle_head(h, kept_scores, queries, n_window);
     last_scores_[h] = std::move(results[h].scores);
-  }
+  });
   ++compressions_;
-  return true;
+  return SelectOutcome::selected;
 }
 
 }  // namespace snapkv

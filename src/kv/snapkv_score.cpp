@@ -19,7 +19,10 @@ namespace snapkv {
 namespace {
 
 // Query rows per pass (bounds the logits scratch to kRowChunk * n_rows floats, 32 MiB at 64K) and
-// key columns per sgemm call (a [kRowChunk][kColBlock] logits tile, 512 KiB, stays in L2).
+// key columns per sgemm call (a [kRowChunk][kColBlock] logits tile, 512 KiB, stays in L2). The
+// scratch holds the tiles one after another, [n_tiles][chunk][<= kColBlock]: a tile is contiguous,
+// where rows of the whole [chunk][n_rows] matrix would put its rows n_rows floats apart (256 KiB
+// at 64K rows, a stride that maps every row of the tile to the same cache sets).
 constexpr size_t kRowChunk = 128;
 constexpr size_t kColBlock = 1024;
 
@@ -68,8 +71,10 @@ void window_scores_rows(float* out, const KeyTiles& keys, size_t n_rows, size_t 
   const size_t n_total = n_group * w;  // query rows, ordered [n_group][w]
   const size_t n_tiles = (n_rows + kColBlock - 1) / kColBlock;
   const size_t chunk = std::min(kRowChunk, n_total);
-  std::vector<float> q(chunk * head_dim);  // [chunk][head_dim] contiguous query rows
-  float* logits = scratch_floats(ScratchSlot::logits, chunk * n_rows);  // [chunk][n_rows]
+  std::vector<float> q(chunk * head_dim);         // [chunk][head_dim] contiguous query rows
+  const size_t ld = std::min(kColBlock, n_rows);  // a tile's row stride
+  // [n_tiles][chunk][ld]: tile t at logits + t * chunk * ld
+  float* logits = scratch_floats(ScratchSlot::logits, n_tiles * chunk * ld);
   std::vector<float> tile_max(chunk * n_tiles);  // [chunk][n_tiles] shift used per tile
   std::vector<float> row_max(chunk), row_sum(chunk);
   float* tile_keys =
@@ -89,8 +94,8 @@ void window_scores_rows(float* out, const KeyTiles& keys, size_t n_rows, size_t 
     for (size_t t = 0; t < n_tiles; ++t) {
       const size_t c0 = t * kColBlock;
       const size_t nc = std::min(kColBlock, n_rows - c0);
-      sgemm_nt(logits + c0, q.data(), keys.rows(tile_keys, c0, nc, head_dim), m, nc, head_dim,
-               scale, n_rows);
+      float* tile = logits + t * chunk * ld;
+      sgemm_nt(tile, q.data(), keys.rows(tile_keys, c0, nc, head_dim), m, nc, head_dim, scale, ld);
       for (size_t i = 0; i < m; ++i) {
         const size_t end = std::min(visible(i), c0 + nc);
         float& shift = tile_max[i * n_tiles + t];
@@ -98,7 +103,7 @@ void window_scores_rows(float* out, const KeyTiles& keys, size_t n_rows, size_t 
           shift = neg_inf;  // the whole tile is masked for this row
           continue;
         }
-        float* row = logits + i * n_rows + c0;
+        float* row = tile + i * ld;
         const float new_max = std::max(row_max[i], max_value(row, end - c0));
         const float tile_sum = exp_shift_sum(row, end - c0, new_max);
         row_sum[i] = row_sum[i] * exp_approx(row_max[i] - new_max) + tile_sum;
@@ -115,7 +120,7 @@ void window_scores_rows(float* out, const KeyTiles& keys, size_t n_rows, size_t 
         const size_t end = std::min(visible(i), c0 + nc);
         // row_sum >= 1: the row's maximum contributes exp(0).
         const float factor = exp_approx(shift - row_max[i]) / row_sum[i];
-        axpy(out + c0, factor, logits + i * n_rows + c0, end - c0);
+        axpy(out + c0, factor, logits + (t * chunk + i) * ld, end - c0);
       }
     }
   }

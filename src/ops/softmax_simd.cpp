@@ -1,7 +1,8 @@
 // Softmax and the bulk exp behind it, compiled once per ISA level (util/isa.h). The AVX2 path
 // (exp8) performs the IEEE operations of the portable exp_approx (softmax.cpp) in the same order
 // (no FMA contraction: CMakeLists.txt builds every target with -ffp-contract=off), so the bulk
-// results are bit-identical to the scalar ones at every level and tests compare them exactly.
+// results are bit-identical to the scalar ones at every level and tests compare them exactly. The
+// AVX-512 path (exp16) does the same on sixteen lanes, its 2^n in one exact step (see exp16).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,8 +12,18 @@
 #include "snapkv/ops/softmax.h"
 #include "util/isa.h"
 
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
+// -W(maybe-)uninitialized reports wherever they inline; silenced for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
 #endif
 
 namespace snapkv::SNAPKV_ISA {
@@ -49,10 +60,40 @@ __m256 exp8(__m256 x) {
 }
 #endif
 
+#if defined(__AVX512F__)
+// exp8's operations on sixteen lanes, with one shortcut: 2^n applied by scalef. p * 2^n1 is exact
+// (|p| < 2 and |n1| <= 64 keep it normal), so exp8's p * 2^n1 * 2^n2 rounds once, to the nearest
+// float of p * 2^n, which is what scalef returns: the same bits (tests/ops/softmax_test.cpp holds
+// every level to exp_approx).
+__m512 exp16(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kLow)), _mm512_set1_ps(kHigh));
+  const __m512 n = _mm512_roundscale_ps(
+      _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _mm512_set1_ps(0.5f)),
+      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(_mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(kLn2Hi))),
+                                 _mm512_mul_ps(n, _mm512_set1_ps(kLn2Lo)));
+  __m512 p = _mm512_set1_ps(kP0);
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP1));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP2));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP3));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP4));
+  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(kP5));
+  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), _mm512_set1_ps(1.0f));
+  const __m512 y = _mm512_scalef_ps(p, n);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_LT_OQ);
+  const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kHigh), _CMP_GT_OQ);
+  const __m512 with_inf = _mm512_mask_blend_ps(over, y, _mm512_set1_ps(HUGE_VALF));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), with_inf);
+}
+#endif
+
 }  // namespace
 
 void exp_n(float* y, const float* x, size_t n) {
   size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
+#endif
 #if defined(__AVX2__)
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
 #endif
@@ -62,10 +103,17 @@ void exp_n(float* y, const float* x, size_t n) {
 float max_value(const float* x, size_t n) {
   size_t i = 0;
   float m = x[0];
+#if defined(__AVX512F__)
+  if (n >= 16) {  // max is exact: any grouping gives the same value
+    __m512 vm = _mm512_loadu_ps(x);
+    for (i = 16; i + 16 <= n; i += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + i));
+    m = std::max(m, _mm512_reduce_max_ps(vm));
+  }
+#endif
 #if defined(__AVX2__)
-  if (n >= 8) {
-    __m256 vm = _mm256_loadu_ps(x);
-    for (i = 8; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
+  if (n - i >= 8) {
+    __m256 vm = _mm256_loadu_ps(x + i);
+    for (i += 8; i + 8 <= n; i += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(x + i));
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, vm);
     for (const float v : lanes) m = std::max(m, v);
@@ -81,6 +129,16 @@ float exp_shift_sum(float* x, size_t n, float shift) {
 #if defined(__AVX2__)
   const __m256 vshift = _mm256_set1_ps(shift);
   __m256 acc = _mm256_setzero_ps();
+#if defined(__AVX512F__)
+  // Sixteen at a time, summed as two groups of eight in order: the same eight partial sums.
+  const __m512 vshift16 = _mm512_set1_ps(shift);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vshift16));
+    _mm512_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(e, 1));
+  }
+#endif
   for (; i + 8 <= n; i += 8) {
     const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vshift));
     _mm256_storeu_ps(x + i, e);

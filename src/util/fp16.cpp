@@ -70,10 +70,11 @@ namespace {
 struct Fp16Kernels {
   void (*to_fp32)(float*, const fp16_t*, size_t);
   void (*to_fp16)(fp16_t*, const float*, size_t);
+  bool (*round_trip)(float*, const float*, size_t);
 };
-#define SNAPKV_FP16_TABLE(NS)                \
-  Fp16Kernels {                              \
-    &NS::fp16_to_fp32_n, &NS::fp32_to_fp16_n \
+#define SNAPKV_FP16_TABLE(NS)                                        \
+  Fp16Kernels {                                                      \
+    &NS::fp16_to_fp32_n, &NS::fp32_to_fp16_n, &NS::fp16_round_trip_n \
   }
 const Fp16Kernels kTables[kIsaLevelCount] = {SNAPKV_FP16_TABLE(isa_scalar),
                                              SNAPKV_FP16_TABLE(SNAPKV_ISA_NS_AVX2),
@@ -87,6 +88,10 @@ void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n) {
 
 void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n) {
   isa_select(kTables).to_fp16(out, in, n);
+}
+
+bool fp16_round_trip_n(float* out, const float* in, size_t n) {
+  return isa_select(kTables).round_trip(out, in, n);
 }
 
 }  // namespace snapkv

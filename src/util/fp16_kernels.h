@@ -6,10 +6,11 @@
 
 #include "snapkv/util/fp16.h"
 
-#define SNAPKV_FP16_KERNELS_DECLARE(NS)                        \
-  namespace snapkv::NS {                                       \
-  void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n); \
-  void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n); \
+#define SNAPKV_FP16_KERNELS_DECLARE(NS)                          \
+  namespace snapkv::NS {                                         \
+  void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n);   \
+  void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n);   \
+  bool fp16_round_trip_n(float* out, const float* in, size_t n); \
   }
 
 SNAPKV_FP16_KERNELS_DECLARE(isa_scalar)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -209,6 +210,101 @@ TEST(LayerCacheSelect, OneChunkMatchesAppendThenCompress) {
       ref.scores.assign(scores.begin(), scores.end());
       expect_head_equal(fast, h, ref, std::string(c.name) + " head " + std::to_string(h));
     }
+  }
+}
+
+// The snapshot of a cache a failed update must leave as it was.
+struct CacheState {
+  std::vector<HeadRef> heads;
+  size_t offset = 0, compressions = 0;
+};
+
+CacheState state_of(const LayerCache& cache) {
+  CacheState st;
+  st.offset = cache.offset();
+  st.compressions = cache.compressions();
+  for (size_t h = 0; h < kKv; ++h) {
+    HeadRef ref;
+    const auto pos = cache.positions(h);
+    ref.positions.assign(pos.begin(), pos.end());
+    ref.keys.resize(pos.size() * kD);
+    ref.values.resize(pos.size() * kD);
+    cache.read_keys(h, ref.keys.data());
+    cache.read_values(h, ref.values.data());
+    const auto scores = cache.last_scores(h);
+    ref.scores.assign(scores.begin(), scores.end());
+    st.heads.push_back(std::move(ref));
+  }
+  return st;
+}
+
+// k's values are checked while its rows are rounded for the policy (no separate pass over k):
+// a NaN, an Inf or a value beyond 65504 anywhere in k — in the first tile, a later one, the
+// window rows (read apart in proxy mode), or with a policy that takes all keys at once — is still
+// the error that names the first bad value, before v's, and the cache is left as it was. Also
+// when the chunk fits the budget (no selection).
+TEST(LayerCacheSelect, BadKeysAreTheNamedErrorAndLeaveTheCacheUnchanged) {
+  constexpr size_t kFirst = 30, kS = 1100;  // the second chunk spans two 1024-row tiles
+  struct Bad {
+    size_t head, row, col;
+    float value;
+    const char* what;
+  };
+  const Bad bads[] = {
+      {1, 0, 3, std::numeric_limits<float>::quiet_NaN(), "k holds a non-finite value at [1][0][3]"},
+      {0, 1050, 0, 70000.0f, "k holds a value outside the fp16 range at [0][1050][0]"},
+      {1, kS - 1, kD - 1, -std::numeric_limits<float>::infinity(),
+       "k holds a non-finite value at [1][1099][15]"},
+  };
+  for (const Case& c : kCases) {
+    const CacheConfig config = every_chunk_config(c);
+    LayerCache cache(CacheDims{kHeads, kKv, kD}, config);
+    const std::vector<float> k0 = random_normal(kKv * kFirst * kD, 40, 0.5f);
+    const std::vector<float> v0 = random_normal(kKv * kFirst * kD, 41);
+    const std::vector<float> q = random_normal(kHeads * kW * kD, 42, 0.5f);
+    const Tensor3 qt = view(q, kHeads, kW, kD);
+    cache.update(view(k0, kKv, kFirst, kD), view(v0, kKv, kFirst, kD), &qt, UpdateKind::prefill);
+    const CacheState before = state_of(cache);
+    const std::vector<float> k = random_normal(kKv * kS * kD, 43, 0.5f);
+    std::vector<float> v = random_normal(kKv * kS * kD, 44);
+    v[5] = std::numeric_limits<float>::quiet_NaN();  // v is bad too: k is named first
+    for (const Bad& bad : bads) {
+      std::vector<float> bad_k = k;
+      bad_k[(bad.head * kS + bad.row) * kD + bad.col] = bad.value;
+      for (const bool bad_v : {false, true}) {
+        const std::string label = std::string(c.name) + " " + bad.what + (bad_v ? " + v" : "");
+        try {
+          cache.update(view(bad_k, kKv, kS, kD), view(bad_v ? v : k, kKv, kS, kD), &qt,
+                       UpdateKind::prefill);
+          ADD_FAILURE() << label << ": accepted";
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find(bad.what), std::string::npos) << e.what();
+        }
+        const CacheState after = state_of(cache);
+        EXPECT_EQ(after.offset, before.offset) << label;
+        EXPECT_EQ(after.compressions, before.compressions) << label;
+        for (size_t h = 0; h < kKv; ++h) {
+          EXPECT_EQ(after.heads[h].positions, before.heads[h].positions) << label;
+          EXPECT_EQ(after.heads[h].keys, before.heads[h].keys) << label;
+          EXPECT_EQ(after.heads[h].values, before.heads[h].values) << label;
+          EXPECT_EQ(after.heads[h].scores, before.heads[h].scores) << label;
+        }
+      }
+    }
+    // A chunk that fits the budget is not scored first; its bad k is the same error.
+    LayerCache roomy(CacheDims{kHeads, kKv, kD}, config);
+    std::vector<float> small_k(k.begin(), k.begin() + kKv * kW * kD);
+    small_k[kW * kD + 2] = 1e30f;
+    EXPECT_THROW(roomy.update(view(small_k, kKv, kW, kD), view(small_k, kKv, kW, kD), &qt,
+                              UpdateKind::prefill),
+                 std::invalid_argument)
+        << c.name;
+    EXPECT_EQ(roomy.offset(), 0u) << c.name;
+    EXPECT_EQ(roomy.size(), 0u) << c.name;
+    // And the cache still takes a good chunk.
+    cache.update(view(k, kKv, kS, kD), view(k, kKv, kS, kD), &qt, UpdateKind::prefill);
+    EXPECT_EQ(cache.offset(), kFirst + kS) << c.name;
+    EXPECT_EQ(cache.size(), config.budget) << c.name;
   }
 }
 

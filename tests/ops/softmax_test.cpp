@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace snapkv {
@@ -51,6 +52,22 @@ TEST(ExpApprox, BulkMatchesScalar) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = -90.0f + 0.179f * static_cast<float>(i);
   exp_n(y.data(), x.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], exp_approx(x[i])) << x[i];
+}
+
+// Every float in [-88, -80] and [80, 89]: where the result leaves the normal range (subnormal
+// p * 2^n near kLow, overflow near kHigh), the AVX-512 path's one-step 2^n must still round as
+// the portable two-step one. Odd lengths leave 16-, 8- and 1-wide tails.
+TEST(ExpApprox, BulkMatchesScalarOnEveryFloatNearTheRangeEnds) {
+  for (const auto& [lo, hi] : {std::pair{-88.0f, -80.0f}, std::pair{80.0f, 89.0f}}) {
+    std::vector<float> x;
+    for (float v = lo; v <= hi; v = std::nextafter(v, hi + 1.0f)) x.push_back(v);
+    x.push_back(1.0f);  // one more: a length that is not a multiple of 8
+    std::vector<float> y(x.size());
+    exp_n(y.data(), x.data(), x.size());
+    size_t mismatches = 0;
+    for (size_t i = 0; i < x.size(); ++i) mismatches += y[i] != exp_approx(x[i]) ? 1 : 0;
+    EXPECT_EQ(mismatches, 0u) << lo << " .. " << hi << ", " << x.size() << " values";
+  }
 }
 
 TEST(ExpShiftSum, MatchesTheDocumentedScalarOrderExactly) {

@@ -122,6 +122,40 @@ TEST(Fp16, BulkEncodeMatchesScalar) {
   }
 }
 
+// The fused round trip: the same values as encode-then-decode, and its range flag false exactly
+// when some |x| > 65504 (NaN and Inf included), wherever the bad value sits (the 16-wide body,
+// the 8-wide step or the scalar tail).
+TEST(Fp16, RoundTripMatchesEncodeDecodeAndFlagsValuesBeyondTheRange) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> expo(-28.0f, 15.9f);
+  const float bad_values[] = {std::numeric_limits<float>::quiet_NaN(),
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::nextafter(kFp16Max, 1e30f),
+                              -65519.0f,
+                              1e30f};
+  for (const size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 24u, 33u, 4099u}) {
+    std::vector<float> in(n);
+    for (size_t i = 0; i < n; ++i) in[i] = std::exp2(expo(rng)) * (i % 3 ? 1.0f : -1.0f);
+    in[0] = -kFp16Max;                         // the largest magnitude allowed
+    if (n > 4) in[4] = 1.0f + 1.0f / 4096.0f;  // a tie: rounds to even
+    std::vector<float> out(n), want(n);
+    std::vector<fp16_t> half(n);
+    fp32_to_fp16_n(half.data(), in.data(), n);
+    fp16_to_fp32_n(want.data(), half.data(), n);
+    EXPECT_TRUE(fp16_round_trip_n(out.data(), in.data(), n)) << n;
+    EXPECT_EQ(out, want) << n;
+    for (const size_t at : {size_t{0}, n / 2, n - 1}) {
+      for (const float bad : bad_values) {
+        std::vector<float> with_bad = in;
+        with_bad[at] = bad;
+        EXPECT_FALSE(fp16_round_trip_n(out.data(), with_bad.data(), n))
+            << "n " << n << ", at " << at << ", " << bad;
+      }
+    }
+  }
+}
+
 TEST(Fp16, Constants) {
   EXPECT_EQ(fp16_to_fp32(0x7BFFu), kFp16Max);
   EXPECT_EQ(fp16_to_fp32(0x3C01u) - 1.0f, 2.0f * kFp16UnitRoundoff);

@@ -209,7 +209,10 @@ class LayerCache {
   double keep_rate() const { return stats().keep_rate(); }
 
  private:
-  void validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window) const;
+  // Shapes and values of an update's inputs; with `k_values_later`, k's values are left to the
+  // caller (select_then_store checks them as it reads them), except when another input is bad:
+  // then k is checked first, so the error names the same input as a check of k, v, q in order.
+  void validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window, bool k_values_later) const;
   // Runs `policy` on every KV head (queries [n_heads][n_window][head_dim] or nullptr; external
   // [n_kv_heads][size()] or nullptr) and keeps min(budget, size(h)) rows per head, or, with
   // `ada`, n_kv_heads * budget rows over the layer (AdaKV, kv/allocation.h).
@@ -221,9 +224,12 @@ class LayerCache {
   // chunk k, v [n_kv_heads][S][head_dim] takes the layer over `budget`, selects among the stored
   // rows and the chunk's before storing, so rows evicted at once are never written. The same
   // rows, positions and scores as appending the chunk and then compress(). tokens_seen_ already
-  // counts the chunk; returns false (nothing done) when the chunk fits the budget.
-  bool select_then_store(Tensor3 k, Tensor3 v, const float* queries, size_t n_window,
-                         size_t budget);
+  // counts the chunk. k's values are checked (|x| <= 65504, finite) in the same pass that rounds
+  // the chunk's keys through fp16 for the policy. Nothing is stored when it returns chunk_fits
+  // (the chunk fits the budget; k not read) or keys_out_of_range (some k value is not).
+  enum class SelectOutcome { selected, chunk_fits, keys_out_of_range };
+  SelectOutcome select_then_store(Tensor3 k, Tensor3 v, const float* queries, size_t n_window,
+                                  size_t budget);
   // Routes the rows a routing codec (zipcache) holds unrouted in head h: with `scores` (the
   // policy's, one per retained row) when given, else SnapKV's window attention with `queries`
   // ([n_heads][n_window][head_dim] or nullptr: the last `window` keys as proxies).

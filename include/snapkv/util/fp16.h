@@ -17,6 +17,12 @@ fp16_t fp32_to_fp16(float f);
 void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n);
 void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n);
 
+// out[i] = fp16_to_fp32(fp32_to_fp16(in[i])) for i < n: the value a binary16 store gives back.
+// Returns whether every |in[i]| <= kFp16Max (no NaN, no Inf, nothing that would round to Inf or
+// to kFp16Max from above), so a caller that must reject such input needs no second read of in.
+// out and in: [n], may be the same array.
+bool fp16_round_trip_n(float* out, const float* in, size_t n);
+
 // Largest finite binary16 value and the unit roundoff of binary16 (2^-11).
 inline constexpr float kFp16Max = 65504.0f;
 inline constexpr float kFp16UnitRoundoff = 1.0f / 2048.0f;
