@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "ops/kernels.h"
+#include "read_words.h"
 #include "snapkv/gguf/quant.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
@@ -139,19 +140,6 @@ Pool make_pool(const std::vector<uint8_t>& one) {
   return p;
 }
 
-uint64_t sum_words(const uint64_t* p, size_t n) {
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a += p[i];
-    b += p[i + 1];
-    c += p[i + 2];
-    d += p[i + 3];
-  }
-  for (; i < n; ++i) a += p[i];
-  return a + b + c + d;
-}
-
 // Read bandwidth (bytes/s) with the current thread count: bench_read_bandwidth's loop (each
 // thread one contiguous slice of a 1 GiB buffer, on the pools' kind of pages), the median of 5
 // passes; measured once per thread count per process.
@@ -164,16 +152,13 @@ double read_bandwidth() {
   auto* words = reinterpret_cast<uint64_t*>(bytes.data());
   std::fill(words, words + n_words, uint64_t{1});
   const auto n_slices = static_cast<size_t>(threads);
-  std::vector<uint64_t> partial(n_slices * 8);
+  std::vector<uint64_t> partial;
   std::vector<double> rates;
   for (int pass = 0; pass < 6; ++pass) {
     const snapkv::Timer timer;
-    snapkv::parallel_for(n_slices, [&](size_t s) {
-      const size_t begin = n_words * s / n_slices, end = n_words * (s + 1) / n_slices;
-      partial[s * 8] = sum_words(words + begin, end - begin);
-    });
+    uint64_t total = snapkv_bench::sum_slices(words, n_words, n_slices, partial);
     const double seconds = timer.seconds();
-    benchmark::DoNotOptimize(partial.data());
+    benchmark::DoNotOptimize(total);
     if (pass > 0) rates.push_back(static_cast<double>(n_words * sizeof(uint64_t)) / seconds);
   }
   std::sort(rates.begin(), rates.end());

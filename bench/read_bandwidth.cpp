@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "read_words.h"
 #include "snapkv/util/parallel.h"
 #include "util/huge_pages.h"
 
@@ -29,36 +30,14 @@ namespace {
 
 constexpr size_t kReadBytes = size_t{1} << 30;
 
-// Sum of `n` words with four independent accumulators (the loads, not the adds, are the limit).
-uint64_t sum_words(const uint64_t* p, size_t n) {
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a += p[i];
-    b += p[i + 1];
-    c += p[i + 2];
-    d += p[i + 3];
-  }
-  for (; i < n; ++i) a += p[i];
-  return a + b + c + d;
-}
-
 // Sums `words` [n_words] (every word 1) with `threads` threads, timed per pass.
 void read_words(benchmark::State& state, const uint64_t* words, size_t n_words) {
   const int threads = static_cast<int>(state.range(0));
   const int saved = snapkv::num_threads();
   snapkv::set_num_threads(threads);
   const size_t n_slices = static_cast<size_t>(threads);
-  std::vector<uint64_t> partial(n_slices * 8, 0);  // one cache line per slice
-  auto read_all = [&] {
-    snapkv::parallel_for(n_slices, [&](size_t s) {
-      const size_t begin = n_words * s / n_slices, end = n_words * (s + 1) / n_slices;
-      partial[s * 8] = sum_words(words + begin, end - begin);
-    });
-    uint64_t total = 0;
-    for (size_t s = 0; s < n_slices; ++s) total += partial[s * 8];
-    return total;
-  };
+  std::vector<uint64_t> partial;
+  auto read_all = [&] { return snapkv_bench::sum_slices(words, n_words, n_slices, partial); };
   if (read_all() != n_words) state.SkipWithError("read_bandwidth: wrong sum");
   for (auto _ : state) {
     uint64_t total = read_all();

@@ -14,25 +14,16 @@
 #include <vector>
 
 #include "snapkv/util/error.h"
+#include "temp_dir_test.h"
 
 namespace snapkv {
 namespace {
 
 namespace fs = std::filesystem;
 
-class HugePagesTest : public ::testing::Test {
+class HugePagesTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("snapkv_huge_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  HugePagesTest() : TempDirTest("snapkv_huge_") {}
   std::vector<uint8_t> bytes_of(size_t n) const {
     std::vector<uint8_t> b(n);
     for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>((i * 131 + i / 4093) & 0xFF);
@@ -44,7 +35,6 @@ class HugePagesTest : public ::testing::Test {
         .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
     return p;
   }
-  fs::path dir_;
 };
 
 std::string read_error(const std::string& p) {

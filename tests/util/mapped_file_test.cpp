@@ -17,25 +17,16 @@
 
 #include "snapkv/util/error.h"
 #include "snapkv/util/npy.h"
+#include "temp_dir_test.h"
 
 namespace snapkv {
 namespace {
 
 namespace fs = std::filesystem;
 
-class MappedFileTest : public ::testing::Test {
+class MappedFileTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("snapkv_mapped_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  MappedFileTest() : TempDirTest("snapkv_mapped_") {}
   std::string write_file(const std::string& name, size_t n_bytes) const {
     const std::string p = path(name);
     std::vector<char> bytes(n_bytes);
@@ -43,7 +34,6 @@ class MappedFileTest : public ::testing::Test {
     std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(n_bytes));
     return p;
   }
-  fs::path dir_;
 };
 
 std::string open_error(const std::string& p) {
