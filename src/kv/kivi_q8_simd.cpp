@@ -351,6 +351,9 @@ void dot_tile(__m512* sums, const __m512i* wv, const int* uniq, const __m512i* c
   }
 }
 
+// A step is 8 rows of 32 bytes (head_dim 128) or 4 rows of 64 (head_dim 256): value_q8_shape.
+constexpr size_t kMaxStepBytes = 256;
+
 struct alignas(64) Bytes64 {  // one vector's worth of storage
   uint8_t b[64];
 };
@@ -359,8 +362,10 @@ struct ValueQ8Scratch {
   std::vector<Bytes64> wv;     // [steps per tile][4] weight vectors
   std::vector<Bytes64> sums;   // [n_q][16] float vectors
   std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
-  std::vector<uint8_t> pad;    // a partial step's rows, zero-filled
-  std::vector<int32_t> chan;   // [2][head_dim]: the lanes of each channel (-1: none)
+  // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
+  // here as weak symbols shared with other levels' objects (tests/isa_objects_check.sh).
+  alignas(64) uint8_t pad[kMaxStepBytes];  // a partial step's rows, zero-filled
+  alignas(64) int32_t chan[2 * 256];       // [2][head_dim]: the lanes of each channel (-1: none)
 };
 
 void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
@@ -377,7 +382,6 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   sc.wv.resize(max_steps * 4);
   sc.sums.assign(n_q * kVK, Bytes64{});
   sc.zsum.assign(n_q * n_groups, Bytes64{});
-  sc.pad.assign(s.step_rows * row_bytes, 0);
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* wv_v = reinterpret_cast<__m512i*>(sc.wv.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
@@ -431,9 +435,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       const size_t row = st * s.step_rows;
       const uint8_t* src = tile + row * row_bytes;
       if (row + s.step_rows > nr) {  // a partial last step: its rows, then zeros
-        std::fill(sc.pad.begin(), sc.pad.end(), uint8_t{0});
-        std::memcpy(sc.pad.data(), src, (nr - row) * row_bytes);
-        src = sc.pad.data();
+        std::memset(sc.pad, 0, s.step_rows * row_bytes);
+        std::memcpy(sc.pad, src, (nr - row) * row_bytes);
+        src = sc.pad;
       }
       build_step(codes_v + st * kVK, src, row_bytes, s);
     }
@@ -515,7 +519,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   }
   // back to channel order: out[c] += the lanes of channel c (two when pair_rows: lanes l and
   // l + 8; else the second gather is masked off) + zero sum, 16 channels at a time
-  sc.chan.assign(2 * head_dim, -1);
+  for (size_t i = 0; i < 2 * head_dim; ++i) sc.chan[i] = -1;
   for (size_t k = 0; k < kVK; ++k) {
     for (size_t lane = 0; lane < 16; ++lane) {
       const size_t c = value_q8_channel(s, k, lane);
@@ -533,8 +537,8 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     for (size_t c = 0; c < head_dim; c += 16) {
       alignas(64) int32_t grp[16];
       for (size_t i = 0; i < 16; ++i) grp[i] = static_cast<int32_t>((c + i) / group);
-      const __m512i i0 = _mm512_loadu_si512(sc.chan.data() + c);
-      const __m512i i1 = _mm512_loadu_si512(sc.chan.data() + head_dim + c);
+      const __m512i i0 = _mm512_loadu_si512(sc.chan + c);
+      const __m512i i1 = _mm512_loadu_si512(sc.chan + head_dim + c);
       const __mmask16 has1 = _mm512_cmpge_epi32_mask(i1, _mm512_setzero_si512());
       const __m512 v0 = _mm512_i32gather_ps(i0, base, 4);
       const __m512 v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), has1, i1, base, 4);
