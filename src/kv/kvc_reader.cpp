@@ -83,6 +83,13 @@ CacheConfig parse_config(const KvcConfigRecord& r) {
   } catch (const std::invalid_argument& e) {
     fail(KvcErrorKind::malformed, "config is not valid", e.what(), "a valid CacheConfig");
   }
+  // The writer stores the per-codec defaults resolved (kv/config.h), never their sentinels: a
+  // sentinel here would be read as the codec's default and written back as a different value.
+  if (r.kivi_residual != kivi_residual_of(c) || r.kivi_fp16_sinks != kivi_fp16_sinks_of(c)) {
+    fail(KvcErrorKind::malformed, "config kivi_residual / kivi_fp16_sinks",
+         num(r.kivi_residual) + " / " + num(r.kivi_fp16_sinks) + " (unresolved codec defaults)",
+         num(kivi_residual_of(c)) + " / " + num(kivi_fp16_sinks_of(c)));
+  }
   return c;
 }
 
