@@ -4,6 +4,7 @@
 //   --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12)/'
 // (codec numbers as CodecKind: 0 fp16, 1 kivi2, 2 kivi4, 3 kivi2r, 4 kivi4r, 5 kitty, 9 kivi42,
 // 12 kivi32);
+// BM_DecodeAttendOne is BM_DecodeAttend on one thread in CPU time (kernel A/B on a shared machine);
 // BM_DecodeHalf splits BM_DecodeStores into its key and value halves on one thread (CPU time).
 //
 // Shape: 8 KV heads, 32 query heads (GQA groups of 4), head_dim 128, one query per head (a decode
@@ -253,6 +254,34 @@ void BM_DecodeAttend(benchmark::State& state) {
   compare_with_fp16(state, 1, seconds / double(state.iterations()));
 }
 
+// BM_DecodeAttend on one thread (parallel_for inline), timed in the calling thread's CPU time
+// (cpu_ms_per_step): the figure for kernel A/B runs on a loaded machine.
+void BM_DecodeAttendOne(benchmark::State& state) {
+  const auto codec = static_cast<CodecKind>(state.range(0));
+  const auto rows = static_cast<size_t>(state.range(1));
+  const LayerCache& cache = cache_for(codec, rows);
+  Noise noise{8};
+  std::vector<float> q(kHeads * kHeadDim), k(kKvHeads * kHeadDim), v(kKvHeads * kHeadDim);
+  for (float& x : q) x = noise.next() * 0.5f;
+  for (float& x : k) x = noise.next();
+  for (float& x : v) x = noise.next();
+  std::vector<float> out(kHeads * kHeadDim);
+  const int threads = num_threads();
+  set_num_threads(1);
+  double cpu_seconds = 0;
+  for (auto _ : state) {
+    const double c0 = thread_cpu_seconds();
+    cache.attend(out.data(), {q.data(), kHeads, 1, kHeadDim}, {k.data(), kKvHeads, 1, kHeadDim},
+                 {v.data(), kKvHeads, 1, kHeadDim});
+    benchmark::DoNotOptimize(out.data());
+    cpu_seconds += thread_cpu_seconds() - c0;
+  }
+  set_num_threads(threads);
+  state.counters["cpu_ms_per_step"] = cpu_seconds / double(state.iterations()) * 1e3;
+  state.counters["cpu_ns_per_row"] =
+      cpu_seconds / double(state.iterations()) / double(rows * kKvHeads) * 1e9;
+}
+
 // The two halves of BM_DecodeStores on one thread, CPU time: keys (dot_rows of every head's
 // group) or values (accumulate_rows with uniform weights), to see where a codec's time goes.
 // half: 0 keys, 1 values.
@@ -310,6 +339,12 @@ void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
 BENCHMARK(BM_MemcpyBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeStores)->Apply([](auto* b) { decode_args(b, true); });
 BENCHMARK(BM_DecodeAttend)->Apply([](auto* b) { decode_args(b, false); });
+BENCHMARK(BM_DecodeAttendOne)
+    ->ArgNames({"codec", "rows"})
+    ->ArgsProduct({{int64_t(CodecKind::fp16), int64_t(CodecKind::kivi4), int64_t(CodecKind::kivi2)},
+                   {16384, 65536}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(0.3);
 BENCHMARK(BM_DecodeHalf)
     ->ArgNames({"codec", "rows", "half"})
     ->ArgsProduct({{int64_t(CodecKind::fp16), int64_t(CodecKind::kivi4), int64_t(CodecKind::kivi2),

@@ -72,10 +72,10 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
                                     bits, scratch.data());
 }
 
-float kivi_key_q8_step2(const float* q, const float* scales, size_t head_dim) {
+float kivi_key_q8_unit(const float* q, const float* scales, size_t head_dim, int bits) {
   float mx = 0.0f;
   for (size_t c = 0; c < head_dim; ++c) mx = std::max(mx, std::fabs(q[c] * scales[c]));
-  return mx / 127.0f / 254.0f;
+  return bits == 2 ? mx / 127.0f : mx / 127.0f / 254.0f;
 }
 
 void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q, size_t n_q,
@@ -90,8 +90,9 @@ void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q,
     float mx = 0.0f;  // max_c |q'_c|
     for (size_t c = 0; c < head_dim; ++c) mx = std::max(mx, std::fabs(qj[c] * scales[c]));
     const float step = mx / 127.0f, step2 = step / 254.0f;
+    const bool two_parts = bits != 2;  // 2-bit keys: hi alone (lo = 0)
     const float inv = mx > 0.0f ? 127.0f / mx : 0.0f,
-                inv2 = step >= 0x1p-100f ? 254.0f / step : 0.0f;
+                inv2 = two_parts && step >= 0x1p-100f ? 254.0f / step : 0.0f;
     float qz = 0.0f;
     for (size_t c = 0; c < head_dim; ++c) {
       const float qs = qj[c] * scales[c];
@@ -109,8 +110,9 @@ void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q,
         sum_hi += hi[c] * code;
         sum_lo += lo[c] * code;
       }
-      out[j * out_stride + r] = std::fma(step2, static_cast<float>(sum_lo),
-                                         std::fma(step, static_cast<float>(sum_hi), qz));
+      const float with_hi = std::fma(step, static_cast<float>(sum_hi), qz);
+      out[j * out_stride + r] =
+          two_parts ? std::fma(step2, static_cast<float>(sum_lo), with_hi) : with_hi;
     }
   }
 }

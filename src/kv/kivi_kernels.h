@@ -24,20 +24,33 @@ void kivi_key_block_dot_scalar(float* out, size_t out_stride, const float* q, si
                                size_t n_rows, size_t head_dim, int bits);
 
 // The integer form of kivi_key_block_dot (the reference of the AVX-512 VNNI kernel,
-// kivi_q8_simd.cpp): per query j, q'_c = q_c * scales[c] becomes a pair of int8 vectors with
+// kivi_q8_simd.cpp): per query j, q'_c = q_c * scales[c] becomes int8 vectors with
 //   mx = max_c |q'_c|, step = mx / 127, step2 = step / 254 (all 0 when mx is 0),
 //   hi_c = rne(q'_c * (127 / mx)),  lo_c = rne(fma(-step, hi_c, q'_c) * (254 / step))
 // (rne: round to nearest even, saturated to [-127, 127]; lo = 0 when step < 2^-100) and
-//   out[j * out_stride + r] = fma(step2, float(L_r), fma(step, float(H_r), sum_c q_c zeros[c]))
-// with H_r = sum_c hi_c code(r, c), L_r = sum_c lo_c code(r, c) exact. Its distance from the
-// float form is at most
-//   step2 / 2 * (1 + 2^-10) * sum_c code(r, c) + the float rounding of both forms,
-// since |step hi_c + step2 lo_c - q'_c| <= step2 / 2 up to the roundings of the operands.
+//   4-bit (two parts): out[j * out_stride + r] = fma(step2, float(L_r), fma(step, float(H_r), qz))
+//   2-bit (one part):  out[j * out_stride + r] = fma(step, float(H_r), qz)
+// with qz = sum_c q_c zeros[c], H_r = sum_c hi_c code(r, c), L_r = sum_c lo_c code(r, c) exact.
+// With unit = step2 (4-bit) or step (2-bit) (kivi_key_q8_unit), its distance from the float
+// form is at most
+//   unit / 2 * (1 + 2^-10) * sum_c code(r, c) + the float rounding of both forms,
+// since |step hi_c + step2 lo_c - q'_c| <= step2 / 2 and |step hi_c - q'_c| <= step / 2 up to the
+// roundings of the operands.
+// Why one part suffices for 2-bit codes: the codec itself moves a logit by
+// sum_c q'_c (code_c - x_c / s_c), each term's rounding uniform in [-1/2, 1/2], so its RMS is
+// ||q'||_2 / sqrt(12) >= mx / sqrt(12) = 0.289 mx. The int8 rounding of q' adds
+// sum_c (step hi_c - q'_c) code_c: terms within +-step / 2, RMS (step / sqrt(12)) * sqrt(sum_c
+// code^2) <= 0.289 (mx / 127) * 3 sqrt(head_dim) (every code 3): 0.077 mx at head_dim 128, 0.046
+// mx for uniform codes (mean code^2 3.5). So it adds at most (0.077 / 0.289)^2 = 7% of the
+// codec's own error variance (2.5% for uniform codes) even when one channel dominates q'. For
+// 4-bit codes (code^2 up to 225, mean 77.5 uniform) the same ratio reaches 60%: they keep the
+// second part (about 15 bits: a single int8 vector lost up to 5% of a logit on keys with outlier
+// channels).
 void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q, size_t n_q,
                                   const float* scales, const float* zeros, const uint8_t* words,
                                   size_t n_rows, size_t head_dim, int bits);
-// step2 above for one query q: [head_dim].
-float kivi_key_q8_step2(const float* q, const float* scales, size_t head_dim);
+// unit above for one query q: [head_dim] and the width (2 or 4).
+float kivi_key_q8_unit(const float* q, const float* scales, size_t head_dim, int bits);
 // True when kivi_key_block_dot runs the integer form at the active ISA level for this shape.
 bool kivi_key_dot_uses_q8(size_t head_dim, int bits);
 

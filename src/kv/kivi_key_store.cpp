@@ -63,6 +63,7 @@ class KiviKeyStore final : public KiviStore {
     for (size_t b = block_of(begin); b < blocks_.size(); ++b) {
       const size_t first = b == 0 ? 0 : blocks_[b - 1].row_end, stop = blocks_[b].row_end;
       if (first >= end) break;
+      if (b + kPrefetchBlocks < blocks_.size()) prefetch_block(b + kPrefetchBlocks);
       fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
       if (first >= begin && stop <= end) {
         float* dst = out + (first - begin);
@@ -203,6 +204,20 @@ class KiviKeyStore final : public KiviStore {
   size_t quantized_bytes() const override {
     return words_.size() + params_.size() * sizeof(fp16_t) + blocks_.size() * sizeof(KiviKeyBlock) +
            boost_channels_.size() * sizeof(KittyChannel) + boost_values_.size() * sizeof(fp16_t);
+  }
+
+  // Blocks ahead of the one being dotted whose words and params are prefetched (T2, as the fp16
+  // rows are: kv/fp16_rows_simd.cpp): the hardware prefetcher alone left the key kernels
+  // waiting on the stream at 16K-64K rows.
+  static constexpr size_t kPrefetchBlocks = 4;
+  void prefetch_block(size_t b) const {
+    const uint8_t* words = block_words(b);
+    const size_t word_bytes =
+        (blocks_[b].row_end - (b == 0 ? 0 : blocks_[b - 1].row_end) + kKiviOctet - 1) / kKiviOctet *
+        head_dim_ * word_bytes_;
+    for (size_t i = 0; i < word_bytes; i += 64) __builtin_prefetch(words + i, 0, 1);
+    const fp16_t* p = params_.data() + b * 2 * head_dim_;
+    for (size_t i = 0; i < 2 * head_dim_; i += 32) __builtin_prefetch(p + i, 0, 1);
   }
 
   const uint8_t* block_words(size_t b) const {

@@ -6,10 +6,12 @@
 //
 // Within a key block every channel c has one scale s_c and zero z_c, so
 //   q . k_r = sum_c (q_c s_c) code(r, c) + sum_c q_c z_c.
-// q' = q o s is quantized per query and block to a pair of int8 vectors, q' ~ step * hi +
-// step2 * lo (step = max |q'| / 127, step2 = step / 254: about 15 bits, as a single int8 vector
-// lost up to 5% of a logit on keys with outlier channels), and the first sum becomes
-// step * sum_c hi_c code(r, c) + step2 * sum_c lo_c code(r, c), both sums exact in int32.
+// q' = q o s is quantized per query and block to a pair of int8 vectors for 4-bit codes, q' ~
+// step * hi + step2 * lo (step = max |q'| / 127, step2 = step / 254: about 15 bits, as a single
+// int8 vector lost up to 5% of a logit on keys with outlier channels), and the first sum becomes
+// step * sum_c hi_c code(r, c) + step2 * sum_c lo_c code(r, c), both sums exact in int32. 2-bit
+// codes take hi alone (kivi_kernels.h: its rounding is a few percent of the 2-bit codec's own
+// error), and the four queries of a GQA group share each masked code vector.
 //
 // Layout of a key block (include/snapkv/kv/kivi.h): per octet of 8 rows, one word per channel
 // holding the 8 rows' codes, W = bits bytes per word, P = 8 / bits codes per byte (row
@@ -117,30 +119,21 @@ inline __m512i sum_lanes4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
                           _mm512_shuffle_i32x4(s01, s23, 0xDD));  // lanes 1, 3 of each
 }
 
-// Spreads q8[0 .. head_dim) into the operand vectors ops[v] (v < head_dim / kChannels).
-template <int Bits>
-void spread_operands(__m512i* ops, const int8_t* q8, size_t head_dim) {
-  using S = Q8Shape<Bits>;
-  const __m512i spread = _mm512_load_si512(tables<Bits>().spread);
-  for (size_t v = 0; v < head_dim / S::kChannels; ++v) {
-    __m512i src;
-    if constexpr (Bits == 2) {
-      src = _mm512_zextsi256_si512(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + v * S::kChannels)));
-    } else {
-      src = _mm512_zextsi128_si512(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(q8 + v * S::kChannels)));
-    }
-    ops[v] = _mm512_permutexvar_epi32(spread, src);
+// N (1 or 2) 16-byte chunks as the low bytes of a vector.
+template <size_t N>
+inline __m512i join_chunks(const __m128i* x) {
+  if constexpr (N == 1) {
+    return _mm512_zextsi128_si512(x[0]);
+  } else {
+    return _mm512_zextsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(x[0]), x[1], 1));
   }
 }
 
 // One query's int8 pair (kivi_key_block_dot_q8_scalar): the operand vectors of hi (hi_ops) and
-// lo (lo_ops), step, step2 and qz. q8: head_dim bytes of scratch.
+// lo (lo_ops), step, step2 and qz.
 template <int Bits>
 void prepare_query(__m512i* hi_ops, __m512i* lo_ops, float& step, float& step2, float& qz,
-                   const float* q, const float* scales, const float* zeros, size_t head_dim,
-                   int8_t* q8) {
+                   const float* q, const float* scales, const float* zeros, size_t head_dim) {
   __m512 mx = _mm512_setzero_ps(), z = _mm512_setzero_ps();
   for (size_t c = 0; c < head_dim; c += 16) {
     const __m512 qv = _mm512_loadu_ps(q + c);
@@ -155,17 +148,24 @@ void prepare_query(__m512i* hi_ops, __m512i* lo_ops, float& step, float& step2, 
   const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
   const __m512 inv2 = _mm512_set1_ps(step >= 0x1p-100f ? 254.0f / step : 0.0f);
   const __m512 sv = _mm512_set1_ps(step);
-  for (size_t c = 0; c < head_dim; c += 16) {
-    const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(scales + c));
-    const __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(qs, inv));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q8 + c), _mm512_cvtsepi32_epi8(hi));
-    // the residual q' - step * hi, |.| <= step / 2 (up to rounding), in steps of step2
-    const __m512 r = _mm512_fnmadd_ps(sv, _mm512_cvtepi32_ps(hi), qs);
-    const __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(r, inv2));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q8 + head_dim + c), _mm512_cvtsepi32_epi8(lo));
+  // the int8 vectors straight into the operands (a store of 16 bytes read back as 32 stalls the
+  // load on store forwarding)
+  const __m512i spread = _mm512_load_si512(tables<Bits>().spread);
+  constexpr size_t kChunks = Q8Shape<Bits>::kChannels / 16;  // 16-channel chunks per operand
+  for (size_t v = 0; v < head_dim / Q8Shape<Bits>::kChannels; ++v) {
+    __m128i hi8[kChunks], lo8[kChunks];
+    for (size_t k = 0; k < kChunks; ++k) {
+      const size_t c = v * Q8Shape<Bits>::kChannels + 16 * k;
+      const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(scales + c));
+      const __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(qs, inv));
+      hi8[k] = _mm512_cvtsepi32_epi8(hi);
+      // the residual q' - step * hi, |.| <= step / 2 (up to rounding), in steps of step2
+      const __m512 r = _mm512_fnmadd_ps(sv, _mm512_cvtepi32_ps(hi), qs);
+      lo8[k] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(r, inv2)));
+    }
+    hi_ops[v] = _mm512_permutexvar_epi32(spread, join_chunks<kChunks>(hi8));
+    lo_ops[v] = _mm512_permutexvar_epi32(spread, join_chunks<kChunks>(lo8));
   }
-  spread_operands<Bits>(hi_ops, q8, head_dim);
-  spread_operands<Bits>(lo_ops, q8 + head_dim, head_dim);
 }
 
 // NQ (1 or 2) queries against every octet of a key block. ops: [4][n_vec] operand vectors, hi of
@@ -237,16 +237,15 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
                   float* scratch) {
   using S = Q8Shape<Bits>;
   const size_t n_vec = head_dim / S::kChannels;
-  // scratch: 64-byte aligned operand vectors [4][n_vec], then q8 bytes [2][head_dim]
+  // scratch: 64-byte aligned operand vectors [4][n_vec]
   auto* ops = reinterpret_cast<__m512i*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
                                          ~static_cast<uintptr_t>(63));
-  auto* q8 = reinterpret_cast<int8_t*>(ops + 4 * n_vec);
   for (size_t j0 = 0; j0 < n_q; j0 += 2) {
     const size_t nq = std::min<size_t>(2, n_q - j0);
     float step[2], step2[2], qz[2];
     for (size_t j = 0; j < nq; ++j) {
       prepare_query<Bits>(ops + j * n_vec, ops + (2 + j) * n_vec, step[j], step2[j], qz[j],
-                          q + (j0 + j) * head_dim, scales, zeros, head_dim, q8);
+                          q + (j0 + j) * head_dim, scales, zeros, head_dim);
     }
     float* o = out + j0 * out_stride;
     if (nq == 2) {
@@ -254,6 +253,124 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
     } else {
       key_block_q8_nq<1, Bits>(o, out_stride, ops, step, step2, qz, words, n_rows, head_dim);
     }
+  }
+}
+
+// One part (2-bit keys, kivi_kernels.h): query j's hi operand vectors into ops, its step and qz;
+// an absent query (q == nullptr) gets zero operands.
+template <int Bits>
+void prepare_query_one(__m512i* ops, float& step, float& qz, const float* q, const float* scales,
+                       const float* zeros, size_t head_dim) {
+  if (q == nullptr) {
+    for (size_t v = 0; v < head_dim / Q8Shape<Bits>::kChannels; ++v)
+      ops[v] = _mm512_setzero_si512();
+    step = qz = 0.0f;
+    return;
+  }
+  __m512 mx = _mm512_setzero_ps(), z = _mm512_setzero_ps();
+  for (size_t c = 0; c < head_dim; c += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + c);
+    mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(qv, _mm512_loadu_ps(scales + c))));
+    z = _mm512_fmadd_ps(qv, _mm512_loadu_ps(zeros + c), z);
+  }
+  const float m = _mm512_reduce_max_ps(mx);
+  qz = _mm512_reduce_add_ps(z);
+  step = m / 127.0f;
+  const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+  const __m512i spread = _mm512_load_si512(tables<Bits>().spread);
+  constexpr size_t kChunks = Q8Shape<Bits>::kChannels / 16;
+  for (size_t v = 0; v < head_dim / Q8Shape<Bits>::kChannels; ++v) {
+    __m128i hi8[kChunks];
+    for (size_t k = 0; k < kChunks; ++k) {
+      const size_t c = v * Q8Shape<Bits>::kChannels + 16 * k;
+      const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(scales + c));
+      hi8[k] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(qs, inv)));
+    }
+    ops[v] = _mm512_permutexvar_epi32(spread, join_chunks<kChunks>(hi8));
+  }
+}
+
+// Four queries (one int8 part each) against every octet of a key block: the masked codes of a
+// vector feed all four, so each code load, shuffle and mask serves the whole GQA group. ops:
+// [4][n_vec] (query j at j; zero for absent queries), step, qz: [4]; out rows of queries < nq.
+// The accumulators of (i, query f) are acc[f * P + i], as in key_block_q8_nq with the four
+// operand sets being the four queries.
+template <int Bits>
+void key_block_q8_one4(float* out, size_t out_stride, size_t nq, const __m512i* ops,
+                       const float* step, const float* qz, const uint8_t* words, size_t n_rows,
+                       size_t head_dim) {
+  using S = Q8Shape<Bits>;
+  constexpr int kAcc = S::kP * 4;
+  const size_t n_vec = head_dim / S::kChannels, n_oct = (n_rows + 7) / 8;
+  const size_t oct_bytes = head_dim * S::kW;
+  const Q8Tables<Bits>& t = tables<Bits>();
+  const __m512i shuffle = _mm512_load_si512(t.shuffle);
+  const __m512i shifts = [] {
+    alignas(64) int32_t s[16];
+    for (int k = 0; k < 16; ++k) s[k] = Bits * ((k / 4) % S::kP);
+    return _mm512_load_si512(s);
+  }();
+  __m512 sv[2], zv[2];
+  for (int p = 0; p < 2; ++p) {
+    sv[p] = _mm512_insertf32x8(_mm512_set1_ps(step[2 * p]), _mm256_set1_ps(step[2 * p + 1]), 1);
+    zv[p] = _mm512_insertf32x8(_mm512_set1_ps(qz[2 * p]), _mm256_set1_ps(qz[2 * p + 1]), 1);
+  }
+  constexpr int kPerPair = S::kP / 2;
+  for (size_t o = 0; o < n_oct; ++o) {
+    const uint8_t* w = words + o * oct_bytes;
+    __m512i acc[kAcc];
+    for (int f = 0; f < kAcc; ++f) acc[f] = _mm512_setzero_si512();
+    for (size_t v = 0; v < n_vec; ++v) {
+      const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(w + v * 64), shuffle);
+      for (int i = 0; i < S::kP; ++i) {
+        const __m512i m = _mm512_and_si512(
+            x, _mm512_set1_epi8(static_cast<char>(((1 << Bits) - 1) << (Bits * i))));
+        for (int f = 0; f < 4; ++f) dpbusd(acc[f * S::kP + i], m, ops[f * n_vec + v]);
+      }
+    }
+    __m512i g[kAcc / 4];
+    for (int n = 0; n < kAcc / 4; ++n) {
+      g[n] = _mm512_srav_epi32(
+          sum_lanes4(acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3]), shifts);
+    }
+    const size_t valid = std::min<size_t>(8, n_rows - o * 8);
+    const __mmask8 mask = static_cast<__mmask8>((1u << valid) - 1u);
+    for (int p = 0; p < 2; ++p) {  // queries 2 p (low half) and 2 p + 1 (high half)
+      const __m512i a = g[p * kPerPair], b = g[p * kPerPair + kPerPair - 1];
+      __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
+      for (int qd = 1; qd < S::kQ; ++qd) {
+        r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
+      }
+      const __m512 res = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r), sv[p], zv[p]);
+      if (static_cast<size_t>(2 * p) < nq) {
+        _mm256_mask_storeu_ps(out + 2 * p * out_stride + o * 8, mask, _mm512_castps512_ps256(res));
+      }
+      if (static_cast<size_t>(2 * p + 1) < nq) {
+        _mm256_mask_storeu_ps(out + (2 * p + 1) * out_stride + o * 8, mask,
+                              _mm512_extractf32x8_ps(res, 1));
+      }
+    }
+  }
+}
+
+template <int Bits>
+void key_block_q8_one(float* out, size_t out_stride, const float* q, size_t n_q,
+                      const float* scales, const float* zeros, const uint8_t* words, size_t n_rows,
+                      size_t head_dim, float* scratch) {
+  using S = Q8Shape<Bits>;
+  const size_t n_vec = head_dim / S::kChannels;
+  // scratch: 64-byte aligned operand vectors [4][n_vec]
+  auto* ops = reinterpret_cast<__m512i*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
+                                         ~static_cast<uintptr_t>(63));
+  for (size_t j0 = 0; j0 < n_q; j0 += 4) {
+    const size_t nq = std::min<size_t>(4, n_q - j0);
+    float step[4], qz[4];
+    for (size_t j = 0; j < 4; ++j) {
+      prepare_query_one<Bits>(ops + j * n_vec, step[j], qz[j],
+                              j < nq ? q + (j0 + j) * head_dim : nullptr, scales, zeros, head_dim);
+    }
+    key_block_q8_one4<Bits>(out + j0 * out_stride, out_stride, nq, ops, step, qz, words, n_rows,
+                            head_dim);
   }
 }
 
@@ -351,6 +468,15 @@ void dot_tile(__m512* sums, const __m512i* wv, const int* uniq, const __m512i* c
   }
 }
 
+// Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
+// kv/fp16_rows_simd.cpp does for fp16 rows).
+constexpr size_t kVPrefetchRows = 2 * kVTile;
+inline void prefetch_t2(const void* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) {
+    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
+  }
+}
+
 // A step is 8 rows of 32 bytes (head_dim 128) or 4 rows of 64 (head_dim 256): value_q8_shape.
 constexpr size_t kMaxStepBytes = 256;
 
@@ -431,6 +557,11 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
     const uint8_t* tile = codes + r0 * row_bytes;
+    if (r0 + kVPrefetchRows < n_rows) {  // the codes and params of a tile kVPrefetchRows ahead
+      const size_t nf = std::min(kVTile, n_rows - r0 - kVPrefetchRows);
+      prefetch_t2(tile + kVPrefetchRows * row_bytes, nf * row_bytes);
+      prefetch_t2(params + (r0 + kVPrefetchRows) * n_groups, nf * n_groups * sizeof(KiviParams));
+    }
     for (size_t st = 0; st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
       const uint8_t* src = tile + row * row_bytes;
@@ -581,8 +712,8 @@ bool kivi_key_block_dot_q8(float* out, size_t out_stride, const float* q, size_t
                            const float* scales, const float* zeros, const uint8_t* words,
                            size_t n_rows, size_t head_dim, int bits, float* scratch) {
 #if SNAPKV_KIVI_VNNI
-  if (bits == 2 && head_dim % Q8Shape<2>::kChannels == 0) {
-    key_block_q8<2>(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, scratch);
+  if (bits == 2 && head_dim % Q8Shape<2>::kChannels == 0) {  // one int8 part (kivi_kernels.h)
+    key_block_q8_one<2>(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, scratch);
     return true;
   }
   if (bits == 4 && head_dim % Q8Shape<4>::kChannels == 0) {

@@ -390,6 +390,49 @@ void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uin
   }
 }
 
+// 4-bit value rows, NQ queries (<= 4), 32 channels (16 bytes of a row) per pass: one zero-extend
+// of 16 bytes to dwords gives the even channels 32k + 2i (low nibble, masked) and the odd ones
+// 32k + 2i + 1 (high nibble, shifted) of 16 lanes each, a third of unpack16's work per code; the
+// sums run in that even / odd order and are interleaved back when stored. Each channel's sum is
+// the same sequence of fmas as value_tile16_nq's. Requires head_dim % 32 == 0 and every 32
+// channels inside one group (group % 32 == 0 or one group); coef as in value_tile16_nq.
+template <int NQ>
+void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
+                       size_t n_rows, size_t head_dim, size_t group, size_t n_groups) {
+  const size_t row_bytes = head_dim / 2;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i low4 = _mm512_set1_epi32(15);
+  for (size_t k = 0; k < head_dim / 32; ++k) {
+    const size_t g = std::min(k * 32 / group, n_groups - 1);
+    Acc4x16 ev, od;
+    for (int j = 0; j < NQ; ++j) {
+      const float* o = out + static_cast<size_t>(j) * out_stride + 32 * k;
+      const __m512 a = _mm512_loadu_ps(o), b = _mm512_loadu_ps(o + 16);
+      const __m512 e = _mm512_permutex2var_ps(a, even, b), d = _mm512_permutex2var_ps(a, odd, b);
+      if (j == 0) ev.a0 = e, od.a0 = d;
+      if (j == 1) ev.a1 = e, od.a1 = d;
+      if (j == 2) ev.a2 = e, od.a2 = d;
+      if (j == 3) ev.a3 = e, od.a3 = d;
+    }
+    for (size_t r = 0; r < n_rows; ++r) {
+      const __m512i x = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r * row_bytes + 16 * k)));
+      const float* cf = coef + (r * n_groups + g) * 4;
+      fma16<NQ>(ev, cf, 1, _mm512_cvtepi32_ps(_mm512_and_si512(x, low4)));
+      fma16<NQ>(od, cf, 1, _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)));
+    }
+    for (int j = 0; j < NQ; ++j) {
+      float* o = out + static_cast<size_t>(j) * out_stride + 32 * k;
+      _mm512_storeu_ps(o, _mm512_permutex2var_ps(ev.get(j), first, od.get(j)));
+      _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(ev.get(j), second, od.get(j)));
+    }
+  }
+}
+
 #endif  // AVX-512
 
 #endif  // SNAPKV_KIVI_AVX2
@@ -453,6 +496,8 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
     return;  // integer weighted sums (kivi_q8_simd.cpp)
   }
 #if SNAPKV_KIVI_AVX2
+  // rows ahead of the tile being summed whose codes and params are prefetched
+  constexpr size_t kPrefetchRows = 4 * kKiviValueTile;
   const size_t n_groups = ceil_div(head_dim, group);
   const bool words_in_one_group = group % kKiviOctet == 0 || n_groups == 1;
   if (head_dim % kKiviOctet == 0 && words_in_one_group) {
@@ -466,6 +511,15 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
       std::fill_n(zero4, 4 * n_groups, 0.0f);
       for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueTile) {
         const size_t nr = std::min(kKiviValueTile, n_rows - r0);
+        if (j0 == 0 && r0 + kPrefetchRows < n_rows) {  // codes, params kPrefetchRows ahead (T2)
+          const size_t nf = std::min(kKiviValueTile, n_rows - r0 - kPrefetchRows);
+          const auto* c = reinterpret_cast<const char*>(codes + (r0 + kPrefetchRows) * row_bytes);
+          for (size_t b = 0; b < nf * row_bytes; b += 64) _mm_prefetch(c + b, _MM_HINT_T2);
+          const auto* p = reinterpret_cast<const char*>(params + (r0 + kPrefetchRows) * n_groups);
+          for (size_t b = 0; b < nf * n_groups * sizeof(KiviParams); b += 64) {
+            _mm_prefetch(p + b, _MM_HINT_T2);
+          }
+        }
         // the tile's params in fp32 at once (F16C): [nr][n_groups] (scale, zero) pairs
         fp16_to_fp32_n(params32, reinterpret_cast<const fp16_t*>(params + r0 * n_groups),
                        2 * nr * n_groups);
@@ -486,6 +540,10 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
         with_nq_bits(static_cast<int>(nq), bits, [&](auto n, auto b) {
           constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
 #if SNAPKV_KIVI_AVX512
+          if (kBits == 4 && head_dim % 32 == 0 && (group % 32 == 0 || n_groups == 1)) {
+            value_tile_nib_nq<kNq>(o, head_dim, coef, tile_codes, nr, head_dim, group, n_groups);
+            return;
+          }
           if (head_dim % 16 == 0 && (group % 16 == 0 || n_groups == 1)) {
             value_tile16_nq<kNq, kBits>(o, head_dim, coef, tile_codes, nr, head_dim, group,
                                         n_groups);

@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "kv/kivi_kernels.h"
+#include "snapkv/kv/config.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv::kivi_test {
@@ -64,6 +66,21 @@ inline void attention_ref(double* out, const float* q, const float* keys, const 
   for (size_t i = 0; i < n; ++i) {
     for (size_t c = 0; c < head_dim; ++c) out[c] += logits[i] / total * values[i * head_dim + c];
   }
+}
+
+// True when the active level's key dots of `codec` at head_dim hd run the one-part integer form
+// (2-bit keys at the AVX-512 VNNI level, kv/kivi_kernels.h): their logits then differ from dots
+// with the decoded rows by the int8 rounding of q o s, not by fp32 rounding alone. That form is
+// held to its scalar twin and to its derived bound against the float form in
+// kivi_attention_test.cpp (IntegerKey*), and its attention to fp16's in kivi_cache_test.cpp; the
+// tests that compare fused dots with decoded rows at fp32 precision check such codecs at the
+// other ISA levels (ctest -L isa), where their keys run the float form.
+// gear: the width of its KIVI part (CacheConfig::gear_bits).
+inline bool one_part_key_dots(CodecKind codec, size_t head_dim,
+                              size_t gear_bits = CacheConfig{}.gear_bits) {
+  const int bits =
+      codec == CodecKind::gear ? static_cast<int>(gear_bits) : codec_kivi_bits(codec, true);
+  return bits == 2 && kivi_key_dot_uses_q8(head_dim, 2);
 }
 
 }  // namespace snapkv::kivi_test

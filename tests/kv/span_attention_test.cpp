@@ -131,6 +131,11 @@ TEST(AttendSpans, SpansMatchDecodedRowsForEveryCodec) {
   const size_t hd = 64, n_q = 5;
   for (CodecKind codec : kCodecs) {
     for (RowRole role : {RowRole::key, RowRole::value}) {
+      // see kivi_test_util.h (gear's dot_span decodes its corrected rows: no integer form)
+      if (role == RowRole::key && codec != CodecKind::gear &&
+          kivi_test::one_part_key_dots(codec, hd)) {
+        continue;
+      }
       auto s = make_store(codec, role, hd);
       const size_t n = s->rows();
       std::vector<float> x(n * hd);
@@ -205,6 +210,7 @@ TEST(AttendSpans, AttendMatchesReferenceForEveryCodec) {
   const CacheDims dims{8, 2, 32};
   for (CodecKind codec : kCodecs) {
     CacheConfig cfg = codec_config(codec);
+    if (kivi_test::one_part_key_dots(codec, dims.head_dim, cfg.gear_bits)) continue;  // see there
     cfg.policy = PolicyKind::full;
     LayerCache cache(dims, cfg);
     const size_t n = 150;
