@@ -114,7 +114,10 @@ constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t g
 // the integer form (false, nothing written, where the level or shape has none: key_q8_handles).
 namespace snapkv {
 constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
-  return n_q * head_dim + n_q + 5 * head_dim + 16;  // q8: 4 hd floats of vectors, hd / 2 bytes
+  // float form: qs, qz; integer form: up to 8 hd floats of operand vectors (4-bit, 4 queries)
+  return (n_q * head_dim + n_q + 5 * head_dim > 8 * head_dim ? n_q * head_dim + n_q + 5 * head_dim
+                                                             : 8 * head_dim) +
+         16;
 }
 }  // namespace snapkv
 #define SNAPKV_KIVI_KERNELS_DECLARE(NS)                                                          \

@@ -168,15 +168,20 @@ void prepare_query(__m512i* hi_ops, __m512i* lo_ops, float& step, float& step2, 
   }
 }
 
-// NQ (1 or 2) queries against every octet of a key block. ops: [4][n_vec] operand vectors, hi of
-// query j at j, lo at 2 + j; step, step2, qz: [2]. The accumulators of (i, operand set f)
-// are acc[f * P + i]: the four operand sets play the four queries of the reduction tables.
-template <int NQ, int Bits>
-void key_block_q8_nq(float* out, size_t out_stride, const __m512i* ops, const float* step,
-                     const float* step2, const float* qz, const uint8_t* words, size_t n_rows,
-                     size_t head_dim) {
+// NP pairs of queries (1 or 2) against every octet of a key block, both int8 parts. ops:
+// [4 NP][n_vec] operand vectors: for pair p, hi of its queries at 4 p, 4 p + 1 and lo at
+// 4 p + 2, 4 p + 3 (zero for an absent query); step, step2, qz: [2 NP]; rows of queries < nq are
+// stored. The accumulators of (i, operand set f) are acc[f * P + i]; operand sets 2 m, 2 m + 1
+// play the query pair of the reduction tables (m = 2 p: hi, 2 p + 1: lo), so each masked code
+// vector serves all 2 NP queries (4-bit: 16 accumulators for two pairs).
+template <int NP, int Bits>
+void key_block_q8_pairs(float* out, size_t out_stride, size_t nq, const __m512i* ops,
+                        const float* step, const float* step2, const float* qz,
+                        const uint8_t* words, size_t n_rows, size_t head_dim) {
   using S = Q8Shape<Bits>;
-  constexpr int kAcc = S::kP * 4;
+  constexpr int kSets = 4 * NP;
+  constexpr int kAcc = S::kP * kSets;
+  static_assert(kAcc <= 16, "the accumulators stay in registers");
   const size_t n_vec = head_dim / S::kChannels, n_oct = (n_rows + 7) / 8;
   const size_t oct_bytes = head_dim * S::kW;
   const Q8Tables<Bits>& t = tables<Bits>();
@@ -186,9 +191,13 @@ void key_block_q8_nq(float* out, size_t out_stride, const __m512i* ops, const fl
     for (int k = 0; k < 16; ++k) s[k] = Bits * ((k / 4) % S::kP);
     return _mm512_load_si512(s);
   }();
-  const __m512 sv = _mm512_insertf32x8(_mm512_set1_ps(step[0]), _mm256_set1_ps(step[NQ - 1]), 1);
-  const __m512 s2v = _mm512_insertf32x8(_mm512_set1_ps(step2[0]), _mm256_set1_ps(step2[NQ - 1]), 1);
-  const __m512 zv = _mm512_insertf32x8(_mm512_set1_ps(qz[0]), _mm256_set1_ps(qz[NQ - 1]), 1);
+  __m512 sv[NP], s2v[NP], zv[NP];
+  for (int p = 0; p < NP; ++p) {
+    const auto pair = [p](const float* x) {
+      return _mm512_insertf32x8(_mm512_set1_ps(x[2 * p]), _mm256_set1_ps(x[2 * p + 1]), 1);
+    };
+    sv[p] = pair(step), s2v[p] = pair(step2), zv[p] = pair(qz);
+  }
   constexpr int kPerPair = S::kP / 2;  // groups per pair of operand sets (2 P accumulators)
   for (size_t o = 0; o < n_oct; ++o) {
     const uint8_t* w = words + o * oct_bytes;
@@ -199,10 +208,7 @@ void key_block_q8_nq(float* out, size_t out_stride, const __m512i* ops, const fl
       for (int i = 0; i < S::kP; ++i) {
         const __m512i m = _mm512_and_si512(
             x, _mm512_set1_epi8(static_cast<char>(((1 << Bits) - 1) << (Bits * i))));
-        for (int j = 0; j < NQ; ++j) {
-          dpbusd(acc[j * S::kP + i], m, ops[j * n_vec + v]);
-          dpbusd(acc[(2 + j) * S::kP + i], m, ops[(2 + j) * n_vec + v]);
-        }
+        for (int f = 0; f < kSets; ++f) dpbusd(acc[f * S::kP + i], m, ops[f * n_vec + v]);
       }
     }
     // groups of 4 accumulators: lane k of g[n] = sum of the lanes of acc[4 n + k], unscaled
@@ -211,22 +217,28 @@ void key_block_q8_nq(float* out, size_t out_stride, const __m512i* ops, const fl
       g[n] = _mm512_srav_epi32(
           sum_lanes4(acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3]), shifts);
     }
-    // rows[p]: operand sets 2 p, 2 p + 1 (p = 0: hi of both queries, 1: lo), 8 rows each
-    __m512 rows[2];
-    for (int p = 0; p < 2; ++p) {
-      const __m512i a = g[p * kPerPair], b = g[p * kPerPair + kPerPair - 1];
-      __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
-      for (int qd = 1; qd < S::kQ; ++qd) {
-        r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
-      }
-      rows[p] = _mm512_cvtepi32_ps(r);
-    }
-    const __m512 res = _mm512_fmadd_ps(rows[1], s2v, _mm512_fmadd_ps(rows[0], sv, zv));
     const size_t valid = std::min<size_t>(8, n_rows - o * 8);
     const __mmask8 mask = static_cast<__mmask8>((1u << valid) - 1u);
-    _mm256_mask_storeu_ps(out + o * 8, mask, _mm512_castps512_ps256(res));
-    if (NQ == 2) {
-      _mm256_mask_storeu_ps(out + out_stride + o * 8, mask, _mm512_extractf32x8_ps(res, 1));
+    for (int p = 0; p < NP; ++p) {
+      // rows[h]: operand sets 4 p + 2 h, 4 p + 2 h + 1 (h = 0: hi of both queries, 1: lo)
+      __m512 rows[2];
+      for (int h = 0; h < 2; ++h) {
+        const int m = 2 * p + h;
+        const __m512i a = g[m * kPerPair], b = g[m * kPerPair + kPerPair - 1];
+        __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
+        for (int qd = 1; qd < S::kQ; ++qd) {
+          r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
+        }
+        rows[h] = _mm512_cvtepi32_ps(r);
+      }
+      const __m512 res = _mm512_fmadd_ps(rows[1], s2v[p], _mm512_fmadd_ps(rows[0], sv[p], zv[p]));
+      if (static_cast<size_t>(2 * p) < nq) {
+        _mm256_mask_storeu_ps(out + 2 * p * out_stride + o * 8, mask, _mm512_castps512_ps256(res));
+      }
+      if (static_cast<size_t>(2 * p + 1) < nq) {
+        _mm256_mask_storeu_ps(out + (2 * p + 1) * out_stride + o * 8, mask,
+                              _mm512_extractf32x8_ps(res, 1));
+      }
     }
   }
 }
@@ -236,22 +248,30 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
                   const float* zeros, const uint8_t* words, size_t n_rows, size_t head_dim,
                   float* scratch) {
   using S = Q8Shape<Bits>;
+  constexpr size_t kPairs = Bits == 4 ? 2 : 1;  // query pairs per pass (key_block_q8_pairs)
   const size_t n_vec = head_dim / S::kChannels;
-  // scratch: 64-byte aligned operand vectors [4][n_vec]
+  // scratch: 64-byte aligned operand vectors [4 kPairs][n_vec]
   auto* ops = reinterpret_cast<__m512i*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
                                          ~static_cast<uintptr_t>(63));
-  for (size_t j0 = 0; j0 < n_q; j0 += 2) {
-    const size_t nq = std::min<size_t>(2, n_q - j0);
-    float step[2], step2[2], qz[2];
-    for (size_t j = 0; j < nq; ++j) {
-      prepare_query<Bits>(ops + j * n_vec, ops + (2 + j) * n_vec, step[j], step2[j], qz[j],
-                          q + (j0 + j) * head_dim, scales, zeros, head_dim);
+  for (size_t j0 = 0; j0 < n_q; j0 += 2 * kPairs) {
+    const size_t nq = std::min<size_t>(2 * kPairs, n_q - j0);
+    float step[4] = {}, step2[4] = {}, qz[4] = {};
+    for (size_t j = 0; j < 2 * ((nq + 1) / 2); ++j) {
+      __m512i* hi = ops + (4 * (j / 2) + j % 2) * n_vec;
+      __m512i* lo = hi + 2 * n_vec;
+      if (j < nq) {
+        prepare_query<Bits>(hi, lo, step[j], step2[j], qz[j], q + (j0 + j) * head_dim, scales,
+                            zeros, head_dim);
+      } else {
+        for (size_t v = 0; v < n_vec; ++v) hi[v] = lo[v] = _mm512_setzero_si512();
+      }
     }
     float* o = out + j0 * out_stride;
-    if (nq == 2) {
-      key_block_q8_nq<2, Bits>(o, out_stride, ops, step, step2, qz, words, n_rows, head_dim);
+    if (kPairs == 2 && nq > 2) {
+      key_block_q8_pairs<kPairs, Bits>(o, out_stride, nq, ops, step, step2, qz, words, n_rows,
+                                       head_dim);
     } else {
-      key_block_q8_nq<1, Bits>(o, out_stride, ops, step, step2, qz, words, n_rows, head_dim);
+      key_block_q8_pairs<1, Bits>(o, out_stride, nq, ops, step, step2, qz, words, n_rows, head_dim);
     }
   }
 }
