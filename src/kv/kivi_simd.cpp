@@ -390,6 +390,50 @@ void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uin
   }
 }
 
+// coef[r][g][0..4) = w(j, r) * scale(r, g) and zero4[g][j] += w(j, r) * zero(r, g) for the nr
+// (<= kKiviValueTile) rows of a tile with n_groups <= 4, a row at a time in one vector (the loop
+// of kivi_value_rows_accumulate with its per-row gather of 4 weights through memory, a
+// store-forwarding stall per row, does the same products and the same fma sequence per zero sum:
+// identical results). w: nq (<= 4) weight rows at w_stride; params32: [nr][n_groups][2].
+void tile_coefs(float* coef, float* zero4, const float* w, size_t w_stride, size_t nq,
+                const float* params32, size_t nr, size_t n_groups) {
+  alignas(64) float wq[kKiviValueTile * 4];  // [row][4] weights of the 4 queries
+  for (size_t r0 = 0; r0 < nr; r0 += 16) {   // transpose 16 rows of the 4 weight rows
+    const auto m = static_cast<__mmask16>(nr - r0 >= 16 ? 0xFFFFu : (1u << (nr - r0)) - 1u);
+    __m512 a[4];
+    for (size_t j = 0; j < 4; ++j) {
+      a[j] = j < nq ? _mm512_maskz_loadu_ps(m, w + j * w_stride + r0) : _mm512_setzero_ps();
+    }
+    const auto pd = [](__m512 x) { return _mm512_castps_pd(x); };
+    const __m512 ab_lo = _mm512_unpacklo_ps(a[0], a[1]), ab_hi = _mm512_unpackhi_ps(a[0], a[1]);
+    const __m512 cd_lo = _mm512_unpacklo_ps(a[2], a[3]), cd_hi = _mm512_unpackhi_ps(a[2], a[3]);
+    // t[k]: 128-bit lane L holds the quad of row 4 L + k
+    const __m512 t0 = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(ab_lo), pd(cd_lo)));
+    const __m512 t1 = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(ab_lo), pd(cd_lo)));
+    const __m512 t2 = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(ab_hi), pd(cd_hi)));
+    const __m512 t3 = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(ab_hi), pd(cd_hi)));
+    const __m512 x01 = _mm512_shuffle_f32x4(t0, t1, 0x44), y01 = _mm512_shuffle_f32x4(t2, t3, 0x44);
+    const __m512 x23 = _mm512_shuffle_f32x4(t0, t1, 0xEE), y23 = _mm512_shuffle_f32x4(t2, t3, 0xEE);
+    _mm512_store_ps(wq + 4 * r0, _mm512_shuffle_f32x4(x01, y01, 0x88));       // rows 0 .. 3
+    _mm512_store_ps(wq + 4 * r0 + 16, _mm512_shuffle_f32x4(x01, y01, 0xDD));  // rows 4 .. 7
+    _mm512_store_ps(wq + 4 * r0 + 32, _mm512_shuffle_f32x4(x23, y23, 0x88));  // rows 8 .. 11
+    _mm512_store_ps(wq + 4 * r0 + 48, _mm512_shuffle_f32x4(x23, y23, 0xDD));  // rows 12 .. 15
+  }
+  const __m512i sidx = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  const __m512i zidx = _mm512_add_epi32(sidx, _mm512_set1_epi32(1));
+  const auto gm = static_cast<__mmask16>((1u << (4 * n_groups)) - 1u);
+  const auto pm = static_cast<__mmask8>((1u << (2 * n_groups)) - 1u);
+  __m512 zacc = _mm512_maskz_loadu_ps(gm, zero4);
+  for (size_t r = 0; r < nr; ++r) {
+    const __m512 wv = _mm512_broadcast_f32x4(_mm_load_ps(wq + 4 * r));
+    const __m512 p = _mm512_castps256_ps512(_mm256_maskz_loadu_ps(pm, params32 + 2 * r * n_groups));
+    _mm512_mask_storeu_ps(coef + r * n_groups * 4, gm,
+                          _mm512_mul_ps(wv, _mm512_permutexvar_ps(sidx, p)));
+    zacc = _mm512_fmadd_ps(wv, _mm512_permutexvar_ps(zidx, p), zacc);
+  }
+  _mm512_mask_storeu_ps(zero4, gm, zacc);
+}
+
 // 4-bit value rows, NQ queries (<= 4), 32 channels (16 bytes of a row) per pass: one zero-extend
 // of 16 bytes to dwords gives the even channels 32k + 2i (low nibble, masked) and the odd ones
 // 32k + 2i + 1 (high nibble, shifted) of 16 lanes each, a third of unpack16's work per code; the
@@ -524,7 +568,14 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
         fp16_to_fp32_n(params32, reinterpret_cast<const fp16_t*>(params + r0 * n_groups),
                        2 * nr * n_groups);
         // coef[r][g][0..4) = w(j0 + j, r) * scale(r, g); zero4[g][j] += w(j0 + j, r) * zero(r, g)
+#if SNAPKV_KIVI_AVX512
+        if (n_groups <= 4) {
+          tile_coefs(coef, zero4, w + j0 * w_stride + r0, w_stride, nq, params32, nr, n_groups);
+        }
+        for (size_t r = 0; r < nr && n_groups > 4; ++r) {
+#else
         for (size_t r = 0; r < nr; ++r) {
+#endif
           alignas(16) float wr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           for (size_t j = 0; j < nq; ++j) wr[j] = w[(j0 + j) * w_stride + r0 + r];
           const __m128 wv = _mm_load_ps(wr);
