@@ -624,7 +624,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       const float* wj = w + j * w_stride + r0;
       __m512 wr[kQuarters];
       for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
-      alignas(64) float steps[16] = {};
+      // the steps of the groups in lanes g, kept in registers (scalars stored and read back as a
+      // vector stall on store forwarding)
+      __m512 steps = _mm512_setzero_ps();
       for (size_t g = 0; g < n_groups; ++g) {
         // the arithmetic of kivi_value_rows_accumulate_q8_scalar
         __m512 u[kQuarters];
@@ -637,7 +639,8 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         zsum_v[j * n_groups + g] = z;
         const float mx = _mm512_reduce_max_ps(m);
         const bool live = mx >= 0x1p-100f;
-        steps[g] = live ? mx * (1.0f / 255.0f) : 0.0f;
+        steps = _mm512_mask_mov_ps(steps, static_cast<__mmask16>(1u << g),
+                                   _mm512_set1_ps(live ? mx * (1.0f / 255.0f) : 0.0f));
         const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
         // min(., 255) is the unsigned saturation of the pack below
         for (size_t h = 0; h < kQuarters; ++h) {
@@ -646,7 +649,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       }
       __m512 step_v[4];
       for (int v = 0; v < 4; ++v) {
-        step_v[v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), _mm512_load_ps(steps));
+        step_v[v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), steps);
       }
       for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
         // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
