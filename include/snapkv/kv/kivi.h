@@ -29,8 +29,10 @@
 //   key block codes  [ceil(n/8)][head_dim] words   (rows past n inside the last octet: code 0)
 // so one word decodes into 8 consecutive rows' codes of one channel, and a dot product of a query
 // with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c. (Where the
-// CPU has AVX-512 VNNI the first sum runs in integers on the codes, q_c * scale_c rounded to a
-// pair of int8 vectors per block, about 15 bits: src/kv/kivi_kernels.h bounds the difference.)
+// CPU has AVX-512 VNNI the first sum runs in integers on the codes, q_c * scale_c rounded per
+// block to a pair of int8 vectors, about 15 bits, for 4-bit codes and to one int8 vector for
+// 2-bit codes: src/kv/kivi_kernels.h bounds the difference and weighs it against the codec's own
+// error.)
 // A value row stores its channels in octets (where the CPU has AVX-512 VNNI, attention sums
 // 2-bit value rows in integers: the weights times scales rounded to u8 per 64 rows and group,
 // src/kv/kivi_kernels.h bounds the difference):
