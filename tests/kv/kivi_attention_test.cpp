@@ -371,9 +371,12 @@ TEST(KiviAttention, IntegerKeyFormAddsLittleToCodecError) {
 // first term), so with E = max_r e_r the weights move by ||p' - p||_1 <= e^(2E) - 1 and
 // |o'_c - o_c| <= (e^(2E) - 1) (max_r v_rc - min_r v_rc) / 2, plus fp32 slack of the softmax and
 // the weighted sum (4 (n + 4) u max |v|).
+// Not for the one-part form of 2-bit keys: its worst-case logit bound (every rounding aligned) is
+// about 1 here, which bounds nothing (IntegerKeyFormAddsLittleToCodecError weighs that form).
 TEST(KiviAttention, IntegerKeyAttentionWithinDerivedBound) {
   const size_t hd = 128, n = 512, n_q = 4;
   for (int bits : {2, 4}) {
+    if (bits == 2 && kivi_key_dot_uses_q8(hd, bits)) continue;
     const PackedKeys p = pack_keys(realistic_rows(n, hd, 41, true), n, hd, bits);
     const std::vector<float> v = realistic_rows(n, hd, 42, false);
     std::vector<float> q = realistic_rows(n_q, hd, 43, false);
