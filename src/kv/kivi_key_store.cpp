@@ -450,20 +450,20 @@ class KiviKeyStore final : public KiviStore {
 
   // kivimix: out[j * stride + r] += sum_k q[j][wide k] * (S_wide k / 4) * low(row0 + r, k) for the
   // n rows of block b (scales: the block's stored scales in fp32, [head_dim]). The low codes are
-  // unpacked once per block into [wide_][n] floats so the sums run across rows; each row's sum adds
-  // its channels in order, from 0.
+  // unpacked once per block, straight from their bytes (byte i holds codes 4i .. 4i + 3), into
+  // [4 * low_row_bytes_][n] floats so the sums run across rows; each row's sum adds its channels in
+  // order, from 0.
   void wide_dot(float* out, size_t stride, const float* q, size_t n_q, const float* scales,
                 size_t b, size_t row0, size_t n) const {
-    thread_local std::vector<float> by_channel, sums;  // [wide_][n], [n]
-    by_channel.resize(wide_ * n);
+    thread_local std::vector<float> by_channel, sums;  // [4 * low_row_bytes_][n], [n]
+    by_channel.resize(4 * low_row_bytes_ * n);
     sums.resize(n);
+    const uint8_t* low = wide_low_.data() + row0 * low_row_bytes_;
     for (size_t r = 0; r < n; ++r) {
-      const uint8_t* row = wide_low_.data() + (row0 + r) * low_row_bytes_;
-      for (size_t k0 = 0; k0 < wide_; k0 += kKiviOctet) {
-        uint8_t codes[kKiviOctet];
-        kivi_unpack_word(codes, kivi_load_word(row, k0 / kKiviOctet, 2), 2);
-        for (size_t k = k0; k < std::min(wide_, k0 + kKiviOctet); ++k) {
-          by_channel[k * n + r] = static_cast<float>(codes[k - k0]);
+      for (size_t i = 0; i < low_row_bytes_; ++i) {
+        const uint32_t byte = low[r * low_row_bytes_ + i];
+        for (size_t t = 0; t < 4; ++t) {
+          by_channel[(4 * i + t) * n + r] = static_cast<float>((byte >> (2 * t)) & 3u);
         }
       }
     }
