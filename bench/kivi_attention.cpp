@@ -1,9 +1,9 @@
 // Decode attention per step over the cache codecs (fp16, kivi4, kivi2, and at 16K / 64K rows also
-// kivi4r, kivi2r, kitty, kivi42, kivi32; zipcache and gear at 16K), against fp16 and the machine's
-// memory copy bandwidth measured in the same run. The figures of record:
-//   --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12)/'
+// kivi4r, kivi2r, kitty, kivi42, kivi32, kivimix; zipcache and gear at 16K), against fp16 and the
+// machine's memory copy bandwidth measured in the same run. The figures of record:
+//   --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12|13)/'
 // (codec numbers as CodecKind: 0 fp16, 1 kivi2, 2 kivi4, 3 kivi2r, 4 kivi4r, 5 kitty, 9 kivi42,
-// 12 kivi32);
+// 12 kivi32, 13 kivimix);
 // BM_DecodeAttendOne is BM_DecodeAttend on one thread in CPU time (kernel A/B on a shared machine);
 // BM_DecodeHalf splits BM_DecodeStores into its key and value halves on one thread (CPU time).
 //
@@ -318,7 +318,7 @@ void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
   for (size_t rows : {size_t{4096}, size_t{16384}, size_t{65536}}) {
     for (CodecKind c : {CodecKind::fp16, CodecKind::kivi4, CodecKind::kivi2, CodecKind::kivi4r,
                         CodecKind::kivi2r, CodecKind::kitty, CodecKind::kivi42, CodecKind::kivi32,
-                        CodecKind::zipcache, CodecKind::gear}) {
+                        CodecKind::kivimix, CodecKind::zipcache, CodecKind::gear}) {
       const bool newer = c != CodecKind::fp16 && c != CodecKind::kivi4 && c != CodecKind::kivi2;
       if (newer && rows < 16384) continue;  // the newer codecs at 16K and 64K rows
       // zipcache and gear at 16K only: building their 16K caches alone takes minutes (gear

@@ -29,7 +29,8 @@ const char* kMethodHelp =
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
     "reconstruction), kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated), kitty, zipcache, gear, "
     "zipcacher (rotated zipcache), kivi42 (4-bit keys, 2-bit values), kivi24, kivi42r, "
-    "kivi32 (3-bit keys, 2-bit values) (full cache + codec), <policy>+<codec> (snapkv+kivi2); "
+    "kivi32 (3-bit keys, 2-bit values), kivimix (2/4-bit key channels, 2-bit values) (full cache + "
+    "codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
 }  // namespace
@@ -213,7 +214,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
   app.add_option("--kivi-residual", o.kivi_residual,
                  "KIVI-family codecs: rows kept fp16 before packing, a multiple of the group (32); "
                  "zipcache/zipcacher: rows per quantized segment; 0 = the codec's default (32 for "
-                 "zipcacher/kivi42/kivi42r/kivi24/kivi32, 128 otherwise)")
+                 "zipcacher/kivi42/kivi42r/kivi24/kivi32/kivimix, 128 otherwise)")
       ->capture_default_str()
       ->group(group);
   app.add_option("--kivi-group", o.kivi_group,
@@ -223,7 +224,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       ->group(group);
   app.add_option("--kivi-fp16-sinks", o.kivi_fp16_sinks,
                  "KIVI-family codecs: the first rows ever appended that stay fp16 for good "
-                 "(KIVI-Sink; 0 = none; -1 = the codec's default: 4 for kivi42/kivi32, 0 "
+                 "(KIVI-Sink; 0 = none; -1 = the codec's default: 4 for kivi42/kivi32/kivimix, 0 "
                  "otherwise)")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
       ->capture_default_str()

@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
   write(dir / "valid-pyramid-knorm-kivi2.kvc",
         make_file(CodecKind::kivi2, PolicyKind::knorm, 0, 6, HeadAllocation::uniform,
                   LayerAllocation::pyramid));
+  write(dir / "valid-snapkv-kivimix.kvc",  // head_dim 8: 4 wide key channels, a partial low word
+        make_file(CodecKind::kivimix, PolicyKind::snapkv, 2, 8));
   write(dir / "valid-decode-budget-snapkv.kvc",
         make_file(CodecKind::fp16, PolicyKind::snapkv, 0, 7, HeadAllocation::uniform,
                   LayerAllocation::uniform, 10));

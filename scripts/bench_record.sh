@@ -66,12 +66,12 @@ for part in $PARTS; do
       build/bench/bench_snapkv_select --benchmark_repetitions=3 \
         --benchmark_report_aggregates_only=true --benchmark_out="$OUT/select.json" \
         --benchmark_out_format=json | tee "$OUT/select.txt"
-      # The filter of record: fp16 and the KIVI family (kivi42 is codec 9, kivi32 12) (zipcache and gear build their caches
+      # The filter of record: fp16 and the KIVI family (kivi42 is codec 9, kivi32 12, kivimix 13) (zipcache and gear build their caches
       # for minutes; run them alone with --benchmark_filter='BM_DecodeAttend/codec:[6-9]').
       log "kernels: bench_kivi_attention"
       build/bench/bench_kivi_attention --benchmark_repetitions=3 \
         --benchmark_report_aggregates_only=true \
-        --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12)/' \
+        --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12|13)/' \
         --benchmark_out="$OUT/kivi_attention.json" \
         --benchmark_out_format=json | tee "$OUT/kivi_attention.txt"
       log "kernels: bench_gemv_decode"

@@ -17,7 +17,7 @@ constexpr const char* kPolicyNames =
     "ada-pyramid-<policy>";
 constexpr const char* kCodecNames =
     "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42, kivi24, kivi42r, "
-    "kivi32";
+    "kivi32, kivimix";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();

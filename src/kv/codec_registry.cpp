@@ -18,6 +18,7 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kivi42:
     case CodecKind::kivi24:
     case CodecKind::kivi32:
+    case CodecKind::kivimix:
       return make_kivi_row_store(config, role, head_dim);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
@@ -29,9 +30,9 @@ std::unique_ptr<RowStore> make_row_store(const CacheConfig& config, RowRole role
     case CodecKind::gear:
       return make_gear_row_store(config, role, head_dim);
   }
-  throw_invalid(
-      "codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|kivi32");
+  throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|"
+                "kivi42r|kivi32|kivimix");
 }
 
 std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role, size_t head_dim,
@@ -46,6 +47,7 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
     case CodecKind::kivi42:
     case CodecKind::kivi24:
     case CodecKind::kivi32:
+    case CodecKind::kivimix:
       return load_kivi_row_store(config, role, head_dim, record);
     case CodecKind::kivi2r:
     case CodecKind::kivi4r:
@@ -57,9 +59,9 @@ std::unique_ptr<RowStore> load_row_store(const CacheConfig& config, RowRole role
     case CodecKind::gear:
       return load_gear_row_store(config, role, head_dim, record);
   }
-  throw_invalid(
-      "codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
-      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|kivi32");
+  throw_invalid("codec", "unknown codec", std::to_string(static_cast<int>(config.codec)),
+                "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|"
+                "kivi42r|kivi32|kivimix");
 }
 
 }  // namespace snapkv

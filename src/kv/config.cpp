@@ -71,7 +71,7 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 13> kCodecNames{{
+constexpr std::array<std::pair<std::string_view, CodecKind>, 14> kCodecNames{{
     {"fp16", CodecKind::fp16},
     {"kivi2", CodecKind::kivi2},
     {"kivi4", CodecKind::kivi4},
@@ -85,6 +85,7 @@ constexpr std::array<std::pair<std::string_view, CodecKind>, 13> kCodecNames{{
     {"kivi24", CodecKind::kivi24},
     {"kivi42r", CodecKind::kivi42r},
     {"kivi32", CodecKind::kivi32},
+    {"kivimix", CodecKind::kivimix},
 }};
 
 template <typename Enum, size_t N>
@@ -261,6 +262,7 @@ size_t codec_default_kivi_residual(CodecKind k) {
     case CodecKind::kivi42r:
     case CodecKind::kivi24:
     case CodecKind::kivi32:
+    case CodecKind::kivimix:
       return 32;
     default:
       return 128;
@@ -274,7 +276,7 @@ double codec_default_zip_salient(CodecKind k) {
 }
 
 size_t codec_default_kivi_fp16_sinks(CodecKind k) {
-  return k == CodecKind::kivi42 || k == CodecKind::kivi32 ? 4 : 0;
+  return k == CodecKind::kivi42 || k == CodecKind::kivi32 || k == CodecKind::kivimix ? 4 : 0;
 }
 
 size_t kivi_fp16_sinks_of(const CacheConfig& c) {
@@ -296,6 +298,7 @@ int codec_kivi_bits(CodecKind k, bool key_role) {
     case CodecKind::kivi2:
     case CodecKind::kivi2r:
     case CodecKind::kitty:
+    case CodecKind::kivimix:  // keys: 2-bit words, the wide channels' low bits apart (kv/kivi.h)
       return 2;
     case CodecKind::kivi4:
     case CodecKind::kivi4r:

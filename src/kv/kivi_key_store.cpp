@@ -5,6 +5,11 @@
 // Kitty (boost_ > 0): each block also keeps its boost_ channels of largest max |x| in fp16; their
 // KIVI parameters are (0, 0) and codes 0, so the packed kernel adds exactly 0 for them and a
 // sparse pass adds q_c * x_c from the fp16 values.
+// kivimix (wide_ > 0): each block quantizes its wide_ = head_dim/2 channels of largest range at 4
+// bits, the rest at 2. A wide channel's 4-bit code splits into high and low 2-bit halves: the high
+// half sits in the block's 2-bit words under the stored scale S = 4 s (s: the 4-bit step), so the
+// packed 2-bit kernels run unchanged, and the low half is kept per row; a pass over the wide
+// channels adds q_c (S/4) low.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -28,8 +33,11 @@ size_t ceil_div(size_t a, size_t b) {
 class KiviKeyStore final : public KiviStore {
  public:
   KiviKeyStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks,
-               size_t boost)
-      : KiviStore(bits, head_dim, group, residual, fp16_sinks), boost_(boost) {}
+               size_t boost, bool mixed)
+      : KiviStore(bits, head_dim, group, residual, fp16_sinks),
+        boost_(boost),
+        wide_(mixed ? head_dim / 2 : 0),
+        low_row_bytes_(ceil_div(wide_, kKiviOctet) * kivi_word_bytes(2)) {}
 
   std::unique_ptr<RowStore> clone() const override { return std::make_unique<KiviKeyStore>(*this); }
 
@@ -49,6 +57,7 @@ class KiviKeyStore final : public KiviStore {
       kivi_key_block_dot(out + row0, stride, q, n_q, params.data(), params.data() + head_dim_,
                          block_words(b), n, head_dim_, bits_);
       if (boost_ > 0) boost_dot(out + row0, stride, q, n_q, b, row0, n);
+      if (wide_ > 0) wide_dot(out + row0, stride, q, n_q, params.data(), b, row0, n);
       row0 = blocks_[b].row_end;
     }
   }
@@ -70,6 +79,7 @@ class KiviKeyStore final : public KiviStore {
         kivi_key_block_dot(dst, stride, q, n_q, params.data(), params.data() + head_dim_,
                            block_words(b), stop - first, head_dim_, bits_);
         if (boost_ > 0) boost_dot(dst, stride, q, n_q, b, first, stop - first);
+        if (wide_ > 0) wide_dot(dst, stride, q, n_q, params.data(), b, first, stop - first);
         continue;
       }
       const size_t lo = std::max(begin, first), hi = std::min(end, stop);
@@ -121,6 +131,13 @@ class KiviKeyStore final : public KiviStore {
           out[(r - begin) * head_dim_ + channels[k]] = fp16_to_fp32(boost_values_[r * boost_ + k]);
         }
       }
+      const KittyChannel* wide = wide_channels_.data() + b * wide_;
+      for (size_t r = row; r < stop; ++r) {  // kivimix: + (S/4) low on the wide channels
+        for (size_t k = 0; k < wide_; ++k) {
+          out[(r - begin) * head_dim_ + wide[k]] +=
+              (0.25f * params[wide[k]]) * static_cast<float>(low_code(r, k));
+        }
+      }
       row = stop;
     }
   }
@@ -136,6 +153,8 @@ class KiviKeyStore final : public KiviStore {
     kvc::append_array(out, words_.data(), words_.size());
     kvc::append_array(out, boost_channels_.data(), boost_channels_.size());
     kvc::append_array(out, boost_values_.data(), boost_values_.size());
+    kvc::append_array(out, wide_channels_.data(), wide_channels_.size());
+    kvc::append_array(out, wide_low_.data(), wide_low_.size());
   }
 
   // The blocks, their parameters and code words, each block checked to hold 1..G rows and its
@@ -177,6 +196,33 @@ class KiviKeyStore final : public KiviStore {
     words_ = in.array<uint8_t>(kvc::checked_mul(octets, head_dim_ * word_bytes_, "kivi key words"),
                                "kivi key words");
     load_boost(in);
+    load_wide(in);
+  }
+
+  // kivimix's channel lists (increasing, < head_dim) and low codes (bits past wide_ zero).
+  void load_wide(kvc::ByteReader& in) {
+    wide_channels_ = in.array<KittyChannel>(
+        kvc::checked_mul(blocks_.size(), wide_, "kivimix channels"), "kivimix channels");
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      for (size_t k = 0; k < wide_; ++k) {
+        const size_t c = wide_channels_[b * wide_ + k];
+        if (c >= head_dim_ || (k > 0 && c <= wide_channels_[b * wide_ + k - 1])) {
+          throw_runtime("kvc", "kivimix channel list of key block " + std::to_string(b),
+                        "channel " + std::to_string(c) + " at " + std::to_string(k),
+                        "increasing channels < " + std::to_string(head_dim_));
+        }
+      }
+    }
+    wide_low_ = in.array<uint8_t>(kvc::checked_mul(n_quant(), low_row_bytes_, "kivimix low codes"),
+                                  "kivimix low codes");
+    for (size_t r = 0; r < n_quant() && wide_ % kKiviOctet != 0; ++r) {
+      const uint32_t last =
+          kivi_load_word(wide_low_.data() + r * low_row_bytes_, wide_ / kKiviOctet, 2);
+      if ((last >> (2 * (wide_ % kKiviOctet))) != 0) {
+        throw_runtime("kvc", "kivimix low codes of row " + std::to_string(r),
+                      "codes past channel " + std::to_string(wide_), "0");
+      }
+    }
   }
 
   // Kitty's channel lists (increasing, < head_dim, their KIVI params (0, 0)) and fp16 values.
@@ -203,7 +249,8 @@ class KiviKeyStore final : public KiviStore {
 
   size_t quantized_bytes() const override {
     return words_.size() + params_.size() * sizeof(fp16_t) + blocks_.size() * sizeof(KiviKeyBlock) +
-           boost_channels_.size() * sizeof(KittyChannel) + boost_values_.size() * sizeof(fp16_t);
+           boost_channels_.size() * sizeof(KittyChannel) + boost_values_.size() * sizeof(fp16_t) +
+           wide_channels_.size() * sizeof(KittyChannel) + wide_low_.size();
   }
 
   // Blocks ahead of the one being dotted whose words and params are prefetched (T2, as the fp16
@@ -234,6 +281,7 @@ class KiviKeyStore final : public KiviStore {
     fp16_t* zeros = scales + head_dim_;
     std::vector<KiviParams> params(head_dim_);
     std::vector<float> magnitude(head_dim_);  // max |x| per channel over the block
+    std::vector<float> lows(head_dim_), highs(head_dim_);
     for (size_t c = 0; c < head_dim_; ++c) {
       float lo = rows[c], hi = rows[c];
       for (size_t r = 1; r < n; ++r) {
@@ -242,7 +290,12 @@ class KiviKeyStore final : public KiviStore {
       }
       params[c] = kivi_choose_params(lo, hi, bits_);
       magnitude[c] = std::max(std::fabs(lo), std::fabs(hi));
+      lows[c] = lo;
+      highs[c] = hi;
     }
+    std::vector<KiviParams> params4;  // kivimix: the wide channels' 4-bit parameters, [wide_]
+    std::vector<KittyChannel> wide;   // kivimix: the wide channels, increasing
+    if (wide_ > 0) choose_wide(lows, highs, params, params4, wide);
     if (boost_ > 0) {  // kitty: the boost_ largest channels (ties: lower index) go fp16
       std::vector<KittyChannel> order(head_dim_);
       for (size_t c = 0; c < head_dim_; ++c) order[c] = static_cast<KittyChannel>(c);
@@ -277,6 +330,28 @@ class KiviKeyStore final : public KiviStore {
         kivi_store_word(words, o * head_dim_ + c, kivi_pack_word(codes, bits_), bits_);
       }
     }
+    if (wide_ > 0) {  // the wide channels: 4-bit codes, high half into the words, low half apart
+      wide_channels_.insert(wide_channels_.end(), wide.begin(), wide.end());
+      const size_t low_at = wide_low_.size();
+      wide_low_.resize(low_at + n * low_row_bytes_);
+      for (size_t r = 0; r < n; ++r) {
+        for (size_t k0 = 0; k0 < wide_; k0 += kKiviOctet) {
+          uint8_t low[kKiviOctet] = {};  // channels past wide_: code 0
+          for (size_t k = k0; k < std::min(wide_, k0 + kKiviOctet); ++k) {
+            const size_t c = wide[k];
+            const uint32_t code = kivi_encode(rows[r * head_dim_ + c], params4[k], 4);
+            low[k - k0] = static_cast<uint8_t>(code & 3u);
+            const size_t word = (r / kKiviOctet) * head_dim_ + c;
+            uint8_t high[kKiviOctet];
+            kivi_unpack_word(high, kivi_load_word(words, word, bits_), bits_);
+            high[r % kKiviOctet] = static_cast<uint8_t>(code >> 2);
+            kivi_store_word(words, word, kivi_pack_word(high, bits_), bits_);
+          }
+          kivi_store_word(wide_low_.data() + low_at + r * low_row_bytes_, k0 / kKiviOctet,
+                          kivi_pack_word(low, 2), 2);
+        }
+      }
+    }
     const size_t row_end = (blocks_.empty() ? 0 : blocks_.back().row_end) + n;
     blocks_.push_back({static_cast<uint32_t>(row_end), static_cast<uint32_t>(octet_begin)});
   }
@@ -289,6 +364,8 @@ class KiviKeyStore final : public KiviStore {
     std::vector<uint8_t> words;
     std::vector<KittyChannel> boost_channels;  // kitty: moved with their blocks and rows
     std::vector<fp16_t> boost_values;
+    std::vector<KittyChannel> wide_channels;  // kivimix: moved with their blocks and rows
+    std::vector<uint8_t> wide_low;
     std::vector<size_t> kept;  // offsets inside the current block
     const size_t oct_bytes = head_dim_ * word_bytes_;
     auto it = keep.begin();
@@ -332,6 +409,14 @@ class KiviKeyStore final : public KiviStore {
               boost_values_.begin() + static_cast<std::ptrdiff_t>((row0 + from) * boost_);
           boost_values.insert(boost_values.end(), src, src + static_cast<std::ptrdiff_t>(boost_));
         }
+        wide_channels.insert(wide_channels.end(),
+                             wide_channels_.begin() + static_cast<std::ptrdiff_t>(b * wide_),
+                             wide_channels_.begin() + static_cast<std::ptrdiff_t>((b + 1) * wide_));
+        for (const size_t from : kept) {
+          const auto src =
+              wide_low_.begin() + static_cast<std::ptrdiff_t>((row0 + from) * low_row_bytes_);
+          wide_low.insert(wide_low.end(), src, src + static_cast<std::ptrdiff_t>(low_row_bytes_));
+        }
         row_end += kept.size();
         blocks.push_back({static_cast<uint32_t>(row_end), static_cast<uint32_t>(octets)});
         octets += n_oct;
@@ -344,6 +429,69 @@ class KiviKeyStore final : public KiviStore {
     words_ = std::move(words);
     boost_channels_ = std::move(boost_channels);
     boost_values_ = std::move(boost_values);
+    wide_channels_ = std::move(wide_channels);
+    wide_low_ = std::move(wide_low);
+  }
+
+  // kivimix: the wide_ channels of largest range hi - lo (ties: lower index), increasing, into
+  // wide; their 4-bit parameters into params4 and their stored (S = 4 s, zero) into params.
+  void choose_wide(const std::vector<float>& lows, const std::vector<float>& highs,
+                   std::vector<KiviParams>& params, std::vector<KiviParams>& params4,
+                   std::vector<KittyChannel>& wide) const {
+    std::vector<KittyChannel> order(head_dim_);
+    for (size_t c = 0; c < head_dim_; ++c) order[c] = static_cast<KittyChannel>(c);
+    const auto range = [&](size_t c) { return highs[c] - lows[c]; };
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(wide_),
+                      order.end(), [&](KittyChannel a, KittyChannel b) {
+                        return range(a) != range(b) ? range(a) > range(b) : a < b;
+                      });
+    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(wide_));
+    wide.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(wide_));
+    params4.resize(wide_);
+    for (size_t k = 0; k < wide_; ++k) {
+      const size_t c = wide[k];
+      params4[k] = kivi_choose_params(lows[c], highs[c], 4);
+      // 4 s is exact in fp16: s <= 2 * 65504 / 15 rounded up, so 4 s < 65504; x4 is exact.
+      params[c] = KiviParams{fp32_to_fp16(4.0f * fp16_to_fp32(params4[k].scale)), params4[k].zero};
+    }
+  }
+
+  // kivimix: the low 2-bit half of quantized row `row`'s k-th wide channel.
+  uint32_t low_code(size_t row, size_t k) const {
+    const uint32_t word =
+        kivi_load_word(wide_low_.data() + row * low_row_bytes_, k / kKiviOctet, 2);
+    return (word >> (2 * (k % kKiviOctet))) & 3u;
+  }
+
+  // kivimix: out[j * stride + r] += sum_k q[j][wide k] * (S_wide k / 4) * low(row0 + r, k) for the
+  // n rows of block b (scales: the block's stored scales in fp32, [head_dim]). The low codes are
+  // unpacked once per block, straight from their bytes (byte i holds codes 4i .. 4i + 3), into
+  // [4 * low_row_bytes_][n] floats so the sums run across rows; each row's sum adds its channels in
+  // order, from 0.
+  void wide_dot(float* out, size_t stride, const float* q, size_t n_q, const float* scales,
+                size_t b, size_t row0, size_t n) const {
+    thread_local std::vector<float> by_channel, sums;  // [4 * low_row_bytes_][n], [n]
+    by_channel.resize(4 * low_row_bytes_ * n);
+    sums.resize(n);
+    const uint8_t* low = wide_low_.data() + row0 * low_row_bytes_;
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t i = 0; i < low_row_bytes_; ++i) {
+        const uint32_t byte = low[r * low_row_bytes_ + i];
+        for (size_t t = 0; t < 4; ++t) {
+          by_channel[(4 * i + t) * n + r] = static_cast<float>((byte >> (2 * t)) & 3u);
+        }
+      }
+    }
+    const KittyChannel* channels = wide_channels_.data() + b * wide_;
+    for (size_t j = 0; j < n_q; ++j) {
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      for (size_t k = 0; k < wide_; ++k) {
+        const float qk = q[j * head_dim_ + channels[k]] * (0.25f * scales[channels[k]]);
+        const float* v = by_channel.data() + k * n;
+        for (size_t r = 0; r < n; ++r) sums[r] += qk * v[r];
+      }
+      for (size_t r = 0; r < n; ++r) out[j * stride + r] += sums[r];
+    }
   }
 
   // Kitty: out[j * stride + r] += sum_k q[j][channel k] * value(row0 + r, k) for the n rows of
@@ -379,13 +527,18 @@ class KiviKeyStore final : public KiviStore {
   const size_t boost_;                        // kitty channels per block (0: plain KIVI)
   std::vector<KittyChannel> boost_channels_;  // [n_blocks][boost_], increasing
   std::vector<fp16_t> boost_values_;          // [n_quant][boost_]
+  const size_t wide_;                         // kivimix: 4-bit channels per block (0: none)
+  const size_t low_row_bytes_;                // kivimix: bytes of one row's low codes
+  std::vector<KittyChannel> wide_channels_;   // [n_blocks][wide_], increasing
+  std::vector<uint8_t> wide_low_;             // [n_quant][ceil(wide_/8)] 2-bit words
 };
 
 }  // namespace
 
 std::unique_ptr<RowStore> make_kivi_key_store(int bits, size_t head_dim, size_t group,
-                                              size_t residual, size_t fp16_sinks, size_t boost) {
-  return std::make_unique<KiviKeyStore>(bits, head_dim, group, residual, fp16_sinks, boost);
+                                              size_t residual, size_t fp16_sinks, size_t boost,
+                                              bool mixed) {
+  return std::make_unique<KiviKeyStore>(bits, head_dim, group, residual, fp16_sinks, boost, mixed);
 }
 
 }  // namespace snapkv

@@ -247,7 +247,7 @@ void KiviStore::flush_residual_front() {
 
 std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t head_dim, size_t group,
                                               size_t residual, size_t fp16_sinks,
-                                              size_t boost_channels) {
+                                              size_t boost_channels, bool mixed_keys) {
   if (bits != 2 && bits != 3 && bits != 4) {
     throw_invalid("kivi", "unsupported bit width", num(static_cast<size_t>(bits)), "2, 3 or 4");
   }
@@ -269,9 +269,16 @@ std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t hea
     throw_invalid("kivi", "kitty_channels must be below head_dim",
                   "kitty_channels " + num(boost_channels), "< head_dim = " + num(head_dim));
   }
-  return role == RowRole::key
-             ? make_kivi_key_store(bits, head_dim, group, residual, fp16_sinks, boost_channels)
-             : make_kivi_value_store(bits, head_dim, group, residual, fp16_sinks);
+  if (mixed_keys && (role != RowRole::key || bits != 2 || boost_channels != 0 || head_dim < 2)) {
+    throw_invalid("kivi", "mixed 2/4-bit channels are for 2-bit key stores of head_dim >= 2",
+                  std::string(role == RowRole::key ? "a key" : "a value") + " store of " +
+                      num(static_cast<size_t>(bits)) + " bits, head_dim " + num(head_dim) +
+                      ", kitty channels " + num(boost_channels),
+                  "a 2-bit key store, head_dim >= 2, no kitty channels");
+  }
+  return role == RowRole::key ? make_kivi_key_store(bits, head_dim, group, residual, fp16_sinks,
+                                                    boost_channels, mixed_keys)
+                              : make_kivi_value_store(bits, head_dim, group, residual, fp16_sinks);
 }
 
 std::unique_ptr<RowStore> make_gear_row_store(const CacheConfig& config, RowRole role,
@@ -315,10 +322,11 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
   const int bits = codec_kivi_bits(config.codec, role == RowRole::key);
   const bool plain = config.codec == CodecKind::kivi2 || config.codec == CodecKind::kivi4 ||
                      config.codec == CodecKind::kitty || config.codec == CodecKind::kivi42 ||
-                     config.codec == CodecKind::kivi24 || config.codec == CodecKind::kivi32;
+                     config.codec == CodecKind::kivi24 || config.codec == CodecKind::kivi32 ||
+                     config.codec == CodecKind::kivimix;
   if (!plain) {
     throw_invalid("kivi", "codec is not a KIVI codec", std::string(to_string(config.codec)),
-                  "kivi2|kivi4|kitty|kivi42|kivi24|kivi32");
+                  "kivi2|kivi4|kitty|kivi42|kivi24|kivi32|kivimix");
   }
   size_t boost = 0;
   if (config.codec == CodecKind::kitty) {
@@ -328,8 +336,9 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
                     "1 .. head_dim - 1");
     }
   }
+  const bool mixed = config.codec == CodecKind::kivimix && role == RowRole::key;
   return make_kivi_row_store(role, bits, head_dim, config.kivi_group, kivi_residual_of(config),
-                             kivi_fp16_sinks_of(config), boost);
+                             kivi_fp16_sinks_of(config), boost, mixed);
 }
 
 }  // namespace snapkv

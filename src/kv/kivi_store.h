@@ -112,9 +112,10 @@ class KiviStore : public RowStore {
 };
 
 // Constructors (arguments validated by make_kivi_row_store in kv/stores.h).
-// boost: kitty's fp16 key channels per block (0 = plain KIVI).
+// boost: kitty's fp16 key channels per block (0 = plain KIVI); mixed: kivimix's 2/4-bit channels.
 std::unique_ptr<RowStore> make_kivi_key_store(int bits, size_t head_dim, size_t group,
-                                              size_t residual, size_t fp16_sinks, size_t boost);
+                                              size_t residual, size_t fp16_sinks, size_t boost,
+                                              bool mixed);
 std::unique_ptr<RowStore> make_kivi_value_store(int bits, size_t head_dim, size_t group,
                                                 size_t residual, size_t fp16_sinks);
 

@@ -23,9 +23,11 @@ std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole
                                               size_t head_dim);
 // The same with the bit width spelled out (2 or 4; anything else is an std::invalid_argument).
 // boost_channels: key channels per block kept fp16 (kitty; 0 = plain KIVI; keys only).
+// mixed_keys: kivimix's keys (bits 2, head_dim >= 2, no boost; keys only): the head_dim/2 widest
+// channels of each block at 4 bits (kv/kivi.h "Mixed key widths").
 std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t head_dim, size_t group,
                                               size_t residual, size_t fp16_sinks,
-                                              size_t boost_channels = 0);
+                                              size_t boost_channels = 0, bool mixed_keys = false);
 // A KIVI store (parameters from config, as make_kivi_row_store) from its .kvc record.
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record);

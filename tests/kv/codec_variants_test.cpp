@@ -108,6 +108,22 @@ RoundTrip round_trip(CodecKind codec, RowRole role, size_t head_dim, size_t grou
       std::sort(mag.begin(), mag.end());
       for (size_t k = 0; k < cfg.kitty_channels; ++k) exact[mag[k].second] = true;
     }
+    // kivimix: the block's head_dim/2 channels of largest range are 4-bit, decoded as
+    // (z + 4 s h) + s l (two fp32 roundings of values up to |y| + 4 s)
+    std::vector<bool> wide(head_dim, false);
+    if (codec == CodecKind::kivimix && role == RowRole::key && r < n_quant) {
+      std::vector<std::pair<float, size_t>> range(head_dim);
+      for (size_t c = 0; c < head_dim; ++c) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (size_t i = b0; i < b0 + group; ++i) {
+          lo = std::min(lo, yh[i * head_dim + c]);
+          hi = std::max(hi, yh[i * head_dim + c]);
+        }
+        range[c] = {-(hi - lo), c};
+      }
+      std::sort(range.begin(), range.end());
+      for (size_t k = 0; k < head_dim / 2; ++k) wide[range[k].second] = true;
+    }
     for (size_t c = 0; c < head_dim; ++c) {
       const size_t i = r * head_dim + c;
       double s = 0;
@@ -125,9 +141,10 @@ RoundTrip round_trip(CodecKind codec, RowRole role, size_t head_dim, size_t grou
             hi = std::max(hi, yh[r * head_dim + k]);
           }
         }
-        s = scale_bound(double(hi) - lo, bits);
+        s = scale_bound(double(hi) - lo, wide[c] ? 4 : bits);
       }
-      e[c] = std::fabs(double(y[i]) - yh[i]) + s / 2 + 2 * kU32 * (std::fabs(y[i]) + s);
+      e[c] = std::fabs(double(y[i]) - yh[i]) + s / 2 +
+             2 * kU32 * (std::fabs(y[i]) + (wide[c] ? 4 * s : s));
       (void)n_vgroups;
     }
     double xn = 0, on = 0, d2 = 0;
@@ -152,7 +169,8 @@ RoundTrip round_trip(CodecKind codec, RowRole role, size_t head_dim, size_t grou
 TEST(CodecVariants, RoundTripWithinDerivedBounds) {
   const CodecKind codecs[] = {CodecKind::kivi2,  CodecKind::kivi2r,  CodecKind::kitty,
                               CodecKind::kivi4,  CodecKind::kivi4r,  CodecKind::kivi42,
-                              CodecKind::kivi24, CodecKind::kivi42r, CodecKind::kivi32};
+                              CodecKind::kivi24, CodecKind::kivi42r, CodecKind::kivi32,
+                              CodecKind::kivimix};
   std::map<std::pair<int, int>, double> nmse;  // (codec, role) -> nmse
   for (RowRole role : {RowRole::key, RowRole::value}) {
     for (CodecKind codec : codecs) {
@@ -189,6 +207,11 @@ TEST(CodecVariants, RoundTripWithinDerivedBounds) {
   EXPECT_LT(at(CodecKind::kivi32, RowRole::key), at(CodecKind::kivi2, RowRole::key));
   EXPECT_GT(at(CodecKind::kivi32, RowRole::key), at(CodecKind::kivi4, RowRole::key));
   EXPECT_EQ(at(CodecKind::kivi32, RowRole::value), at(CodecKind::kivi2, RowRole::value));
+  // kivimix: half the key channels at 4 bits (the outlier channels among them) lose less than
+  // 2-bit keys and more than 4-bit ones; its values are kivi2's.
+  EXPECT_LT(at(CodecKind::kivimix, RowRole::key), at(CodecKind::kivi2, RowRole::key));
+  EXPECT_GT(at(CodecKind::kivimix, RowRole::key), at(CodecKind::kivi4, RowRole::key));
+  EXPECT_EQ(at(CodecKind::kivimix, RowRole::value), at(CodecKind::kivi2, RowRole::value));
 }
 
 // A store of realistic rows with evictions (holes in key blocks), sinks and a partial residual.
@@ -212,7 +235,7 @@ std::unique_ptr<RowStore> evicted_store(CodecKind codec, RowRole role, size_t he
 
 constexpr CodecKind kNewCodecs[] = {CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty,
                                     CodecKind::kivi42, CodecKind::kivi24, CodecKind::kivi42r,
-                                    CodecKind::kivi32};
+                                    CodecKind::kivi32, CodecKind::kivimix};
 
 // dot_rows on packed rows vs double dots with read() rows. In the codec's coordinates the KIVI
 // kernel's bound of kivi_attention_test.cpp holds: 2 (hd + K + 6) u * sum_c |q'_c| (|x'_c| +
@@ -262,7 +285,9 @@ TEST(CodecVariants, FusedDotMatchesDequantizedReference) {
             mag += std::fabs(qr[c]) * (std::fabs(xr[r * hd + c]) + 2 * col_max[c]);
             xn += xr[r * hd + c] * xr[r * hd + c];
           }
-          double bound = 2.0 * double(hd + 4 + 6) * kU32 * mag;
+          // K: kitty's 4 fp16 channels, kivimix's hd / 2 low halves, summed apart
+          const double extra = codec == CodecKind::kivimix ? double(hd / 2) : 4.0;
+          double bound = 2.0 * (double(hd) + extra + 6) * kU32 * mag;
           if (rotated(codec, RowRole::key)) {
             bound += 2.0 * (stages + 3) * kU32 * norm(qr.data(), hd) * std::sqrt(xn) * 1.01;
           }

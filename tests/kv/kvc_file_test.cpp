@@ -131,7 +131,7 @@ TEST(KvcFile, RoundTripIsExactForEveryPolicyAndCodec) {
                               CodecKind::kivi2r,   CodecKind::kivi4r, CodecKind::kitty,
                               CodecKind::zipcache, CodecKind::gear,   CodecKind::zipcacher,
                               CodecKind::kivi42,   CodecKind::kivi24, CodecKind::kivi42r,
-                              CodecKind::kivi32};
+                              CodecKind::kivi32,   CodecKind::kivimix};
   const std::vector<int32_t> tokens = tokens_of(kS);
   const ModelFingerprint fp = fingerprint(3);
   for (const PolicyKind policy : policies) {

@@ -73,6 +73,10 @@ enum class ChunkMode {
 // values; kivi42r: kivi42 whose value rows are turned by the rotation of kivi2r (keys plain).
 // kivi32: 3-bit keys (per channel), 2-bit values (per token): 2.5 code bits per element on
 // average, the ~2.5-bit point of issue 16 (docs/results/codecs-25bit/).
+// kivimix: 2.5 code bits per element too, spent unevenly on the keys: in every key block the
+// head_dim/2 channels of largest range (max - min over the block) get 4-bit codes, the others
+// 2-bit (3 bits per key element on average), values 2-bit per token (kv/kivi.h "Mixed key
+// widths"; docs/results/codecs-mixed/).
 // Layouts are KIVI's at each role's width (kv/kivi.h); docs/results/codecs-kivi42/.
 enum class CodecKind {
   fp16,
@@ -87,10 +91,12 @@ enum class CodecKind {
   kivi42,
   kivi24,
   kivi42r,
-  kivi32
+  kivi32,
+  kivimix
 };
 // Bits per code of the KIVI store of `role` for the plain and rotated KIVI codecs (kivi2, kivi4,
-// kivi2r, kivi4r, kitty, kivi42, kivi24, kivi42r, kivi32); 0 for the others.
+// kivi2r, kivi4r, kitty, kivi42, kivi24, kivi42r, kivi32, kivimix: 2 for both roles, its key
+// words being 2-bit with a 2-bit low part for the wide channels); 0 for the others.
 int codec_kivi_bits(CodecKind k, bool key_role);
 
 // True for the codecs that quantize Hadamard-rotated rows (kivi2r, kivi4r; zipcacher and kivi42r
@@ -103,14 +109,15 @@ bool codec_routes_rows(CodecKind k);
 
 // Per-codec defaults. CacheConfig::kivi_residual == 0 and zip_salient == kCodecDefaultFraction
 // (the field defaults) stand for the codec's own setting, chosen on the dev seed (2) per codec:
-//   kivi_residual: 32 for zipcacher, kivi42, kivi42r, kivi24, kivi32 (at a 1K prompt 128 fp16 rows
-//   are
+//   kivi_residual: 32 for zipcacher, kivi42, kivi42r, kivi24, kivi32, kivimix (at a 1K prompt 128
+//   fp16 rows are
 //                  12% of the cache; 32 frees those bytes: docs/results/codecs-zipcacher/,
 //                  docs/results/codecs-kivi42/); 128 (KIVI's R) for every other codec.
 //   zip_salient:   0.7 for zipcacher (with residual 32), 0.2 for zipcache, 0 for the rest.
 // Any explicit value overrides the default. The resolved values are what the stores use and what
 // .kvc files, fork keys and eval reports record.
-//   kivi_fp16_sinks (kCodecDefaultCount = the codec's own): 4 for kivi42 and kivi32 (the first
+//   kivi_fp16_sinks (kCodecDefaultCount = the codec's own): 4 for kivi42, kivi32, kivimix (the
+//   first
 //                  rows, the attention sinks SnapKV always keeps, stay fp16: on the dev seed
 //                  they carry most of what snapkv + kivi42 lost, docs/results/codecs-25bit/);
 //                  0 for every other codec.

@@ -60,6 +60,22 @@
 // row: 2-bit codes of every channel (the K boosted ones hold zeros) + 16 K bits, plus 2 K bytes of
 // channel indices per block. Values are plain KIVI-2.
 //
+// Mixed key widths (codec kivimix; 2.5 code bits per element over keys and values): each key block
+// of n rows quantizes its W = head_dim / 2 channels of largest range (hi - lo over the block's
+// rows, ties to the lower channel index) at 4 bits and the other channels at 2 bits, 3 bits per key
+// element on average (head_dim even; an odd head_dim gets one 2-bit channel more). A wide
+// channel's 4-bit code u (params (s, z) by the rule above at b = 4) is split into u = 4 h + l:
+// h (0..3) sits in the block's ordinary 2-bit words, with the stored params (S = 4 s, z) (4 s is
+// exact in fp16), so the packed 2-bit kernels run unchanged; l (0..3) is stored per row:
+//   wide channels    [W] uint16, increasing            (per block, 2 W bytes: the width map)
+//   low codes        [ceil(W/8)] 2-bit words per row   (element k = wide channel k)
+// Decode of a wide channel: x' = (z + S h) + (S/4) l in fp32 (the first sum is kivi_decode), so
+// |x - x'| <= s/2 + fp32 roundings, four times finer than the 2-bit channels. Attention adds
+// sum_k q[wide_k] (S_k / 4) l_k per row after the packed kernel. Per key row: 2 bits for every
+// channel + 2 W bits; per block: 4 head_dim bytes of params + 2 W bytes of width map + the block
+// entry (at head_dim 32, G = 32: 3 code bits, 1 + 0.25 + 0.06 bits of parameters per element).
+// Values are plain KIVI-2.
+//
 // Eviction (retain) never re-quantizes: kept codes and their group parameters are moved, never
 // recomputed, so a kept row decodes bit-identically before and after any number of retains. A key
 // block that loses rows keeps its parameters and shrinks (a "block with holes"); it is dropped when

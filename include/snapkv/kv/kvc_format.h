@@ -51,6 +51,11 @@
 //                 kivi2; kivi24 the mirror; kivi32: keys at 3 bits, key_words of 3 bytes per
 //                 word, values as kivi2); kivi_residual is written resolved (kv/config.h
 //                 defaults).
+//   kivimix:      as kivi2; key stores add, after key_words and kitty's (empty) arrays
+//                 (W = head_dim / 2),
+//                 uint16 wide_channels[n_blocks][W]       (increasing channel indices per block)
+//                 uint8  wide_low[n_quant][ceil(W/8) * 2] (2-bit words of the low code halves;
+//                                                          codes past W zero)
 //   kivi42r:      keys: the kivi4 key record; values: KvcRotatedStore, then the kivi2 value record
 //                 of the rotated rows.
 //   gear:         the kivi record (at gear_bits), then KvcGearCorrection and the correction
