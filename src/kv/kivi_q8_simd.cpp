@@ -465,22 +465,33 @@ void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const Value
 // The sums over the steps of one tile for one query, the accumulators as named locals (in an
 // array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
 // weight vector v (u8) x code vector 4 v + i (s8, from memory); then sums[k] += step_v[k / 4] *
-// acc[k]. wv: [n_steps][4] weight vectors (vector v of a step at uniq[v]); codes: [n_steps][16].
-void dot_tile(__m512* sums, const __m512i* wv, const int* uniq, const __m512i* codes,
-              size_t n_steps, const __m512* step_v) {
+// acc[k]. The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by
+// w_idx[step in sub-tile][uniq[v]] here, one permute per distinct vector (stored per query and
+// read back here, their stores were about 15% of this kernel's samples); codes: [n_steps][16].
+void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
+              const int* uniq, const __m512i* codes, size_t n_steps, size_t sub_steps,
+              const __m512* step_v) {
+  const bool same_prev[4] = {false, uniq[1] == uniq[0], uniq[2] == uniq[1], uniq[3] == uniq[2]};
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
-  for (size_t st = 0; st < n_steps; ++st) {
-    const __m512i* w = wv + st * 4;
-    const __m512i* c = codes + st * kVK;
-    __m512i h = _mm512_load_si512(w + uniq[0]);
-    dpbusd(a0, h, c[0]), dpbusd(a1, h, c[1]), dpbusd(a2, h, c[2]), dpbusd(a3, h, c[3]);
-    h = _mm512_load_si512(w + uniq[1]);
-    dpbusd(a4, h, c[4]), dpbusd(a5, h, c[5]), dpbusd(a6, h, c[6]), dpbusd(a7, h, c[7]);
-    h = _mm512_load_si512(w + uniq[2]);
-    dpbusd(a8, h, c[8]), dpbusd(a9, h, c[9]), dpbusd(a10, h, c[10]), dpbusd(a11, h, c[11]);
-    h = _mm512_load_si512(w + uniq[3]);
-    dpbusd(a12, h, c[12]), dpbusd(a13, h, c[13]), dpbusd(a14, h, c[14]), dpbusd(a15, h, c[15]);
+  for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
+    const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
+    for (size_t sst = 0; sst < sub_steps && st < n_steps; ++sst, ++st) {
+      const __m512i* c = codes + st * kVK;
+      const int32_t(*wi)[16] = w_idx[sst];
+      const auto pick = [&](int v) {
+        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[uniq[v]]), t1);
+      };
+      // one permute per distinct weight vector (same_prev[v]: vector v is vector v - 1)
+      __m512i h = pick(0);
+      dpbusd(a0, h, c[0]), dpbusd(a1, h, c[1]), dpbusd(a2, h, c[2]), dpbusd(a3, h, c[3]);
+      if (!same_prev[1]) h = pick(1);
+      dpbusd(a4, h, c[4]), dpbusd(a5, h, c[5]), dpbusd(a6, h, c[6]), dpbusd(a7, h, c[7]);
+      if (!same_prev[2]) h = pick(2);
+      dpbusd(a8, h, c[8]), dpbusd(a9, h, c[9]), dpbusd(a10, h, c[10]), dpbusd(a11, h, c[11]);
+      if (!same_prev[3]) h = pick(3);
+      dpbusd(a12, h, c[12]), dpbusd(a13, h, c[13]), dpbusd(a14, h, c[14]), dpbusd(a15, h, c[15]);
+    }
   }
   const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
   for (size_t k = 0; k < kVK; ++k) {
@@ -505,7 +516,6 @@ struct alignas(64) Bytes64 {  // one vector's worth of storage
 };
 struct ValueQ8Scratch {
   std::vector<Bytes64> codes;  // [steps per tile][16] code vectors
-  std::vector<Bytes64> wv;     // [steps per tile][4] weight vectors
   std::vector<Bytes64> sums;   // [n_q][16] float vectors
   std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
   // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
@@ -520,17 +530,16 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
                    const ValueQ8Shape& s) {
   constexpr size_t kSub = 32;  // rows per weight table (two vectors: 4 groups x 32 rows)
   constexpr size_t kQuarters = kVTile / 16;
+  constexpr size_t kQBatch = 4;  // queries quantized before their sums are taken
   static_assert(kVTile % kSub == 0, "whole weight tables per tile");
   const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
   thread_local ValueQ8Scratch sc;
   sc.codes.resize(max_steps * kVK);
-  sc.wv.resize(max_steps * 4);
   sc.sums.assign(n_q * kVK, Bytes64{});
   sc.zsum.assign(n_q * n_groups, Bytes64{});
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
-  auto* wv_v = reinterpret_cast<__m512i*>(sc.wv.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
   // per weight vector v: lane -> group; the distinct ones (uniq); per step of a sub-tile and
@@ -621,55 +630,58 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         zero_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
       }
     }
-    for (size_t j = 0; j < n_q; ++j) {
-      const float* wj = w + j * w_stride + r0;
-      __m512 wr[kQuarters];
-      for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
-      // the steps of the groups in lanes g, kept in registers (scalars stored and read back as a
-      // vector stall on store forwarding)
-      __m512 steps = _mm512_setzero_ps();
-      for (size_t g = 0; g < n_groups; ++g) {
-        // the arithmetic of kivi_value_rows_accumulate_q8_scalar
-        __m512 u[kQuarters];
-        __m512 z = zsum_v[j * n_groups + g], m = _mm512_setzero_ps();
-        for (size_t h = 0; h < kQuarters; ++h) {
-          u[h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
-          z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
-          m = _mm512_max_ps(m, u[h]);
-        }
-        zsum_v[j * n_groups + g] = z;
-        const float mx = _mm512_reduce_max_ps(m);
-        const bool live = mx >= 0x1p-100f;
-        steps = _mm512_mask_mov_ps(steps, static_cast<__mmask16>(1u << g),
-                                   _mm512_set1_ps(live ? mx * (1.0f / 255.0f) : 0.0f));
-        const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
-        // min(., 255) is the unsigned saturation of the pack below
-        for (size_t h = 0; h < kQuarters; ++h) {
-          w32[g][h] = _mm512_cvtps_epi32(_mm512_mul_ps(u[h], inv));
-        }
-      }
-      __m512 step_v[4];
-      for (int v = 0; v < 4; ++v) {
-        step_v[v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), steps);
-      }
-      for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
-        // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
-        // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
-        const auto table = [&](size_t g0) {
-          const __m512i a = _mm512_packs_epi32(w32[g0][2 * sub], w32[g0][2 * sub + 1]);
-          const __m512i b = _mm512_packs_epi32(w32[g0 + 1][2 * sub], w32[g0 + 1][2 * sub + 1]);
-          return _mm512_packus_epi16(a, b);
-        };
-        const __m512i t0 = table(0), t1 = table(2);
-        for (size_t sst = 0; sst < sub_steps && sub * sub_steps + sst < n_steps; ++sst) {
-          __m512i* dst = wv_v + (sub * sub_steps + sst) * 4;
-          for (int v = 0; v < n_uniq; ++v) {
-            _mm512_store_si512(dst + v,
-                               _mm512_permutex2var_epi32(t0, _mm512_load_si512(w_idx[sst][v]), t1));
+    // up to 4 queries (a GQA group) at a time: their weights quantized first (independent
+    // chains of max, divide and pack that overlap), then their sums (the vpdpbusd stream)
+    for (size_t j0 = 0; j0 < n_q; j0 += kQBatch) {
+      const size_t nb = std::min(kQBatch, n_q - j0);
+      __m512i tabs[kQBatch][kVTile / kSub][2];
+      __m512 step_v[kQBatch][4];
+      for (size_t jb = 0; jb < nb; ++jb) {
+        const size_t j = j0 + jb;
+        const float* wj = w + j * w_stride + r0;
+        __m512 wr[kQuarters];
+        for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
+        // the steps of the groups in lanes g, kept in registers (scalars stored and read back as a
+        // vector stall on store forwarding)
+        __m512 steps = _mm512_setzero_ps();
+        for (size_t g = 0; g < n_groups; ++g) {
+          // the arithmetic of kivi_value_rows_accumulate_q8_scalar
+          __m512 u[kQuarters];
+          __m512 z = zsum_v[j * n_groups + g], m = _mm512_setzero_ps();
+          for (size_t h = 0; h < kQuarters; ++h) {
+            u[h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
+            z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
+            m = _mm512_max_ps(m, u[h]);
+          }
+          zsum_v[j * n_groups + g] = z;
+          const float mx = _mm512_reduce_max_ps(m);
+          const bool live = mx >= 0x1p-100f;
+          steps = _mm512_mask_mov_ps(steps, static_cast<__mmask16>(1u << g),
+                                     _mm512_set1_ps(live ? mx * (1.0f / 255.0f) : 0.0f));
+          const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
+          // min(., 255) is the unsigned saturation of the pack below
+          for (size_t h = 0; h < kQuarters; ++h) {
+            w32[g][h] = _mm512_cvtps_epi32(_mm512_mul_ps(u[h], inv));
           }
         }
+        for (int v = 0; v < 4; ++v) {
+          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), steps);
+        }
+        for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
+          // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
+          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
+          const auto table = [&](size_t g0) {
+            const __m512i a = _mm512_packs_epi32(w32[g0][2 * sub], w32[g0][2 * sub + 1]);
+            const __m512i b = _mm512_packs_epi32(w32[g0 + 1][2 * sub], w32[g0 + 1][2 * sub + 1]);
+            return _mm512_packus_epi16(a, b);
+          };
+          tabs[jb][sub][0] = table(0), tabs[jb][sub][1] = table(2);
+        }
       }
-      dot_tile(sums_v + j * kVK, wv_v, uniq, codes_v, n_steps, step_v);
+      for (size_t jb = 0; jb < nb; ++jb) {
+        dot_tile(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, uniq, codes_v, n_steps, sub_steps,
+                 step_v[jb]);
+      }
     }
   }
   // back to channel order: out[c] += the lanes of channel c (two when pair_rows: lanes l and
