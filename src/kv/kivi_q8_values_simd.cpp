@@ -1,0 +1,410 @@
+// KIVI 2-bit value sums with integer dot products on the packed codes (vpdpbusd: u8 weights x
+// codes), compiled once per ISA level (util/isa.h); kivi_value_rows_accumulate_q8_scalar
+// (kivi_kernels.h) is the arithmetic and its reference. The levels without AVX-512 VNNI report
+// "not handled" and keep the float kernel of kivi_simd.cpp. The keys' integer kernel is in
+// kivi_q8_simd.cpp.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kv/kivi_kernels.h"
+#include "util/isa.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define SNAPKV_KIVI_VNNI 1
+#endif
+
+namespace snapkv::SNAPKV_ISA {
+
+#if SNAPKV_KIVI_VNNI
+// ---- values: integer weighted sums (kivi_value_rows_accumulate_q8_scalar is the reference) ----
+//
+// 2-bit value rows only (4-bit keeps the float kernel: kivi_kernels.h says why). A row is
+// [head_dim / 8] words of 8 channels, byte b holding channels 4 b .. 4 b + 3. Four rows' bytes
+// are interleaved so that a dword holds byte position p of 4 consecutive rows (unpack epi8 then
+// epi16, per 128-bit lane); masking bits 2 i, 2 i + 1 of every byte leaves code(row, 4 p + i)
+// in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums 4 rows of one channel
+// per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows x 64 byte positions;
+// rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and r + 4 .. r + 7 in the
+// high half (two lanes per byte position, added when the lanes are mapped back to channels). The
+// code vectors of a tile are built once and serve every query of the group; the float sums stay
+// in lane order until the end of the call.
+namespace {
+
+// acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
+// _mm512_dpbusd_epi32 into a fresh register and back around each instruction (two moves per
+// multiply in the hot loop); the asm ties the accumulator to its register.
+inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
+#if defined(__GNUC__)
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+#else
+  acc = _mm512_dpbusd_epi32(acc, a, b);
+#endif
+}
+
+constexpr size_t kVTile = kKiviValueQ8Tile;  // rows per tile: one weight step per (query, group)
+constexpr size_t kVK = 16;                   // code vectors per step = accumulators per query
+
+struct ValueQ8Shape {
+  bool pair_rows = false;  // rows of 32 bytes: 8 rows per step, halves of the vector
+  size_t step_rows = 0;    // 4, or 8 when pair_rows
+};
+
+bool value_q8_shape(ValueQ8Shape& s, size_t head_dim, size_t group, int bits) {
+  if (bits != 2 || (head_dim != 128 && head_dim != 256)) return false;
+  const size_t n_groups = (head_dim + group - 1) / group;
+  s.pair_rows = head_dim == 128;  // 32-byte rows
+  s.step_rows = s.pair_rows ? 8 : 4;
+  // each dword (4 bytes of a row: 16 channels) inside one group; the tile's weights of every
+  // group in two vectors (n_groups <= 4)
+  return (n_groups == 1 || group % 16 == 0) && n_groups <= 4;
+}
+
+// Channel of lane `lane` of code vector k = 4 v + i (see the block comment).
+size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
+  const size_t v = k / 4, i = k % 4, lane128 = lane / 4, d = lane % 4;
+  const size_t pos = (s.pair_rows ? 16 * (lane128 % 2) : 16 * lane128) + 4 * v + d;
+  return 4 * pos + i;
+}
+
+// The 16 code vectors of one step starting at `rows` (row_bytes apart, all readable) into dst.
+void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const ValueQ8Shape& s) {
+  __m512i x[4];
+  for (size_t t = 0; t < 4; ++t) {
+    if (s.pair_rows) {
+      const auto* lo = reinterpret_cast<const __m256i*>(rows + t * row_bytes);
+      const auto* hi = reinterpret_cast<const __m256i*>(rows + (4 + t) * row_bytes);
+      x[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
+                                _mm256_loadu_si256(hi), 1);
+    } else {
+      x[t] = _mm512_loadu_si512(rows + t * row_bytes);
+    }
+  }
+  // V_v lane L dword d <- byte 16 L + 4 v + d of the 4 rows
+  const __m512i ab_lo = _mm512_unpacklo_epi8(x[0], x[1]), ab_hi = _mm512_unpackhi_epi8(x[0], x[1]);
+  const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
+  const __m512i vv[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
+                         _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
+  const __m512i mask = _mm512_set1_epi8(3);
+  for (int v = 0; v < 4; ++v) {
+    for (int i = 0; i < 4; ++i) {
+      const __m512i shifted = i == 0 ? vv[v] : _mm512_srli_epi16(vv[v], 2 * i);
+      _mm512_store_si512(dst + 4 * v + i, _mm512_and_si512(shifted, mask));
+    }
+  }
+}
+
+// The sums over the steps of one tile for one query, the accumulators as named locals (in an
+// array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
+// weight vector v (u8) x code vector 4 v + i (s8, from memory); then sums[k] += step_v[k / 4] *
+// acc[k]. The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by
+// w_idx[step in sub-tile][uniq[v]] here, one permute per distinct vector (stored per query and
+// read back here, their stores were about 15% of this kernel's samples); codes: [n_steps][16].
+void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
+              const int* uniq, const __m512i* codes, size_t n_steps, size_t sub_steps,
+              const __m512* step_v) {
+  const bool same_prev[4] = {false, uniq[1] == uniq[0], uniq[2] == uniq[1], uniq[3] == uniq[2]};
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+          a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+  for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
+    const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
+    for (size_t sst = 0; sst < sub_steps && st < n_steps; ++sst, ++st) {
+      const __m512i* c = codes + st * kVK;
+      const int32_t(*wi)[16] = w_idx[sst];
+      const auto pick = [&](int v) {
+        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[uniq[v]]), t1);
+      };
+      // one permute per distinct weight vector (same_prev[v]: vector v is vector v - 1)
+      __m512i h = pick(0);
+      dpbusd(a0, h, c[0]), dpbusd(a1, h, c[1]), dpbusd(a2, h, c[2]), dpbusd(a3, h, c[3]);
+      if (!same_prev[1]) h = pick(1);
+      dpbusd(a4, h, c[4]), dpbusd(a5, h, c[5]), dpbusd(a6, h, c[6]), dpbusd(a7, h, c[7]);
+      if (!same_prev[2]) h = pick(2);
+      dpbusd(a8, h, c[8]), dpbusd(a9, h, c[9]), dpbusd(a10, h, c[10]), dpbusd(a11, h, c[11]);
+      if (!same_prev[3]) h = pick(3);
+      dpbusd(a12, h, c[12]), dpbusd(a13, h, c[13]), dpbusd(a14, h, c[14]), dpbusd(a15, h, c[15]);
+    }
+  }
+  const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
+  for (size_t k = 0; k < kVK; ++k) {
+    sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
+  }
+}
+
+// Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
+// kv/fp16_rows_simd.cpp does for fp16 rows).
+constexpr size_t kVPrefetchRows = 2 * kVTile;
+inline void prefetch_t2(const void* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) {
+    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
+  }
+}
+
+// A step is 8 rows of 32 bytes (head_dim 128) or 4 rows of 64 (head_dim 256): value_q8_shape.
+constexpr size_t kMaxStepBytes = 256;
+
+struct alignas(64) Bytes64 {  // one vector's worth of storage
+  uint8_t b[64];
+};
+struct ValueQ8Scratch {
+  std::vector<Bytes64> codes;  // [steps per tile][16] code vectors
+  std::vector<Bytes64> sums;   // [n_q][16] float vectors
+  std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
+  // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
+  // here as weak symbols shared with other levels' objects (tests/isa_objects_check.sh).
+  alignas(64) uint8_t pad[kMaxStepBytes];  // a partial step's rows, zero-filled
+  alignas(64) int32_t chan[2 * 256];       // [2][head_dim]: the lanes of each channel (-1: none)
+  alignas(64) int32_t group_of[256];       // [head_dim]: the group of each channel
+};
+
+void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
+                   const KiviParams* params, size_t n_rows, size_t head_dim, size_t group,
+                   const ValueQ8Shape& s) {
+  constexpr size_t kSub = 32;  // rows per weight table (two vectors: 4 groups x 32 rows)
+  constexpr size_t kQuarters = kVTile / 16;
+  constexpr size_t kQBatch = 4;  // queries quantized before their sums are taken
+  static_assert(kVTile % kSub == 0, "whole weight tables per tile");
+  const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
+  const size_t row_bytes = head_dim / 4;
+  const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
+  thread_local ValueQ8Scratch sc;
+  sc.codes.resize(max_steps * kVK);
+  sc.sums.assign(n_q * kVK, Bytes64{});
+  sc.zsum.assign(n_q * n_groups, Bytes64{});
+  auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
+  auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
+  auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
+  // per weight vector v: lane -> group; the distinct ones (uniq); per step of a sub-tile and
+  // distinct v: lane -> the dword of the weights of (group g, rows 4 qd .. 4 qd + 3) in the
+  // packed tables below: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4
+  alignas(64) int32_t grp_idx[4][16];
+  int uniq[4];
+  int n_uniq = 0;
+  for (int v = 0; v < 4; ++v) {
+    for (size_t lane = 0; lane < 16; ++lane) {
+      grp_idx[v][lane] = static_cast<int32_t>(
+          std::min(value_q8_channel(s, 4 * static_cast<size_t>(v), lane) / group, n_groups - 1));
+    }
+    uniq[v] = n_uniq;
+    for (int e = 0; e < v; ++e) {
+      if (std::equal(grp_idx[v], grp_idx[v] + 16, grp_idx[e])) {
+        uniq[v] = uniq[e];
+        break;
+      }
+    }
+    if (uniq[v] == n_uniq) ++n_uniq;
+  }
+  alignas(64) int32_t w_idx[kSub / 4][4][16];
+  for (size_t st = 0; st < sub_steps; ++st) {
+    for (int v = 0; v < 4; ++v) {
+      for (size_t lane = 0; lane < 16; ++lane) {
+        const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
+        const int32_t g = grp_idx[v][lane];
+        w_idx[st][uniq[v]][lane] = 16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
+      }
+    }
+  }
+  __m512i param_idx[4];  // lane i -> dword (i % 8) * n_groups + g of 8 rows' params
+  for (size_t g = 0; g < n_groups; ++g) {
+    alignas(64) int32_t idx[16];
+    for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>((i % 8) * n_groups + g);
+    param_idx[g] = _mm512_load_si512(idx);
+  }
+  __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
+  for (auto& g : w32) {
+    for (auto& x : g) x = _mm512_setzero_si512();
+  }
+  __m512 scale_t[4][kQuarters], zero_t[4][kQuarters];  // the tile's params [group][16 rows]
+  for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
+    const size_t nr = std::min(kVTile, n_rows - r0);
+    const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
+    const uint8_t* tile = codes + r0 * row_bytes;
+    if (r0 + kVPrefetchRows < n_rows) {  // the codes and params of a tile kVPrefetchRows ahead
+      const size_t nf = std::min(kVTile, n_rows - r0 - kVPrefetchRows);
+      prefetch_t2(tile + kVPrefetchRows * row_bytes, nf * row_bytes);
+      prefetch_t2(params + (r0 + kVPrefetchRows) * n_groups, nf * n_groups * sizeof(KiviParams));
+    }
+    for (size_t st = 0; st < n_steps; ++st) {
+      const size_t row = st * s.step_rows;
+      const uint8_t* src = tile + row * row_bytes;
+      if (row + s.step_rows > nr) {  // a partial last step: its rows, then zeros
+        std::memset(sc.pad, 0, s.step_rows * row_bytes);
+        std::memcpy(sc.pad, src, (nr - row) * row_bytes);
+        src = sc.pad;
+      }
+      build_step(codes_v + st * kVK, src, row_bytes, s);
+    }
+    __mmask16 mask[kQuarters];
+    for (size_t h = 0; h < kQuarters; ++h) {
+      const size_t valid = nr > 16 * h ? std::min<size_t>(16, nr - 16 * h) : 0;
+      mask[h] = static_cast<__mmask16>((1u << valid) - 1u);
+    }
+    // (scale, zero) pairs as dwords [row][group]: rows 16 h .. 16 h + 7 and 16 h + 8 .. 16 h + 15
+    // are 8 n_groups <= 32 dwords each, so one two-source permute per group and 8 rows picks a
+    // group's column; dwords past the tile's rows load as 0
+    const auto* tile_params = reinterpret_cast<const int*>(params + r0 * n_groups);
+    const size_t n_dw = nr * n_groups;
+    const auto load16 = [&](size_t at) {
+      const size_t valid = at < n_dw ? std::min<size_t>(16, n_dw - at) : 0;
+      return valid == 0 ? _mm512_setzero_si512()
+                        : _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u),
+                                                   tile_params + at);
+    };
+    for (size_t h = 0; h < kQuarters; ++h) {
+      const size_t at0 = 16 * h * n_groups, at1 = at0 + 8 * n_groups;
+      const __m512i l0 = load16(at0), l1 = load16(at0 + 16);
+      const __m512i h0 = load16(at1), h1 = load16(at1 + 16);
+      for (size_t g = 0; g < n_groups; ++g) {
+        const __m512i d =
+            _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(l0, param_idx[g], l1),
+                                    _mm512_permutex2var_epi32(h0, param_idx[g], h1));
+        scale_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        zero_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
+      }
+    }
+    // up to 4 queries (a GQA group) at a time: their weights quantized first (independent
+    // chains of max, divide and pack that overlap), then their sums (the vpdpbusd stream)
+    for (size_t j0 = 0; j0 < n_q; j0 += kQBatch) {
+      const size_t nb = std::min(kQBatch, n_q - j0);
+      __m512i tabs[kQBatch][kVTile / kSub][2];
+      __m512 step_v[kQBatch][4];
+      for (size_t jb = 0; jb < nb; ++jb) {
+        const size_t j = j0 + jb;
+        const float* wj = w + j * w_stride + r0;
+        __m512 wr[kQuarters];
+        for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
+        // the steps of the groups in lanes g, kept in registers (scalars stored and read back as a
+        // vector stall on store forwarding)
+        __m512 steps = _mm512_setzero_ps();
+        for (size_t g = 0; g < n_groups; ++g) {
+          // the arithmetic of kivi_value_rows_accumulate_q8_scalar
+          __m512 u[kQuarters];
+          __m512 z = zsum_v[j * n_groups + g], m = _mm512_setzero_ps();
+          for (size_t h = 0; h < kQuarters; ++h) {
+            u[h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
+            z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
+            m = _mm512_max_ps(m, u[h]);
+          }
+          zsum_v[j * n_groups + g] = z;
+          const float mx = _mm512_reduce_max_ps(m);
+          const bool live = mx >= 0x1p-100f;
+          steps = _mm512_mask_mov_ps(steps, static_cast<__mmask16>(1u << g),
+                                     _mm512_set1_ps(live ? mx * (1.0f / 255.0f) : 0.0f));
+          const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
+          // min(., 255) is the unsigned saturation of the pack below
+          for (size_t h = 0; h < kQuarters; ++h) {
+            w32[g][h] = _mm512_cvtps_epi32(_mm512_mul_ps(u[h], inv));
+          }
+        }
+        for (int v = 0; v < 4; ++v) {
+          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), steps);
+        }
+        for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
+          // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
+          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
+          const auto table = [&](size_t g0) {
+            const __m512i a = _mm512_packs_epi32(w32[g0][2 * sub], w32[g0][2 * sub + 1]);
+            const __m512i b = _mm512_packs_epi32(w32[g0 + 1][2 * sub], w32[g0 + 1][2 * sub + 1]);
+            return _mm512_packus_epi16(a, b);
+          };
+          tabs[jb][sub][0] = table(0), tabs[jb][sub][1] = table(2);
+        }
+      }
+      for (size_t jb = 0; jb < nb; ++jb) {
+        dot_tile(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, uniq, codes_v, n_steps, sub_steps,
+                 step_v[jb]);
+      }
+    }
+  }
+  // back to channel order: out[c] += the lanes of channel c (two when pair_rows: lanes l and
+  // l + 8; else the second gather is masked off) + zero sum, 16 channels at a time
+  for (size_t i = 0; i < 2 * head_dim; ++i) sc.chan[i] = -1;
+  for (size_t k = 0; k < kVK; ++k) {
+    for (size_t lane = 0; lane < 16; ++lane) {
+      const size_t c = value_q8_channel(s, k, lane);
+      sc.chan[s.pair_rows && lane >= 8 ? head_dim + c : c] = static_cast<int32_t>(k * 16 + lane);
+    }
+  }
+  // once per call, not per query and channel (an integer division per lane: about 5% of this
+  // kernel's samples with the other divisions of the call)
+  for (size_t c = 0, g = 0, in_group = 0; c < head_dim; ++c) {
+    sc.group_of[c] = static_cast<int32_t>(g);
+    if (++in_group == group) g += 1, in_group = 0;
+  }
+  for (size_t j = 0; j < n_q; ++j) {
+    alignas(64) float zero_sum[16] = {};
+    for (size_t g = 0; g < n_groups; ++g) {
+      zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * n_groups + g]);
+    }
+    const __m512 zs = _mm512_load_ps(zero_sum);
+    const auto* base = reinterpret_cast<const float*>(sums_v + j * kVK);
+    float* oj = out + j * head_dim;
+    for (size_t c = 0; c < head_dim; c += 16) {
+      const __m512i i0 = _mm512_loadu_si512(sc.chan + c);
+      const __m512i i1 = _mm512_loadu_si512(sc.chan + head_dim + c);
+      const __mmask16 has1 = _mm512_cmpge_epi32_mask(i1, _mm512_setzero_si512());
+      const __m512 v0 = _mm512_i32gather_ps(i0, base, 4);
+      const __m512 v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), has1, i1, base, 4);
+      const __m512 z = _mm512_permutexvar_ps(_mm512_load_si512(sc.group_of + c), zs);
+      _mm512_storeu_ps(
+          oj + c, _mm512_add_ps(_mm512_loadu_ps(oj + c), _mm512_add_ps(_mm512_add_ps(v0, v1), z)));
+    }
+  }
+}
+
+bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p100f);
+  for (size_t j = 0; j < n_q; ++j) {
+    for (size_t r = 0; r < n_rows; r += 16) {
+      const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
+      const __m512 x = _mm512_maskz_loadu_ps(m, w + j * w_stride + r);
+      // NaN fails both ordered compares
+      const __mmask16 ok =
+          _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
+      if ((ok & m) != m) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+#endif  // SNAPKV_KIVI_VNNI
+
+bool kivi_value_q8_handles(size_t head_dim, size_t group, int bits) {
+#if SNAPKV_KIVI_VNNI
+  ValueQ8Shape s;
+  return value_q8_shape(s, head_dim, group, bits);
+#else
+  (void)head_dim, (void)group, (void)bits;
+  return false;
+#endif
+}
+
+bool kivi_value_rows_accumulate_q8(float* out, const float* w, size_t w_stride, size_t n_q,
+                                   const uint8_t* codes, const KiviParams* params, size_t n_rows,
+                                   size_t head_dim, size_t group, int bits) {
+#if SNAPKV_KIVI_VNNI
+  ValueQ8Shape s;
+  if (!value_q8_shape(s, head_dim, group, bits) || !weights_in_q8_range(w, w_stride, n_q, n_rows)) {
+    return false;
+  }
+  value_rows_q8(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group, s);
+  return true;
+#else
+  (void)out, (void)w, (void)w_stride, (void)n_q, (void)codes, (void)params, (void)n_rows;
+  (void)head_dim, (void)group, (void)bits;
+  return false;
+#endif
+}
+
+}  // namespace snapkv::SNAPKV_ISA
