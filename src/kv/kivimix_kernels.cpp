@@ -11,16 +11,23 @@
 namespace snapkv {
 namespace {
 
-using WideDot = void (*)(float*, size_t, const float*, size_t, size_t, const uint8_t*, size_t,
-                         size_t);
-const WideDot kTables[kIsaLevelCount] = {&isa_scalar::kivimix_wide_dot,
-                                         &SNAPKV_ISA_NS_AVX2::kivimix_wide_dot,
-                                         &SNAPKV_ISA_NS_AVX512::kivimix_wide_dot};
+struct KivimixKernels {
+  void (*wide_dot)(float*, size_t, const float*, size_t, size_t, const uint8_t*, size_t, size_t);
+  void (*wide_weights)(float*, const float*, size_t, size_t, const float*, const KittyChannel*,
+                       size_t);
+};
+#define SNAPKV_KIVIMIX_TABLE(NS)                     \
+  KivimixKernels {                                   \
+    &NS::kivimix_wide_dot, &NS::kivimix_wide_weights \
+  }
+const KivimixKernels kTables[kIsaLevelCount] = {SNAPKV_KIVIMIX_TABLE(isa_scalar),
+                                                SNAPKV_KIVIMIX_TABLE(SNAPKV_ISA_NS_AVX2),
+                                                SNAPKV_KIVIMIX_TABLE(SNAPKV_ISA_NS_AVX512)};
 
 }  // namespace
 
-void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
-                          const float* scales, const KittyChannel* channels, size_t wide) {
+void kivimix_wide_weights_scalar(float* qk, const float* q, size_t n_q, size_t head_dim,
+                                 const float* scales, const KittyChannel* channels, size_t wide) {
   for (size_t j = 0; j < n_q; ++j) {
     for (size_t k = 0; k < wide; ++k) {
       qk[j * wide + k] = q[j * head_dim + channels[k]] * (0.25f * scales[channels[k]]);
@@ -54,7 +61,12 @@ void kivimix_wide_dot_scalar(float* out, size_t stride, const float* qk, size_t 
 
 void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
                       const uint8_t* low, size_t row_bytes, size_t n) {
-  isa_select(kTables)(out, stride, qk, n_q, wide, low, row_bytes, n);
+  isa_select(kTables).wide_dot(out, stride, qk, n_q, wide, low, row_bytes, n);
+}
+
+void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
+                          const float* scales, const KittyChannel* channels, size_t wide) {
+  isa_select(kTables).wide_weights(qk, q, n_q, head_dim, scales, channels, wide);
 }
 
 }  // namespace snapkv

@@ -12,8 +12,12 @@ namespace snapkv {
 
 // qk[j * wide + k] = q[j * head_dim + channels[k]] * (0.25f * scales[channels[k]]): query j's
 // weight of wide channel k's low code (a low code counts S / 4 of a 4-bit step). qk: [n_q][wide].
+// The fast kernel (the active ISA level) gathers 8 or 16 channels at a time; *_scalar is its
+// reference (the same two products per weight: equal bit for bit).
 void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
                           const float* scales, const KittyChannel* channels, size_t wide);
+void kivimix_wide_weights_scalar(float* qk, const float* q, size_t n_q, size_t head_dim,
+                                 const float* scales, const KittyChannel* channels, size_t wide);
 
 // out[j * stride + r] += sum_k qk[j * wide + k] * low(r, k) for r < n, where low(r, k) is the 2-bit
 // code k of row r: bits 2 (k % 4) of byte k / 4 of low + r * row_bytes (row_bytes >= ceil(wide /
@@ -28,12 +32,14 @@ void kivimix_wide_dot_scalar(float* out, size_t stride, const float* qk, size_t 
 
 }  // namespace snapkv
 
-// The fast kernel as compiled for each ISA level (kv/kivimix_simd.cpp; util/isa.h); the scalar
-// level runs kivimix_wide_dot_scalar.
+// The fast kernels as compiled for each ISA level (kv/kivimix_simd.cpp; util/isa.h); the scalar
+// level runs the *_scalar references.
 #define SNAPKV_KIVIMIX_DECLARE(NS)                                                           \
   namespace snapkv::NS {                                                                     \
   void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide, \
                         const uint8_t* low, size_t row_bytes, size_t n);                     \
+  void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,          \
+                            const float* scales, const KittyChannel* channels, size_t wide); \
   }
 SNAPKV_KIVIMIX_DECLARE(isa_scalar)
 SNAPKV_KIVIMIX_DECLARE(isa_avx2)

@@ -34,7 +34,8 @@ namespace {
 #if defined(__AVX512F__)
 constexpr size_t kLanes = 16;
 struct Lanes {  // the first n of 16 lanes
-  __mmask16 mask;
+  __mmask16 mask = 0;
+  Lanes() = default;
   explicit Lanes(size_t n) : mask(static_cast<__mmask16>((1u << n) - 1u)) {}
 };
 using VecF = __m512;
@@ -66,13 +67,23 @@ inline VecF mul_f(VecF a, VecF b) {
 inline VecF add_f(VecF a, VecF b) {
   return _mm512_add_ps(a, b);
 }
+inline VecI load_channels(const KittyChannel* p) {  // 16 channel indices as int32
+  return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VecF gather_f(const float* base, VecI idx) {
+  return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, idx, base, 4);
+}
+inline void store_f(float* p, VecF v) {
+  _mm512_storeu_ps(p, v);
+}
 inline void add_to(float* p, VecF v, Lanes lanes) {
   _mm512_mask_storeu_ps(p, lanes.mask, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes.mask, p), v));
 }
 #else
 constexpr size_t kLanes = 8;
 struct Lanes {  // the first n of 8 lanes
-  __m256i mask;
+  __m256i mask = _mm256_setzero_si256();
+  Lanes() = default;
   explicit Lanes(size_t n)
       : mask(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
@@ -106,6 +117,16 @@ inline VecF mul_f(VecF a, VecF b) {
 inline VecF add_f(VecF a, VecF b) {
   return _mm256_add_ps(a, b);
 }
+inline VecI load_channels(const KittyChannel* p) {  // 8 channel indices as int32
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VecF gather_f(const float* base, VecI idx) {
+  return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, idx,
+                                  _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4);
+}
+inline void store_f(float* p, VecF v) {
+  _mm256_storeu_ps(p, v);
+}
 inline void add_to(float* p, VecF v, Lanes lanes) {
   _mm256_maskstore_ps(p, lanes.mask, _mm256_add_ps(_mm256_maskload_ps(p, lanes.mask), v));
 }
@@ -125,25 +146,128 @@ inline VecI chunk(const uint8_t* low, size_t row_bytes, size_t m, size_t nr, Lan
   return load_words(words);
 }
 
-// Queries j0 .. j0 + NQ - 1 over rows 0 .. nr - 1 (nr <= kLanes).
-template <size_t NQ>
-void rows_pass(float* out, size_t stride, const float* qk, size_t j0, size_t wide,
-               const uint8_t* low, size_t row_bytes, size_t nr) {
-  const Lanes lanes(nr);
-  VecF sums[NQ];
-  for (size_t j = 0; j < NQ; ++j) sums[j] = zero_f();
-  for (size_t m = 0; 16 * m < wide; ++m) {
-    VecI words = chunk(low, row_bytes, m, nr, lanes);
-    const size_t k_end = std::min(wide, 16 * m + 16);
-    for (size_t k = 16 * m; k < k_end; ++k) {
-      const VecF codes = codes_of(words);
-      for (size_t j = 0; j < NQ; ++j) {
-        sums[j] = add_f(sums[j], mul_f(bcast(qk[(j0 + j) * wide + k]), codes));
-      }
-      words = next_code(words);
+// The low-code words of kLanes rows (row r at low + r * row_bytes), chunk by chunk (chunk m: codes
+// 16 m .. 16 m + 15, one 32-bit word per lane; lanes >= nr: 0).
+//   D = 0: any row_bytes; a gather per chunk.
+//   D = 2, 4 (avx512; row_bytes = 4 D, the store's rows for head_dim 33 .. 64 and 65 .. 128): the
+//   rows' D * nr words are loaded at once (D registers; masked: nothing past row nr - 1 is read)
+//   and each chunk is picked out of them by permutes, no gathers.
+template <size_t D>
+struct RowWords {
+#if defined(__AVX512F__)
+  static_assert(D == 2 || D == 4);
+  VecI regs[D];
+  void init(const uint8_t* low, size_t /*row_bytes*/, size_t nr, Lanes /*lanes*/) {
+    const size_t words = nr * D;
+    for (size_t i = 0; i < D; ++i) {
+      const size_t here = words > 16 * i ? std::min<size_t>(16, words - 16 * i) : 0;
+      regs[i] = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << here) - 1u), low + 64 * i);
     }
   }
-  for (size_t j = 0; j < NQ; ++j) add_to(out + (j0 + j) * stride, sums[j], lanes);
+  VecI chunk(size_t m) const {  // lane r: word D r + m (D = 4: lanes 8 .. 15 from regs 2, 3)
+    const VecI lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const VecI at = _mm512_set1_epi32(static_cast<int>(m));
+    if constexpr (D == 2) {
+      return _mm512_permutex2var_epi32(regs[0], _mm512_add_epi32(_mm512_slli_epi32(lane, 1), at),
+                                       regs[1]);
+    } else {
+      const VecI idx =
+          _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(lane, _mm512_set1_epi32(7)), 2), at);
+      return _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(regs[0], idx, regs[1]),
+                                     _mm512_permutex2var_epi32(regs[2], idx, regs[3]));
+    }
+  }
+#endif
+};
+template <>
+struct RowWords<0> {
+  const uint8_t* low = nullptr;
+  size_t row_bytes = 0, nr = 0;
+  Lanes lanes;
+  void init(const uint8_t* low_in, size_t row_bytes_in, size_t nr_in, Lanes lanes_in) {
+    low = low_in;
+    row_bytes = row_bytes_in;
+    nr = nr_in;
+    lanes = lanes_in;
+  }
+  VecI chunk(size_t m) const { return snapkv::SNAPKV_ISA::chunk(low, row_bytes, m, nr, lanes); }
+};
+
+// Queries j0 .. j0 + NQ - 1 over rows 0 .. nr - 1, NV vectors of rows ((NV - 1) kLanes < nr <=
+// NV kLanes): NQ * NV independent sums in flight, so the adds' latency overlaps.
+template <size_t NQ, size_t NV, size_t D>
+void rows_pass(float* out, size_t stride, const float* qk, size_t j0, size_t wide,
+               const uint8_t* low, size_t row_bytes, size_t nr) {
+  Lanes lanes[NV];
+  RowWords<D> rows[NV];
+  for (size_t v = 0; v < NV; ++v) {
+    const size_t here = std::min(kLanes, nr - v * kLanes);
+    lanes[v] = Lanes(here);
+    rows[v].init(low + v * kLanes * row_bytes, row_bytes, here, lanes[v]);
+  }
+  VecF sums[NQ][NV];
+  for (size_t j = 0; j < NQ; ++j) {
+    for (size_t v = 0; v < NV; ++v) sums[j][v] = zero_f();
+  }
+  for (size_t m = 0; 16 * m < wide; ++m) {
+    VecI words[NV];
+    for (size_t v = 0; v < NV; ++v) words[v] = rows[v].chunk(m);
+    const size_t k_end = std::min(wide, 16 * m + 16);
+    for (size_t k = 16 * m; k < k_end; ++k) {
+      VecF codes[NV];
+      for (size_t v = 0; v < NV; ++v) {
+        codes[v] = codes_of(words[v]);
+        words[v] = next_code(words[v]);
+      }
+      for (size_t j = 0; j < NQ; ++j) {
+        const VecF w = bcast(qk[(j0 + j) * wide + k]);
+        for (size_t v = 0; v < NV; ++v) sums[j][v] = add_f(sums[j][v], mul_f(w, codes[v]));
+      }
+    }
+  }
+  for (size_t j = 0; j < NQ; ++j) {
+    for (size_t v = 0; v < NV; ++v) {
+      add_to(out + (j0 + j) * stride + v * kLanes, sums[j][v], lanes[v]);
+    }
+  }
+}
+
+// All queries over rows 0 .. nr - 1 (nr <= NV kLanes), 4 at a time.
+template <size_t NV, size_t D>
+void rows_all_queries(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
+                      const uint8_t* low, size_t row_bytes, size_t nr) {
+  size_t j0 = 0;
+  for (; j0 + 4 <= n_q; j0 += 4) {
+    rows_pass<4, NV, D>(out, stride, qk, j0, wide, low, row_bytes, nr);
+  }
+  switch (n_q - j0) {
+    case 3:
+      rows_pass<3, NV, D>(out, stride, qk, j0, wide, low, row_bytes, nr);
+      break;
+    case 2:
+      rows_pass<2, NV, D>(out, stride, qk, j0, wide, low, row_bytes, nr);
+      break;
+    case 1:
+      rows_pass<1, NV, D>(out, stride, qk, j0, wide, low, row_bytes, nr);
+      break;
+    default:
+      break;
+  }
+}
+
+// Rows 0 .. n - 1, 2 kLanes at a time (a 32-row block: 2 passes at avx512, 4 at avx2).
+template <size_t D>
+void all_rows(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
+              const uint8_t* low, size_t row_bytes, size_t n) {
+  for (size_t r0 = 0; r0 < n; r0 += 2 * kLanes) {
+    const size_t nr = std::min(2 * kLanes, n - r0);
+    const uint8_t* rows = low + r0 * row_bytes;
+    if (nr > kLanes) {
+      rows_all_queries<2, D>(out + r0, stride, qk, n_q, wide, rows, row_bytes, nr);
+    } else {
+      rows_all_queries<1, D>(out + r0, stride, qk, n_q, wide, rows, row_bytes, nr);
+    }
+  }
 }
 
 #endif  // SNAPKV_KIVIMIX_SIMD
@@ -153,28 +277,69 @@ void rows_pass(float* out, size_t stride, const float* qk, size_t j0, size_t wid
 void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
                       const uint8_t* low, size_t row_bytes, size_t n) {
 #if SNAPKV_KIVIMIX_SIMD
-  for (size_t r0 = 0; r0 < n; r0 += kLanes) {
-    const size_t nr = std::min(kLanes, n - r0);
-    const uint8_t* rows = low + r0 * row_bytes;
-    size_t j0 = 0;
-    for (; j0 + 4 <= n_q; j0 += 4)
-      rows_pass<4>(out + r0, stride, qk, j0, wide, rows, row_bytes, nr);
-    switch (n_q - j0) {
-      case 3:
-        rows_pass<3>(out + r0, stride, qk, j0, wide, rows, row_bytes, nr);
-        break;
-      case 2:
-        rows_pass<2>(out + r0, stride, qk, j0, wide, rows, row_bytes, nr);
-        break;
-      case 1:
-        rows_pass<1>(out + r0, stride, qk, j0, wide, rows, row_bytes, nr);
-        break;
-      default:
-        break;
+#if defined(__AVX512F__)
+  if (row_bytes == 8) return all_rows<2>(out, stride, qk, n_q, wide, low, row_bytes, n);
+  if (row_bytes == 16) return all_rows<4>(out, stride, qk, n_q, wide, low, row_bytes, n);
+#endif
+  all_rows<0>(out, stride, qk, n_q, wide, low, row_bytes, n);
+#else
+  kivimix_wide_dot_scalar(out, stride, qk, n_q, wide, low, row_bytes, n);
+#endif
+}
+
+void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
+                          const float* scales, const KittyChannel* channels, size_t wide) {
+#if defined(__AVX512F__)
+  // head_dim <= 256 (every model's): all head_dim products, 16 channels at a time, and the wide
+  // ones kept, in order, by a compress (no gathers)
+  if (head_dim <= 256) {
+    // the wide channels' bits, in registers (an array indexed by channel would chain its ORs
+    // through memory)
+    uint64_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
+    for (size_t k = 0; k < wide; ++k) {
+      const uint64_t bit = uint64_t{1} << (channels[k] % 64);
+      const unsigned word = channels[k] / 64u;
+      w0 |= word == 0 ? bit : 0;
+      w1 |= word == 1 ? bit : 0;
+      w2 |= word == 2 ? bit : 0;
+      w3 |= word == 3 ? bit : 0;
+    }
+    const uint64_t is_wide[4] = {w0, w1, w2, w3};
+    size_t at = 0;
+    for (size_t c0 = 0; c0 < head_dim; c0 += 16) {
+      const auto keep = static_cast<__mmask16>(is_wide[c0 / 64] >> (c0 % 64));
+      if (keep == 0) continue;
+      const auto valid = static_cast<__mmask16>((1u << std::min<size_t>(16, head_dim - c0)) - 1u);
+      const size_t count = static_cast<size_t>(__builtin_popcount(keep));
+      const auto first = static_cast<__mmask16>((1u << count) - 1u);
+      const VecF s = mul_f(bcast(0.25f), _mm512_maskz_loadu_ps(valid, scales + c0));
+      for (size_t j = 0; j < n_q; ++j) {
+        const VecF prod = mul_f(_mm512_maskz_loadu_ps(valid, q + j * head_dim + c0), s);
+        _mm512_mask_storeu_ps(qk + j * wide + at, first, _mm512_maskz_compress_ps(keep, prod));
+      }
+      at += count;
+    }
+    return;
+  }
+#endif
+#if SNAPKV_KIVIMIX_SIMD
+  // kLanes channels at a time: their scales and each query's entries gathered, then the scalar
+  // reference's two products; the last wide % kLanes channels by the reference itself.
+  const size_t full = wide - wide % kLanes;
+  for (size_t k0 = 0; k0 < full; k0 += kLanes) {
+    const VecI idx = load_channels(channels + k0);
+    const VecF s = mul_f(bcast(0.25f), gather_f(scales, idx));
+    for (size_t j = 0; j < n_q; ++j) {
+      store_f(qk + j * wide + k0, mul_f(gather_f(q + j * head_dim, idx), s));
+    }
+  }
+  for (size_t j = 0; j < n_q; ++j) {
+    for (size_t k = full; k < wide; ++k) {
+      qk[j * wide + k] = q[j * head_dim + channels[k]] * (0.25f * scales[channels[k]]);
     }
   }
 #else
-  kivimix_wide_dot_scalar(out, stride, qk, n_q, wide, low, row_bytes, n);
+  kivimix_wide_weights_scalar(qk, q, n_q, head_dim, scales, channels, wide);
 #endif
 }
 

@@ -3,9 +3,11 @@
 // bit at every ISA level this CPU runs, over full and partial low words (bytes the rows end inside,
 // codes past `wide` that must be ignored), row tails (n not a multiple of 8 or 16) and query counts
 // that are not a multiple of 4, with out's entries past n left alone. End to end (the store's
-// decode, the evals' predictions): compare `snapkv eval --methods kivimix` before and after.
+// decode, the evals' predictions). The per-block weights q[channel] * (S / 4) likewise, at every
+// level.: compare `snapkv eval --methods kivimix` before and after.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -74,9 +76,10 @@ TEST(KivimixWideDot, EveryLevelEqualsTheReferenceBitForBit) {
   std::uniform_int_distribution<int> byte(0, 255);
   size_t cases = 0;
   for (const size_t wide : {size_t{1}, size_t{3}, size_t{4}, size_t{10}, size_t{16}, size_t{17},
-                            size_t{33}, size_t{64}}) {
-    // the store's layout (2-byte words: a partial last word when wide % 8 != 0), an odd byte
-    // count, and wider rows than the codes need
+                            size_t{32}, size_t{33}, size_t{63}, size_t{64}}) {
+    // the store's layout (2-byte words: a partial last word when wide % 8 != 0; 8 and 16 bytes,
+    // head_dim 64 and 128, take avx512's permute path), an odd byte count, and wider rows than the
+    // codes need
     const size_t words = 2 * ((wide + 7) / 8);
     for (const size_t row_bytes : {words, (wide + 3) / 4, words + 3}) {
       for (const size_t n :
@@ -108,7 +111,41 @@ TEST(KivimixWideDot, EveryLevelEqualsTheReferenceBitForBit) {
       }
     }
   }
-  EXPECT_EQ(cases, 8u * 3u * 7u * 5u);
+  EXPECT_EQ(cases, 10u * 3u * 7u * 5u);
+}
+
+TEST(KivimixWideWeights, EveryLevelEqualsTheReferenceBitForBit) {
+  const IsaLevelGuard guard;
+  std::mt19937 rng(43);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // head_dim 3 .. 129 (avx512: a compress per 16 channels) and 281 (past 256: gathers)
+  for (const size_t wide : {size_t{1}, size_t{3}, size_t{8}, size_t{10}, size_t{16}, size_t{17},
+                            size_t{33}, size_t{64}, size_t{140}}) {
+    const size_t head_dim = 2 * wide + 1;
+    // every other channel from a random start: increasing, < head_dim, as the store keeps them
+    std::vector<KittyChannel> channels(wide);
+    const size_t start = std::uniform_int_distribution<size_t>(0, 1)(rng);
+    for (size_t k = 0; k < wide; ++k) channels[k] = static_cast<KittyChannel>(start + 2 * k);
+    std::vector<float> scales(head_dim);
+    for (float& x : scales) x = std::fabs(normal(rng)) * 3.0f;
+    for (const size_t n_q : {size_t{1}, size_t{4}, size_t{5}}) {
+      std::vector<float> q(n_q * head_dim);
+      for (float& x : q) x = normal(rng);
+      std::vector<float> want(n_q * wide);
+      kivimix_wide_weights_scalar(want.data(), q.data(), n_q, head_dim, scales.data(),
+                                  channels.data(), wide);
+      for (size_t k = 0; k < wide; ++k) {
+        ASSERT_EQ(want[k], q[channels[k]] * (0.25f * scales[channels[k]])) << k;
+      }
+      for (const IsaLevel level : runnable_levels()) {
+        set_isa_level(level);
+        std::vector<float> got(n_q * wide, -1.0f);
+        kivimix_wide_weights(got.data(), q.data(), n_q, head_dim, scales.data(), channels.data(),
+                             wide);
+        ASSERT_TRUE(same_bits(got, want)) << to_string(level) << " wide=" << wide << " n_q=" << n_q;
+      }
+    }
+  }
 }
 
 }  // namespace
