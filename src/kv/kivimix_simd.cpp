@@ -149,9 +149,9 @@ inline VecI chunk(const uint8_t* low, size_t row_bytes, size_t m, size_t nr, Lan
 // The low-code words of kLanes rows (row r at low + r * row_bytes), chunk by chunk (chunk m: codes
 // 16 m .. 16 m + 15, one 32-bit word per lane; lanes >= nr: 0).
 //   D = 0: any row_bytes; a gather per chunk.
-//   D = 2, 4 (avx512; row_bytes = 4 D, the store's rows for head_dim 33 .. 64 and 65 .. 128): the
-//   rows' D * nr words are loaded at once (D registers; masked: nothing past row nr - 1 is read)
-//   and each chunk is picked out of them by permutes, no gathers.
+//   D = 2, 4 (row_bytes = 4 D, the store's rows for head_dim 33 .. 64 and 65 .. 128): the rows'
+//   D * nr words are loaded at once (D registers; masked: nothing past row nr - 1 is read) and
+//   each chunk is picked out of them by permutes (avx512) or a transpose (avx2), no gathers.
 template <size_t D>
 struct RowWords {
 #if defined(__AVX512F__)
@@ -176,6 +176,44 @@ struct RowWords {
       return _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(regs[0], idx, regs[1]),
                                      _mm512_permutex2var_epi32(regs[2], idx, regs[3]));
     }
+  }
+#else
+  // avx2: the 8 rows' words (D registers, masked loads) transposed once into the D chunks
+  static_assert(D == 2 || D == 4);
+  VecI chunks[D];
+  void init(const uint8_t* low, size_t /*row_bytes*/, size_t nr, Lanes /*lanes*/) {
+    const size_t words = nr * D;
+    VecI regs[D];
+    for (size_t i = 0; i < D; ++i) {
+      const size_t here = words > 8 * i ? std::min<size_t>(8, words - 8 * i) : 0;
+      const VecI mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(here)),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      regs[i] = _mm256_maskload_epi32(reinterpret_cast<const int*>(low + 32 * i), mask);
+    }
+    if constexpr (D == 2) {
+      // per 128-bit lane, the even (odd) words of rows 0, 1, 4, 5 | 2, 3, 6, 7; then rows in order
+      const __m256 a = _mm256_castsi256_ps(regs[0]), b = _mm256_castsi256_ps(regs[1]);
+      chunks[0] = _mm256_permute4x64_epi64(
+          _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+          _MM_SHUFFLE(3, 1, 2, 0));
+      chunks[1] = _mm256_permute4x64_epi64(
+          _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))),
+          _MM_SHUFFLE(3, 1, 2, 0));
+    } else {
+      // a 4x4 transpose per 128-bit lane (rows 0, 2, 4, 6 | 1, 3, 5, 7), then rows in order
+      const VecI t0 = _mm256_unpacklo_epi32(regs[0], regs[1]);
+      const VecI t1 = _mm256_unpackhi_epi32(regs[0], regs[1]);
+      const VecI t2 = _mm256_unpacklo_epi32(regs[2], regs[3]);
+      const VecI t3 = _mm256_unpackhi_epi32(regs[2], regs[3]);
+      const VecI order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+      chunks[0] = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi64(t0, t2), order);
+      chunks[1] = _mm256_permutevar8x32_epi32(_mm256_unpackhi_epi64(t0, t2), order);
+      chunks[2] = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi64(t1, t3), order);
+      chunks[3] = _mm256_permutevar8x32_epi32(_mm256_unpackhi_epi64(t1, t3), order);
+    }
+  }
+  VecI chunk(size_t m) const {
+    return chunks[m];
   }
 #endif
 };
@@ -277,10 +315,8 @@ void all_rows(float* out, size_t stride, const float* qk, size_t n_q, size_t wid
 void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
                       const uint8_t* low, size_t row_bytes, size_t n) {
 #if SNAPKV_KIVIMIX_SIMD
-#if defined(__AVX512F__)
   if (row_bytes == 8) return all_rows<2>(out, stride, qk, n_q, wide, low, row_bytes, n);
   if (row_bytes == 16) return all_rows<4>(out, stride, qk, n_q, wide, low, row_bytes, n);
-#endif
   all_rows<0>(out, stride, qk, n_q, wide, low, row_bytes, n);
 #else
   kivimix_wide_dot_scalar(out, stride, qk, n_q, wide, low, row_bytes, n);
