@@ -149,13 +149,14 @@ inline VecI chunk(const uint8_t* low, size_t row_bytes, size_t m, size_t nr, Lan
 // The low-code words of kLanes rows (row r at low + r * row_bytes), chunk by chunk (chunk m: codes
 // 16 m .. 16 m + 15, one 32-bit word per lane; lanes >= nr: 0).
 //   D = 0: any row_bytes; a gather per chunk.
-//   D = 2, 4 (row_bytes = 4 D, the store's rows for head_dim 33 .. 64 and 65 .. 128): the rows'
-//   D * nr words are loaded at once (D registers; masked: nothing past row nr - 1 is read) and
-//   each chunk is picked out of them by permutes (avx512) or a transpose (avx2), no gathers.
+//   D = 1, 2, 4 (row_bytes = 4 D: the store's rows for head_dim 17 .. 32, 33 .. 64, 65 .. 128):
+//   the rows' D * nr words are loaded at once (D registers; masked: nothing past row nr - 1 is
+//   read) and each chunk is picked out of them by permutes (avx512) or a transpose (avx2), no
+//   gathers.
 template <size_t D>
 struct RowWords {
 #if defined(__AVX512F__)
-  static_assert(D == 2 || D == 4);
+  static_assert(D == 1 || D == 2 || D == 4);
   VecI regs[D];
   void init(const uint8_t* low, size_t /*row_bytes*/, size_t nr, Lanes /*lanes*/) {
     const size_t words = nr * D;
@@ -167,7 +168,9 @@ struct RowWords {
   VecI chunk(size_t m) const {  // lane r: word D r + m (D = 4: lanes 8 .. 15 from regs 2, 3)
     const VecI lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const VecI at = _mm512_set1_epi32(static_cast<int>(m));
-    if constexpr (D == 2) {
+    if constexpr (D == 1) {
+      return regs[0];
+    } else if constexpr (D == 2) {
       return _mm512_permutex2var_epi32(regs[0], _mm512_add_epi32(_mm512_slli_epi32(lane, 1), at),
                                        regs[1]);
     } else {
@@ -179,7 +182,7 @@ struct RowWords {
   }
 #else
   // avx2: the 8 rows' words (D registers, masked loads) transposed once into the D chunks
-  static_assert(D == 2 || D == 4);
+  static_assert(D == 1 || D == 2 || D == 4);
   VecI chunks[D];
   void init(const uint8_t* low, size_t /*row_bytes*/, size_t nr, Lanes /*lanes*/) {
     const size_t words = nr * D;
@@ -190,7 +193,9 @@ struct RowWords {
                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
       regs[i] = _mm256_maskload_epi32(reinterpret_cast<const int*>(low + 32 * i), mask);
     }
-    if constexpr (D == 2) {
+    if constexpr (D == 1) {
+      chunks[0] = regs[0];
+    } else if constexpr (D == 2) {
       // per 128-bit lane, the even (odd) words of rows 0, 1, 4, 5 | 2, 3, 6, 7; then rows in order
       const __m256 a = _mm256_castsi256_ps(regs[0]), b = _mm256_castsi256_ps(regs[1]);
       chunks[0] = _mm256_permute4x64_epi64(
@@ -315,6 +320,7 @@ void all_rows(float* out, size_t stride, const float* qk, size_t n_q, size_t wid
 void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
                       const uint8_t* low, size_t row_bytes, size_t n) {
 #if SNAPKV_KIVIMIX_SIMD
+  if (row_bytes == 4) return all_rows<1>(out, stride, qk, n_q, wide, low, row_bytes, n);
   if (row_bytes == 8) return all_rows<2>(out, stride, qk, n_q, wide, low, row_bytes, n);
   if (row_bytes == 16) return all_rows<4>(out, stride, qk, n_q, wide, low, row_bytes, n);
   all_rows<0>(out, stride, qk, n_q, wide, low, row_bytes, n);

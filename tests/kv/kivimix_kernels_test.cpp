@@ -77,9 +77,9 @@ TEST(KivimixWideDot, EveryLevelEqualsTheReferenceBitForBit) {
   size_t cases = 0;
   for (const size_t wide : {size_t{1}, size_t{3}, size_t{4}, size_t{10}, size_t{16}, size_t{17},
                             size_t{32}, size_t{33}, size_t{63}, size_t{64}}) {
-    // the store's layout (2-byte words: a partial last word when wide % 8 != 0; 8 and 16 bytes,
-    // head_dim 64 and 128, take avx512's permute path), an odd byte count, and wider rows than the
-    // codes need
+    // the store's layout (2-byte words: a partial last word when wide % 8 != 0; 4, 8 and 16 bytes,
+    // head_dim 32, 64 and 128, take the SIMD levels' load-and-permute paths), an odd byte count,
+    // and wider rows than the codes need
     const size_t words = 2 * ((wide + 7) / 8);
     for (const size_t row_bytes : {words, (wide + 3) / 4, words + 3}) {
       for (const size_t n :
