@@ -1,13 +1,13 @@
-// kivimix's wide-channel pass (kv/kivimix_kernels.h), compiled once per ISA level (util/isa.h); a
-// level without AVX2 runs the scalar reference (kv/kivimix_kernels.cpp). The rows go across the
-// vector lanes (8 at avx2, 16 at avx512): one 32-bit gather per lane-group fetches 16 low codes of
-// each row (bytes 4m .. 4m + 3), each code is shifted and masked out in turn, converted to float,
-// and multiplied by up to 4 queries' weights, each product added to its row's sum (a multiply,
-// then an add: the reference's operations in the reference's order, so the results are equal bit
-// for bit). The sums are added to out once, at the end, through masked loads/stores on a tail.
+// kivimix's wide-channel pass and its weights (kv/kivimix_kernels.h), compiled once per ISA level
+// (util/isa.h); a level without AVX2 runs the scalar references (kv/kivimix_kernels.cpp). The rows
+// go across the vector lanes (8 at avx2, 16 at avx512; two vectors, a 32-row block, in flight):
+// each lane holds one 32-bit word of its row's low codes (16 codes: bytes 4m .. 4m + 3, see
+// RowWords), each code is shifted and masked out in turn, converted to float, and multiplied by up
+// to 4 queries' weights, each product added to its row's sum (a multiply, then an add: the
+// reference's operations in the reference's order, so the results are equal bit for bit). The
+// sums are added to out once, at the end, through masked loads/stores on a tail.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "kv/kivimix_kernels.h"
 #include "util/isa.h"
