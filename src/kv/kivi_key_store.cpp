@@ -18,6 +18,7 @@
 
 #include "kv/kivi_kernels.h"
 #include "kv/kivi_store.h"
+#include "kv/kivimix_kernels.h"
 #include "kv/kvc_bytes.h"
 #include "snapkv/kv/kivi.h"
 #include "snapkv/ops/dot.h"
@@ -464,34 +465,17 @@ class KiviKeyStore final : public KiviStore {
   }
 
   // kivimix: out[j * stride + r] += sum_k q[j][wide k] * (S_wide k / 4) * low(row0 + r, k) for the
-  // n rows of block b (scales: the block's stored scales in fp32, [head_dim]). The low codes are
-  // unpacked once per block, straight from their bytes (byte i holds codes 4i .. 4i + 3), into
-  // [4 * low_row_bytes_][n] floats so the sums run across rows; each row's sum adds its channels in
-  // order, from 0.
+  // n rows of block b (scales: the block's stored scales in fp32, [head_dim]); each row's sum adds
+  // its channels in order, from 0 (kv/kivimix_kernels.h: the active ISA level's kernel, equal bit
+  // for bit to kivimix_wide_dot_scalar).
   void wide_dot(float* out, size_t stride, const float* q, size_t n_q, const float* scales,
                 size_t b, size_t row0, size_t n) const {
-    thread_local std::vector<float> by_channel, sums;  // [4 * low_row_bytes_][n], [n]
-    by_channel.resize(4 * low_row_bytes_ * n);
-    sums.resize(n);
-    const uint8_t* low = wide_low_.data() + row0 * low_row_bytes_;
-    for (size_t r = 0; r < n; ++r) {
-      for (size_t i = 0; i < low_row_bytes_; ++i) {
-        const uint32_t byte = low[r * low_row_bytes_ + i];
-        for (size_t t = 0; t < 4; ++t) {
-          by_channel[(4 * i + t) * n + r] = static_cast<float>((byte >> (2 * t)) & 3u);
-        }
-      }
-    }
-    const KittyChannel* channels = wide_channels_.data() + b * wide_;
-    for (size_t j = 0; j < n_q; ++j) {
-      std::fill(sums.begin(), sums.end(), 0.0f);
-      for (size_t k = 0; k < wide_; ++k) {
-        const float qk = q[j * head_dim_ + channels[k]] * (0.25f * scales[channels[k]]);
-        const float* v = by_channel.data() + k * n;
-        for (size_t r = 0; r < n; ++r) sums[r] += qk * v[r];
-      }
-      for (size_t r = 0; r < n; ++r) out[j * stride + r] += sums[r];
-    }
+    thread_local std::vector<float> qk;  // [n_q][wide_]
+    qk.resize(n_q * wide_);
+    kivimix_wide_weights(qk.data(), q, n_q, head_dim_, scales, wide_channels_.data() + b * wide_,
+                         wide_);
+    kivimix_wide_dot(out, stride, qk.data(), n_q, wide_, wide_low_.data() + row0 * low_row_bytes_,
+                     low_row_bytes_, n);
   }
 
   // Kitty: out[j * stride + r] += sum_k q[j][channel k] * value(row0 + r, k) for the n rows of
