@@ -3,8 +3,8 @@
 // bit at every ISA level this CPU runs, over full and partial low words (bytes the rows end inside,
 // codes past `wide` that must be ignored), row tails (n not a multiple of 8 or 16) and query counts
 // that are not a multiple of 4, with out's entries past n left alone. End to end (the store's
-// decode, the evals' predictions). The per-block weights q[channel] * (S / 4) likewise, at every
-// level.: compare `snapkv eval --methods kivimix` before and after.
+// decode, the evals' predictions: compare `snapkv eval --methods kivimix` before and after). The
+// per-block weights q[channel] * (S / 4) likewise, at every level.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,30 +14,10 @@
 
 #include "kv/kivimix_kernels.h"
 #include "snapkv/util/cpu.h"
+#include "util/isa_levels_test.h"
 
 namespace snapkv {
 namespace {
-
-std::vector<IsaLevel> runnable_levels() {
-  std::vector<IsaLevel> levels;
-  for (const IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512}) {
-    if (isa_compiled(level) && isa_missing_features(level, cpu_features()).empty()) {
-      levels.push_back(level);
-    }
-  }
-  return levels;
-}
-
-class IsaLevelGuard {
- public:
-  IsaLevelGuard() : saved_(isa_level()) {}
-  ~IsaLevelGuard() { set_isa_level(saved_); }
-  IsaLevelGuard(const IsaLevelGuard&) = delete;
-  IsaLevelGuard& operator=(const IsaLevelGuard&) = delete;
-
- private:
-  IsaLevel saved_;
-};
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -70,7 +50,7 @@ TEST(KivimixWideDot, ReferenceIsThePlainPerRowSum) {
 }
 
 TEST(KivimixWideDot, EveryLevelEqualsTheReferenceBitForBit) {
-  const IsaLevelGuard guard;
+  const isa_test::IsaLevelGuard guard;
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -98,7 +78,7 @@ TEST(KivimixWideDot, EveryLevelEqualsTheReferenceBitForBit) {
           kivimix_wide_dot_scalar(want.data(), stride, qk.data(), n_q, wide, low.data(), row_bytes,
                                   n);
           ASSERT_FALSE(same_bits(want, out0));
-          for (const IsaLevel level : runnable_levels()) {
+          for (const IsaLevel level : isa_test::runnable_levels()) {
             set_isa_level(level);
             std::vector<float> got = out0;
             kivimix_wide_dot(got.data(), stride, qk.data(), n_q, wide, low.data(), row_bytes, n);
@@ -115,7 +95,7 @@ TEST(KivimixWideDot, EveryLevelEqualsTheReferenceBitForBit) {
 }
 
 TEST(KivimixWideWeights, EveryLevelEqualsTheReferenceBitForBit) {
-  const IsaLevelGuard guard;
+  const isa_test::IsaLevelGuard guard;
   std::mt19937 rng(43);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // head_dim 3 .. 129 (avx512: a compress per 16 channels) and 281 (past 256: gathers)
@@ -137,7 +117,7 @@ TEST(KivimixWideWeights, EveryLevelEqualsTheReferenceBitForBit) {
       for (size_t k = 0; k < wide; ++k) {
         ASSERT_EQ(want[k], q[channels[k]] * (0.25f * scales[channels[k]])) << k;
       }
-      for (const IsaLevel level : runnable_levels()) {
+      for (const IsaLevel level : isa_test::runnable_levels()) {
         set_isa_level(level);
         std::vector<float> got(n_q * wide, -1.0f);
         kivimix_wide_weights(got.data(), q.data(), n_q, head_dim, scales.data(), channels.data(),

@@ -13,30 +13,10 @@
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/cpu.h"
+#include "util/isa_levels_test.h"
 
 namespace snapkv {
 namespace {
-
-std::vector<IsaLevel> supported_levels() {
-  std::vector<IsaLevel> levels;
-  for (const IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512}) {
-    if (isa_compiled(level) && isa_missing_features(level, cpu_features()).empty()) {
-      levels.push_back(level);
-    }
-  }
-  return levels;
-}
-
-class IsaLevelGuard {
- public:
-  IsaLevelGuard() : saved_(isa_level()) {}
-  ~IsaLevelGuard() { set_isa_level(saved_); }
-  IsaLevelGuard(const IsaLevelGuard&) = delete;
-  IsaLevelGuard& operator=(const IsaLevelGuard&) = delete;
-
- private:
-  IsaLevel saved_;
-};
 
 std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -69,7 +49,7 @@ float dot_avx2_order(const float* a, const float* b, size_t n) {
 }
 
 TEST(IsaDispatch, EachLevelRunsItsOwnDot) {
-  const IsaLevelGuard guard;
+  const isa_test::IsaLevelGuard guard;
   std::mt19937 rng(5);
   for (const size_t n : {size_t{1000}, size_t{129}, size_t{24}, size_t{7}}) {
     const auto a = random_vector(n, rng);
@@ -79,7 +59,7 @@ TEST(IsaDispatch, EachLevelRunsItsOwnDot) {
     if (n == 1000) {
       ASSERT_NE(plain, simd) << "the two orders must differ on this input";
     }
-    for (const IsaLevel level : supported_levels()) {
+    for (const IsaLevel level : isa_test::runnable_levels()) {
       set_isa_level(level);
       const float want = level == IsaLevel::scalar ? plain : simd;
       EXPECT_EQ(dot(a.data(), b.data(), n), want) << to_string(level) << " n=" << n;
@@ -88,9 +68,9 @@ TEST(IsaDispatch, EachLevelRunsItsOwnDot) {
 }
 
 TEST(IsaDispatch, SimdLevelsGiveBitwiseTheSameGemv) {
-  const IsaLevelGuard guard;
+  const isa_test::IsaLevelGuard guard;
   std::vector<IsaLevel> simd_levels;
-  for (const IsaLevel level : supported_levels()) {
+  for (const IsaLevel level : isa_test::runnable_levels()) {
     if (level != IsaLevel::scalar) simd_levels.push_back(level);
   }
   if (simd_levels.size() < 2) GTEST_SKIP() << "this CPU supports fewer than two SIMD levels";

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/isa_levels_test.h"
+
 namespace snapkv {
 namespace {
 
@@ -29,18 +31,6 @@ std::string error_of(IsaLevel level, const CpuFeatures& cpu) {
   }
   return "";
 }
-
-// Restores the level active when the test started.
-class IsaLevelGuard {
- public:
-  IsaLevelGuard() : saved_(isa_level()) {}
-  ~IsaLevelGuard() { set_isa_level(saved_); }
-  IsaLevelGuard(const IsaLevelGuard&) = delete;
-  IsaLevelGuard& operator=(const IsaLevelGuard&) = delete;
-
- private:
-  IsaLevel saved_;
-};
 
 TEST(Cpu, LevelNamesRoundTripAndUnknownNamesAreRefused) {
   for (const IsaLevel level : kLevels) EXPECT_EQ(parse_isa_level(to_string(level)), level);
@@ -88,7 +78,7 @@ TEST(Cpu, ALevelTheCpuLacksIsRefusedWithTheMissingFeatures) {
 }
 
 TEST(Cpu, TheRunningCpuGetsItsBestLevelAndIsRefusedTheOthers) {
-  const IsaLevelGuard guard;
+  const isa_test::IsaLevelGuard guard;
   const IsaLevel best = best_isa_level();
   for (const IsaLevel level : kLevels) {
     const bool usable = isa_compiled(level) && isa_missing_features(level, cpu_features()).empty();
@@ -105,7 +95,7 @@ TEST(Cpu, TheRunningCpuGetsItsBestLevelAndIsRefusedTheOthers) {
 }
 
 TEST(Cpu, IsaSelectFollowsTheActiveLevel) {
-  const IsaLevelGuard guard;
+  const isa_test::IsaLevelGuard guard;
   const int table[kIsaLevelCount] = {10, 20, 30};
   for (const IsaLevel level : kLevels) {
     if (!isa_compiled(level) || !isa_missing_features(level, cpu_features()).empty()) continue;
