@@ -1,6 +1,7 @@
 // Decode attention per step over the cache codecs (fp16, kivi4, kivi2, and at 16K / 64K rows also
-// kivi4r, kivi2r, kitty, kivi42, kivi32, kivimix; zipcache and gear at 16K), against fp16 and the
-// machine's memory copy bandwidth measured in the same run. The figures of record:
+// kivi4r, kivi2r, kitty, kivi42, kivi32, kivimix; zipcache and gear at 16K, and at 64K with
+// SNAPKV_BENCH_SLOW_64K=1), against fp16 and the machine's memory copy bandwidth measured in the
+// same run. The figures of record:
 //   --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12|13)/'
 // (codec numbers as CodecKind: 0 fp16, 1 kivi2, 2 kivi4, 3 kivi2r, 4 kivi4r, 5 kitty, 9 kivi42,
 // 12 kivi32, 13 kivimix);
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -313,6 +315,11 @@ void BM_DecodeHalf(benchmark::State& state) {
       cpu_seconds / double(state.iterations()) / double(rows * kKvHeads) * 1e9;
 }
 
+bool slow_codecs_at_64k() {
+  const char* v = std::getenv("SNAPKV_BENCH_SLOW_64K");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
   b->ArgNames({"codec", "rows", "threads"});
   for (size_t rows : {size_t{4096}, size_t{16384}, size_t{65536}}) {
@@ -324,9 +331,10 @@ void decode_args(benchmark::internal::Benchmark* b, bool with_threads) {
       // zipcache and gear at 16K only: building their 16K caches alone takes minutes (gear
       // computes its low-rank and sparse corrections at every residual flush, about 3.5 min for
       // 8 heads x 16K rows on a loaded 2-core machine; zipcache routes every row by saliency),
-      // and their steps run 10-100x fp16's (whole-store decoding, no span kernels)
+      // and their steps run 10-100x fp16's (whole-store decoding, no span kernels);
+      // SNAPKV_BENCH_SLOW_64K=1 adds them at 64K rows too (expect tens of minutes)
       const bool slow_build = c == CodecKind::zipcache || c == CodecKind::gear;
-      if (slow_build && rows > 16384) continue;
+      if (slow_build && rows > 16384 && !slow_codecs_at_64k()) continue;
       for (int64_t threads : {int64_t{1}, int64_t{0}}) {
         if (!with_threads && threads == 1) continue;
         b->Args({static_cast<int64_t>(c), static_cast<int64_t>(rows), threads});
