@@ -119,6 +119,17 @@ inline __m512i sum_lanes4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
                           _mm512_shuffle_i32x4(s01, s23, 0xDD));  // lanes 1, 3 of each
 }
 
+// A query pair's row sums (lanes 0-7: the first query's rows, 8-15: the second's) from the two
+// groups a, b of its accumulators, through the reduction tables' picks.
+template <int Bits>
+inline __m512i pair_row_sums(const Q8Tables<Bits>& t, __m512i a, __m512i b) {
+  __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
+  for (int qd = 1; qd < Q8Shape<Bits>::kQ; ++qd) {
+    r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
+  }
+  return r;
+}
+
 // N (1 or 2) 16-byte chunks as the low bytes of a vector.
 template <size_t N>
 inline __m512i join_chunks(const __m128i* x) {
@@ -174,11 +185,12 @@ void prepare_query(__m512i* hi_ops, __m512i* lo_ops, float& step, float& step2, 
 // stored. The accumulators of (i, operand set f) are acc[f * P + i]; operand sets 2 m, 2 m + 1
 // play the query pair of the reduction tables (m = 2 p: hi, 2 p + 1: lo), so each masked code
 // vector serves all 2 NP queries (4-bit: 16 accumulators for two pairs).
-template <int NP, int Bits>
+template <int NP, int Bits, bool OnePart = false>
 void key_block_q8_pairs(float* out, size_t out_stride, size_t nq, const __m512i* ops,
                         const float* step, const float* step2, const float* qz,
                         const uint8_t* words, size_t n_rows, size_t head_dim) {
   using S = Q8Shape<Bits>;
+  static_assert(!OnePart || NP == 1, "one part: four queries, one operand set each");
   constexpr int kSets = 4 * NP;
   constexpr int kAcc = S::kP * kSets;
   static_assert(kAcc <= 16, "the accumulators stay in registers");
@@ -191,12 +203,15 @@ void key_block_q8_pairs(float* out, size_t out_stride, size_t nq, const __m512i*
     for (int k = 0; k < 16; ++k) s[k] = Bits * ((k / 4) % S::kP);
     return _mm512_load_si512(s);
   }();
-  __m512 sv[NP], s2v[NP], zv[NP];
-  for (int p = 0; p < NP; ++p) {
+  // per pair of queries (one part: the two pairs of the four queries) their step, step2, qz
+  constexpr int kQueryPairs = OnePart ? 2 : NP;
+  __m512 sv[kQueryPairs], s2v[kQueryPairs], zv[kQueryPairs];
+  for (int p = 0; p < kQueryPairs; ++p) {
     const auto pair = [p](const float* x) {
       return _mm512_insertf32x8(_mm512_set1_ps(x[2 * p]), _mm256_set1_ps(x[2 * p + 1]), 1);
     };
-    sv[p] = pair(step), s2v[p] = pair(step2), zv[p] = pair(qz);
+    sv[p] = pair(step), zv[p] = pair(qz);
+    if constexpr (!OnePart) s2v[p] = pair(step2);
   }
   constexpr int kPerPair = S::kP / 2;  // groups per pair of operand sets (2 P accumulators)
   for (size_t o = 0; o < n_oct; ++o) {
@@ -219,19 +234,21 @@ void key_block_q8_pairs(float* out, size_t out_stride, size_t nq, const __m512i*
     }
     const size_t valid = std::min<size_t>(8, n_rows - o * 8);
     const __mmask8 mask = static_cast<__mmask8>((1u << valid) - 1u);
-    for (int p = 0; p < NP; ++p) {
-      // rows[h]: operand sets 4 p + 2 h, 4 p + 2 h + 1 (h = 0: hi of both queries, 1: lo)
-      __m512 rows[2];
-      for (int h = 0; h < 2; ++h) {
-        const int m = 2 * p + h;
-        const __m512i a = g[m * kPerPair], b = g[m * kPerPair + kPerPair - 1];
-        __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
-        for (int qd = 1; qd < S::kQ; ++qd) {
-          r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
+    for (int p = 0; p < kQueryPairs; ++p) {
+      __m512 res;
+      if constexpr (OnePart) {  // queries 2 p (low half) and 2 p + 1 (high half)
+        const __m512i a = g[p * kPerPair], b = g[p * kPerPair + kPerPair - 1];
+        res = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_row_sums<Bits>(t, a, b)), sv[p], zv[p]);
+      } else {
+        // rows[h]: operand sets 4 p + 2 h, 4 p + 2 h + 1 (h = 0: hi of both queries, 1: lo)
+        __m512 rows[2];
+        for (int h = 0; h < 2; ++h) {
+          const int m = 2 * p + h;
+          const __m512i a = g[m * kPerPair], b = g[m * kPerPair + kPerPair - 1];
+          rows[h] = _mm512_cvtepi32_ps(pair_row_sums<Bits>(t, a, b));
         }
-        rows[h] = _mm512_cvtepi32_ps(r);
+        res = _mm512_fmadd_ps(rows[1], s2v[p], _mm512_fmadd_ps(rows[0], sv[p], zv[p]));
       }
-      const __m512 res = _mm512_fmadd_ps(rows[1], s2v[p], _mm512_fmadd_ps(rows[0], sv[p], zv[p]));
       if (static_cast<size_t>(2 * p) < nq) {
         _mm256_mask_storeu_ps(out + 2 * p * out_stride + o * 8, mask, _mm512_castps512_ps256(res));
       }
@@ -313,66 +330,8 @@ void prepare_query_one(__m512i* ops, float& step, float& qz, const float* q, con
 // Four queries (one int8 part each) against every octet of a key block: the masked codes of a
 // vector feed all four, so each code load, shuffle and mask serves the whole GQA group. ops:
 // [4][n_vec] (query j at j; zero for absent queries), step, qz: [4]; out rows of queries < nq.
-// The accumulators of (i, query f) are acc[f * P + i], as in key_block_q8_nq with the four
-// operand sets being the four queries.
-template <int Bits>
-void key_block_q8_one4(float* out, size_t out_stride, size_t nq, const __m512i* ops,
-                       const float* step, const float* qz, const uint8_t* words, size_t n_rows,
-                       size_t head_dim) {
-  using S = Q8Shape<Bits>;
-  constexpr int kAcc = S::kP * 4;
-  const size_t n_vec = head_dim / S::kChannels, n_oct = (n_rows + 7) / 8;
-  const size_t oct_bytes = head_dim * S::kW;
-  const Q8Tables<Bits>& t = tables<Bits>();
-  const __m512i shuffle = _mm512_load_si512(t.shuffle);
-  const __m512i shifts = [] {
-    alignas(64) int32_t s[16];
-    for (int k = 0; k < 16; ++k) s[k] = Bits * ((k / 4) % S::kP);
-    return _mm512_load_si512(s);
-  }();
-  __m512 sv[2], zv[2];
-  for (int p = 0; p < 2; ++p) {
-    sv[p] = _mm512_insertf32x8(_mm512_set1_ps(step[2 * p]), _mm256_set1_ps(step[2 * p + 1]), 1);
-    zv[p] = _mm512_insertf32x8(_mm512_set1_ps(qz[2 * p]), _mm256_set1_ps(qz[2 * p + 1]), 1);
-  }
-  constexpr int kPerPair = S::kP / 2;
-  for (size_t o = 0; o < n_oct; ++o) {
-    const uint8_t* w = words + o * oct_bytes;
-    __m512i acc[kAcc];
-    for (int f = 0; f < kAcc; ++f) acc[f] = _mm512_setzero_si512();
-    for (size_t v = 0; v < n_vec; ++v) {
-      const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(w + v * 64), shuffle);
-      for (int i = 0; i < S::kP; ++i) {
-        const __m512i m = _mm512_and_si512(
-            x, _mm512_set1_epi8(static_cast<char>(((1 << Bits) - 1) << (Bits * i))));
-        for (int f = 0; f < 4; ++f) dpbusd(acc[f * S::kP + i], m, ops[f * n_vec + v]);
-      }
-    }
-    __m512i g[kAcc / 4];
-    for (int n = 0; n < kAcc / 4; ++n) {
-      g[n] = _mm512_srav_epi32(
-          sum_lanes4(acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3]), shifts);
-    }
-    const size_t valid = std::min<size_t>(8, n_rows - o * 8);
-    const __mmask8 mask = static_cast<__mmask8>((1u << valid) - 1u);
-    for (int p = 0; p < 2; ++p) {  // queries 2 p (low half) and 2 p + 1 (high half)
-      const __m512i a = g[p * kPerPair], b = g[p * kPerPair + kPerPair - 1];
-      __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
-      for (int qd = 1; qd < S::kQ; ++qd) {
-        r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
-      }
-      const __m512 res = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r), sv[p], zv[p]);
-      if (static_cast<size_t>(2 * p) < nq) {
-        _mm256_mask_storeu_ps(out + 2 * p * out_stride + o * 8, mask, _mm512_castps512_ps256(res));
-      }
-      if (static_cast<size_t>(2 * p + 1) < nq) {
-        _mm256_mask_storeu_ps(out + (2 * p + 1) * out_stride + o * 8, mask,
-                              _mm512_extractf32x8_ps(res, 1));
-      }
-    }
-  }
-}
-
+// That is key_block_q8_pairs<1, Bits, true>: the accumulators of (i, query f) are acc[f * P + i],
+// the four operand sets being the four queries.
 template <int Bits>
 void key_block_q8_one(float* out, size_t out_stride, const float* q, size_t n_q,
                       const float* scales, const float* zeros, const uint8_t* words, size_t n_rows,
@@ -389,8 +348,8 @@ void key_block_q8_one(float* out, size_t out_stride, const float* q, size_t n_q,
       prepare_query_one<Bits>(ops + j * n_vec, step[j], qz[j],
                               j < nq ? q + (j0 + j) * head_dim : nullptr, scales, zeros, head_dim);
     }
-    key_block_q8_one4<Bits>(out + j0 * out_stride, out_stride, nq, ops, step, qz, words, n_rows,
-                            head_dim);
+    key_block_q8_pairs<1, Bits, true>(out + j0 * out_stride, out_stride, nq, ops, step, nullptr, qz,
+                                      words, n_rows, head_dim);
   }
 }
 
