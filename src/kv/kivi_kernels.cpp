@@ -25,11 +25,13 @@ struct KiviKernels {
                                 const KiviParams*, size_t, size_t, size_t, int, float*);
   bool (*key_q8_handles)(size_t, int);
   bool (*value_q8_handles)(size_t, size_t, int);
+  bool (*key_block_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
+                               size_t, size_t, int, float*);
 };
 #define SNAPKV_KIVI_TABLE(NS)                                                           \
   KiviKernels {                                                                         \
     &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles, \
-        &NS::kivi_value_q8_handles                                                      \
+        &NS::kivi_value_q8_handles, &NS::kivi_key_block_dot_q8_f16                      \
   }
 const KiviKernels kTables[kIsaLevelCount] = {SNAPKV_KIVI_TABLE(isa_scalar),
                                              SNAPKV_KIVI_TABLE(SNAPKV_ISA_NS_AVX2),
@@ -119,6 +121,22 @@ void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q,
 
 bool kivi_key_dot_uses_q8(size_t head_dim, int bits) {
   return isa_select(kTables).key_q8_handles(head_dim, bits);
+}
+
+void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_t n_q,
+                            const fp16_t* params, const uint8_t* words, size_t n_rows,
+                            size_t head_dim, int bits) {
+  thread_local std::vector<float> scratch;  // as in kivi_key_block_dot; then fp32 params
+  const size_t kernel_floats = kivi_key_scratch_floats(n_q, head_dim);
+  scratch.resize(kernel_floats + 2 * head_dim);
+  if (bits != 3 &&
+      isa_select(kTables).key_block_dot_q8_f16(out, out_stride, q, n_q, params, words, n_rows,
+                                               head_dim, bits, scratch.data())) {
+    return;
+  }
+  float* p32 = scratch.data() + kernel_floats;
+  fp16_to_fp32_n(p32, params, 2 * head_dim);
+  kivi_key_block_dot(out, out_stride, q, n_q, p32, p32 + head_dim, words, n_rows, head_dim, bits);
 }
 
 void kivi_key_block_decode(float* out, const float* scales, const float* zeros,

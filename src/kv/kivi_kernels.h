@@ -53,6 +53,12 @@ void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q,
 float kivi_key_q8_unit(const float* q, const float* scales, size_t head_dim, int bits);
 // True when kivi_key_block_dot runs the integer form at the active ISA level for this shape.
 bool kivi_key_dot_uses_q8(size_t head_dim, int bits);
+// kivi_key_block_dot on a block's params as stored, params: [2][head_dim] fp16 (scales, then
+// zeros): where the integer form runs (kivi_key_dot_uses_q8) its query preparation reads them
+// directly (fp16 -> fp32 is exact, so the result is the same), else they are converted first.
+void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_t n_q,
+                            const fp16_t* params, const uint8_t* words, size_t n_rows,
+                            size_t head_dim, int bits);
 
 // Decodes rows [row_begin, row_end) of one key block into out: [row_end - row_begin][head_dim].
 void kivi_key_block_decode(float* out, const float* scales, const float* zeros,
@@ -128,6 +134,9 @@ constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
   bool kivi_key_block_dot_q8(float* out, size_t out_stride, const float* q, size_t n_q,          \
                              const float* scales, const float* zeros, const uint8_t* words,      \
                              size_t n_rows, size_t head_dim, int bits, float* scratch);          \
+  bool kivi_key_block_dot_q8_f16(float* out, size_t out_stride, const float* q, size_t n_q,      \
+                                 const fp16_t* params, const uint8_t* words, size_t n_rows,      \
+                                 size_t head_dim, int bits, float* scratch);                     \
   bool kivi_key_q8_handles(size_t head_dim, int bits);                                           \
   void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,       \
                                   const uint8_t* codes, const KiviParams* params, size_t n_rows, \

@@ -54,9 +54,7 @@ class KiviKeyStore final : public KiviStore {
     size_t row0 = 0;
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const size_t n = blocks_[b].row_end - row0;
-      fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
-      kivi_key_block_dot(out + row0, stride, q, n_q, params.data(), params.data() + head_dim_,
-                         block_words(b), n, head_dim_, bits_);
+      block_dot(out + row0, stride, q, n_q, params.data(), b, n);
       if (boost_ > 0) boost_dot(out + row0, stride, q, n_q, b, row0, n);
       if (wide_ > 0) wide_dot(out + row0, stride, q, n_q, params.data(), b, row0, n);
       row0 = blocks_[b].row_end;
@@ -74,11 +72,9 @@ class KiviKeyStore final : public KiviStore {
       const size_t first = b == 0 ? 0 : blocks_[b - 1].row_end, stop = blocks_[b].row_end;
       if (first >= end) break;
       if (b + kPrefetchBlocks < blocks_.size()) prefetch_block(b + kPrefetchBlocks);
-      fp16_to_fp32_n(params.data(), params_.data() + b * 2 * head_dim_, 2 * head_dim_);
       if (first >= begin && stop <= end) {
         float* dst = out + (first - begin);
-        kivi_key_block_dot(dst, stride, q, n_q, params.data(), params.data() + head_dim_,
-                           block_words(b), stop - first, head_dim_, bits_);
+        block_dot(dst, stride, q, n_q, params.data(), b, stop - first);
         if (boost_ > 0) boost_dot(dst, stride, q, n_q, b, first, stop - first);
         if (wide_ > 0) wide_dot(dst, stride, q, n_q, params.data(), b, first, stop - first);
         continue;
@@ -93,6 +89,21 @@ class KiviKeyStore final : public KiviStore {
         }
       }
     }
+  }
+
+  // kivi_key_block_dot of block b (n rows) into out; params: [2][head_dim] scratch that holds the
+  // block's params in fp32 afterwards where kivimix's wide pass needs them (else the kernel reads
+  // the stored fp16 ones).
+  void block_dot(float* out, size_t stride, const float* q, size_t n_q, float* params, size_t b,
+                 size_t n) const {
+    const fp16_t* stored = params_.data() + b * 2 * head_dim_;
+    if (wide_ == 0) {
+      kivi_key_block_dot_f16(out, stride, q, n_q, stored, block_words(b), n, head_dim_, bits_);
+      return;
+    }
+    fp16_to_fp32_n(params, stored, 2 * head_dim_);
+    kivi_key_block_dot(out, stride, q, n_q, params, params + head_dim_, block_words(b), n,
+                       head_dim_, bits_);
   }
 
   // Whole blocks from the one holding begin while they end by limit (at least that one block).

@@ -11,30 +11,37 @@
 // int8 vector lost up to 5% of a logit on keys with outlier channels), and the first sum becomes
 // step * sum_c hi_c code(r, c) + step2 * sum_c lo_c code(r, c), both sums exact in int32. 2-bit
 // codes take hi alone (kivi_kernels.h: its rounding is a few percent of the 2-bit codec's own
-// error), and the four queries of a GQA group share each masked code vector.
+// error). The four queries of a GQA group are prepared together (shared parameter loads, one
+// transposed reduction for their four maxima and zero terms) and share each masked code vector.
 //
 // Layout of a key block (include/snapkv/kv/kivi.h): per octet of 8 rows, one word per channel
 // holding the 8 rows' codes, W = bits bytes per word, P = 8 / bits codes per byte (row
-// h * P + i sits in byte h at bits bits * i). A 16-byte lane of an octet holds C = 16 / W
-// channels; one byte shuffle makes dword d = h * Q + qd (Q = C / 4) of the lane hold byte h of the
-// four channels 4 qd .. 4 qd + 3, so masking bits (bits * i) .. leaves, in every dword, one row's
-// codes of 4 channels (times 2^(bits i)): vpdpbusd against the query bytes of those 4 channels
-// sums them into a lane of that row. One accumulator per (i, operand set); after the octet the
-// lanes of a row are summed, the 2^(bits i) removed by an exact shift, and the rows converted to
-// float.
+// h * P + i sits in byte h at bits bits * i). The kernels take 4 octets (32 rows) at a time and
+// one channel quad (4 channels) per code vector: a byte shuffle makes every dword hold byte h of
+// the quad's 4 channels in one octet, so masking bits (bits * i) .. leaves in each dword one row's
+// codes of those 4 channels (times 2^(bits i)), and vpdpbusd against the quad's 4 query bytes
+// (broadcast from memory) adds that row's part of the dot product into the dword. Every dword of
+// an accumulator therefore stays one row for the whole channel walk: no reduction across lanes,
+// only a shift, an interleave of the P accumulators into row order and the conversion at the end.
+// 2-bit: 8 dwords (4 octets x 2 bytes) per 256-bit vector, row 4 k + i in dword k of accumulator
+// i; 4-bit: 16 dwords (4 octets x 4 bytes) per 512-bit vector, row 2 k + i.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <type_traits>
 
 #include "kv/kivi_kernels.h"
 #include "util/isa.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VL__) && defined(__AVX512DQ__)
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
+// -W(maybe-)uninitialized reports wherever they inline; silenced for the header's lines only.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 #if defined(__GNUC__) && !defined(__clang__)
@@ -48,318 +55,353 @@ namespace snapkv::SNAPKV_ISA {
 #if SNAPKV_KIVI_VNNI
 namespace {
 
-template <int Bits>
-struct Q8Shape {
-  static constexpr int kW = Bits;           // bytes per word
-  static constexpr int kP = 8 / Bits;       // codes (rows) per byte
-  static constexpr int kC = 16 / Bits;      // channels per 16-byte lane
-  static constexpr int kQ = kC / 4;         // channel quads per lane
-  static constexpr int kChannels = 4 * kC;  // channels per 64-byte vector
-};
+constexpr size_t kRowsPerPass = 32;  // 4 octets
 
-// The tables of one bit width: the byte shuffle (dword d = h Q + qd of a lane <- byte h of
-// channels 4 qd ..), the query-operand spread (dword (L, d) <- query dword L Q + d % Q), and per
-// pair of queries the source of each output (query jj, row r) among the summed accumulators.
-template <int Bits>
-struct Q8Tables {
-  using S = Q8Shape<Bits>;
-  alignas(64) int8_t shuffle[64];
-  alignas(64) int32_t spread[16];
-  alignas(64) int32_t pick[S::kQ][16];
-  constexpr Q8Tables() : shuffle{}, spread{}, pick{} {
-    for (int lane = 0; lane < 4; ++lane) {
-      for (int d = 0; d < 4; ++d) {
-        const int h = d / S::kQ, qd = d % S::kQ;
-        for (int b = 0; b < 4; ++b) {
-          shuffle[lane * 16 + d * 4 + b] = static_cast<int8_t>((4 * qd + b) * S::kW + h);
-        }
-        spread[lane * 4 + d] = lane * S::kQ + d % S::kQ;
-      }
-    }
-    // accumulator f = jj * P + i (within the pair) holds row h * P + i in dwords h * Q + qd
-    for (int qd = 0; qd < S::kQ; ++qd) {
-      for (int jj = 0; jj < 2; ++jj) {
-        for (int r = 0; r < 8; ++r) {
-          const int f = jj * S::kP + r % S::kP;
-          pick[qd][jj * 8 + r] = f * 4 + (r / S::kP) * S::kQ + qd;
-        }
-      }
-    }
-  }
-};
-constexpr Q8Tables<2> kTables2;
-constexpr Q8Tables<4> kTables4;
-template <int Bits>
-constexpr const Q8Tables<Bits>& tables() {
-  if constexpr (Bits == 2) {
-    return kTables2;
-  } else {
-    return kTables4;
-  }
-}
-
-// acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
-// _mm512_dpbusd_epi32 into a fresh register and back around each instruction (two moves per
-// multiply in the hot loop); the asm ties the accumulator to its register.
-inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
-#if defined(__GNUC__)
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+// The loops over accumulators must unroll completely, or the accumulators live in memory.
+#if defined(__clang__)
+#define SNAPKV_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define SNAPKV_UNROLL _Pragma("GCC unroll 16")
 #else
-  acc = _mm512_dpbusd_epi32(acc, a, b);
+#define SNAPKV_UNROLL
+#endif
+// The kernels stay out of line: inlined beside the query preparation, GCC 12 kept their
+// accumulators in memory.
+#if defined(__GNUC__)
+#define SNAPKV_NOINLINE __attribute__((noinline))
+#else
+#define SNAPKV_NOINLINE
+#endif
+
+// acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic into a
+// fresh register and back around each instruction; the asm ties the accumulator to its register.
+template <typename V>
+inline void dpbusd(V& acc, V a, V b) {
+#if defined(__GNUC__)
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+#else
+  if constexpr (sizeof(V) == 32) {
+    acc = _mm256_dpbusd_epi32(acc, a, b);
+  } else {
+    acc = _mm512_dpbusd_epi32(acc, a, b);
+  }
 #endif
 }
 
-// A vector whose lane k is the sum of the four 128-bit lanes of v[k].
-inline __m512i sum_lanes4(__m512i v0, __m512i v1, __m512i v2, __m512i v3) {
-  const __m512i s01 = _mm512_add_epi32(_mm512_shuffle_i32x4(v0, v1, 0x44),   // v0 l0 l1, v1 l0 l1
-                                       _mm512_shuffle_i32x4(v0, v1, 0xEE));  // v0 l2 l3, v1 l2 l3
-  const __m512i s23 =
-      _mm512_add_epi32(_mm512_shuffle_i32x4(v2, v3, 0x44), _mm512_shuffle_i32x4(v2, v3, 0xEE));
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(s01, s23, 0x88),   // lanes 0, 2 of each
-                          _mm512_shuffle_i32x4(s01, s23, 0xDD));  // lanes 1, 3 of each
+// The 4 bytes at p as one int32 (to broadcast: one load per query and channel quad, reused by
+// every masked code vector of the quad).
+inline int32_t load_i32(const int8_t* p) {
+  int32_t x;
+  std::memcpy(&x, p, 4);
+  return x;
 }
 
-// A query pair's row sums (lanes 0-7: the first query's rows, 8-15: the second's) from the two
-// groups a, b of its accumulators, through the reduction tables' picks.
-template <int Bits>
-inline __m512i pair_row_sums(const Q8Tables<Bits>& t, __m512i a, __m512i b) {
-  __m512i r = _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[0]), b);
-  for (int qd = 1; qd < Q8Shape<Bits>::kQ; ++qd) {
-    r = _mm512_add_epi32(r, _mm512_permutex2var_epi32(a, _mm512_load_si512(t.pick[qd]), b));
+// Lane k (k < 4) of the result: the total of v[k] under op (max or add); v[k] for k >= n are
+// taken as zero. One transposed tree for the four vectors.
+template <typename Op>
+inline __m128 totals4(const __m512* v, Op op) {
+  const __m512 a =
+      op(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+  const __m512 b =
+      op(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+  // 128-bit lane k: two partial quarters of v[k]
+  __m512 c = op(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+  c = op(c, _mm512_permute_ps(c, 0x4E));
+  c = op(c, _mm512_permute_ps(c, 0xB1));  // every float of lane k: v[k]'s total
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), c));
+}
+
+// The query side of a pass over up to 4 queries (kivi_key_block_dot_q8_scalar): per query j its
+// step, step2, qz, and the int8 parts of q', interleaved so that one pointer serves every
+// multiply of a channel quad: per 16 channels (chunk) Parts vectors of 64 bytes (hi, then lo),
+// dword 4 n + j of one holding quad n of the chunk for query j (the order packs_epi32 and
+// packs_epi16 leave; absent queries are 0). Quad g's operands: ops + quad_offset<Parts>(g) +
+// 64 part + 4 j.
+struct QueryParams {
+  alignas(16) float step[4], step2[4], qz[4], inv[4], inv2[4];
+};
+template <int Parts>
+constexpr size_t quad_offset(size_t g) {
+  return g / 4 * 64 * Parts + g % 4 * 16;
+}
+
+// A block's per-channel scales and zeros, 16 channels at a time: fp32 arrays, or the block's
+// fp16 params as stored ([scales][zeros], converted exactly on load).
+struct F32Params {
+  const float* scales;
+  const float* zeros;
+  __m512 scale(size_t c) const { return _mm512_loadu_ps(scales + c); }
+  __m512 zero(size_t c) const { return _mm512_loadu_ps(zeros + c); }
+};
+struct F16Params {
+  const fp16_t* params;
+  size_t head_dim;
+  __m512 scale(size_t c) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(params + c)));
   }
-  return r;
-}
-
-// N (1 or 2) 16-byte chunks as the low bytes of a vector.
-template <size_t N>
-inline __m512i join_chunks(const __m128i* x) {
-  if constexpr (N == 1) {
-    return _mm512_zextsi128_si512(x[0]);
-  } else {
-    return _mm512_zextsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(x[0]), x[1], 1));
+  __m512 zero(size_t c) const {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(params + head_dim + c)));
   }
-}
+};
 
-// One query's int8 pair (kivi_key_block_dot_q8_scalar): the operand vectors of hi (hi_ops) and
-// lo (lo_ops), step, step2 and qz.
-template <int Bits>
-void prepare_query(__m512i* hi_ops, __m512i* lo_ops, float& step, float& step2, float& qz,
-                   const float* q, const float* scales, const float* zeros, size_t head_dim) {
-  __m512 mx = _mm512_setzero_ps(), z = _mm512_setzero_ps();
+template <int Parts, int NQ, typename Params>
+void prepare_queries(int8_t* ops, QueryParams& qp, const float* q, size_t nq, const Params& params,
+                     size_t head_dim) {
+  // two partial maxima and zero sums per query (even / odd chunks): shorter dependency chains
+  __m512 mx[2][4], z[2][4];
+  SNAPKV_UNROLL
+  for (int j = 0; j < 4; ++j) mx[0][j] = mx[1][j] = z[0][j] = z[1][j] = _mm512_setzero_ps();
   for (size_t c = 0; c < head_dim; c += 16) {
-    const __m512 qv = _mm512_loadu_ps(q + c);
-    const __m512 qs = _mm512_mul_ps(qv, _mm512_loadu_ps(scales + c));
-    mx = _mm512_max_ps(mx, _mm512_abs_ps(qs));
-    z = _mm512_fmadd_ps(qv, _mm512_loadu_ps(zeros + c), z);
-  }
-  const float m = _mm512_reduce_max_ps(mx);
-  qz = _mm512_reduce_add_ps(z);
-  step = m / 127.0f;
-  step2 = step / 254.0f;
-  const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
-  const __m512 inv2 = _mm512_set1_ps(step >= 0x1p-100f ? 254.0f / step : 0.0f);
-  const __m512 sv = _mm512_set1_ps(step);
-  // the int8 vectors straight into the operands (a store of 16 bytes read back as 32 stalls the
-  // load on store forwarding)
-  const __m512i spread = _mm512_load_si512(tables<Bits>().spread);
-  constexpr size_t kChunks = Q8Shape<Bits>::kChannels / 16;  // 16-channel chunks per operand
-  for (size_t v = 0; v < head_dim / Q8Shape<Bits>::kChannels; ++v) {
-    __m128i hi8[kChunks], lo8[kChunks];
-    for (size_t k = 0; k < kChunks; ++k) {
-      const size_t c = v * Q8Shape<Bits>::kChannels + 16 * k;
-      const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(scales + c));
-      const __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(qs, inv));
-      hi8[k] = _mm512_cvtsepi32_epi8(hi);
-      // the residual q' - step * hi, |.| <= step / 2 (up to rounding), in steps of step2
-      const __m512 r = _mm512_fnmadd_ps(sv, _mm512_cvtepi32_ps(hi), qs);
-      lo8[k] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(r, inv2)));
+    const size_t e = c / 16 % 2;
+    const __m512 s = params.scale(c), zr = params.zero(c);
+    SNAPKV_UNROLL
+    for (int j = 0; j < NQ; ++j) {
+      if (static_cast<size_t>(j) >= nq) continue;
+      const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
+      // max |.|, sign cleared
+      mx[e][j] = _mm512_range_ps(mx[e][j], _mm512_mul_ps(qv, s), 0x0B);
+      z[e][j] = _mm512_fmadd_ps(qv, zr, z[e][j]);
     }
-    hi_ops[v] = _mm512_permutexvar_epi32(spread, join_chunks<kChunks>(hi8));
-    lo_ops[v] = _mm512_permutexvar_epi32(spread, join_chunks<kChunks>(lo8));
   }
-}
-
-// NP pairs of queries (1 or 2) against every octet of a key block, both int8 parts. ops:
-// [4 NP][n_vec] operand vectors: for pair p, hi of its queries at 4 p, 4 p + 1 and lo at
-// 4 p + 2, 4 p + 3 (zero for an absent query); step, step2, qz: [2 NP]; rows of queries < nq are
-// stored. The accumulators of (i, operand set f) are acc[f * P + i]; operand sets 2 m, 2 m + 1
-// play the query pair of the reduction tables (m = 2 p: hi, 2 p + 1: lo), so each masked code
-// vector serves all 2 NP queries (4-bit: 16 accumulators for two pairs).
-template <int NP, int Bits, bool OnePart = false>
-void key_block_q8_pairs(float* out, size_t out_stride, size_t nq, const __m512i* ops,
-                        const float* step, const float* step2, const float* qz,
-                        const uint8_t* words, size_t n_rows, size_t head_dim) {
-  using S = Q8Shape<Bits>;
-  static_assert(!OnePart || NP == 1, "one part: four queries, one operand set each");
-  constexpr int kSets = 4 * NP;
-  constexpr int kAcc = S::kP * kSets;
-  static_assert(kAcc <= 16, "the accumulators stay in registers");
-  const size_t n_vec = head_dim / S::kChannels, n_oct = (n_rows + 7) / 8;
-  const size_t oct_bytes = head_dim * S::kW;
-  const Q8Tables<Bits>& t = tables<Bits>();
-  const __m512i shuffle = _mm512_load_si512(t.shuffle);
-  const __m512i shifts = [] {  // accumulator f of a group of 4 (lane k = f % 4): i = f % P
-    alignas(64) int32_t s[16];
-    for (int k = 0; k < 16; ++k) s[k] = Bits * ((k / 4) % S::kP);
-    return _mm512_load_si512(s);
-  }();
-  // per pair of queries (one part: the two pairs of the four queries) their step, step2, qz
-  constexpr int kQueryPairs = OnePart ? 2 : NP;
-  __m512 sv[kQueryPairs], s2v[kQueryPairs], zv[kQueryPairs];
-  for (int p = 0; p < kQueryPairs; ++p) {
-    const auto pair = [p](const float* x) {
-      return _mm512_insertf32x8(_mm512_set1_ps(x[2 * p]), _mm256_set1_ps(x[2 * p + 1]), 1);
+  SNAPKV_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    mx[0][j] = _mm512_max_ps(mx[0][j], mx[1][j]);
+    z[0][j] = _mm512_add_ps(z[0][j], z[1][j]);
+  }
+  const __m128 m = totals4(mx[0], [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+  const __m128 step = _mm_div_ps(m, _mm_set1_ps(127.0f));
+  const __m128 zero = _mm_setzero_ps();
+  _mm_store_ps(qp.step, step);
+  _mm_store_ps(qp.step2, _mm_div_ps(step, _mm_set1_ps(254.0f)));
+  _mm_store_ps(qp.qz, totals4(z[0], [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
+  _mm_store_ps(qp.inv,
+               _mm_mask_div_ps(zero, _mm_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm_set1_ps(127.0f), m));
+  _mm_store_ps(qp.inv2,
+               _mm_mask_div_ps(zero, _mm_cmp_ps_mask(step, _mm_set1_ps(0x1p-100f), _CMP_GE_OQ),
+                               _mm_set1_ps(254.0f), step));
+  __m512 inv[4], inv2[4], sv[4];
+  SNAPKV_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    inv[j] = _mm512_set1_ps(qp.inv[j]), inv2[j] = _mm512_set1_ps(qp.inv2[j]);
+    sv[j] = _mm512_set1_ps(qp.step[j]);
+  }
+  for (size_t c = 0; c < head_dim; c += 16) {
+    const __m512 s = params.scale(c);
+    __m512i hi[4], lo[4];
+    SNAPKV_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      hi[j] = lo[j] = _mm512_setzero_si512();
+      if (j >= NQ || static_cast<size_t>(j) >= nq) continue;
+      const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + j * head_dim + c), s);
+      hi[j] = _mm512_cvtps_epi32(_mm512_mul_ps(qs, inv[j]));
+      if constexpr (Parts == 2) {
+        // the residual q' - step * hi, |.| <= step / 2 (up to rounding), in steps of step2
+        const __m512 r = _mm512_fnmadd_ps(sv[j], _mm512_cvtepi32_ps(hi[j]), qs);
+        lo[j] = _mm512_cvtps_epi32(_mm512_mul_ps(r, inv2[j]));
+      }
+    }
+    const auto pack = [](const __m512i* x) {
+      return _mm512_packs_epi16(_mm512_packs_epi32(x[0], x[1]), _mm512_packs_epi32(x[2], x[3]));
     };
-    sv[p] = pair(step), zv[p] = pair(qz);
-    if constexpr (!OnePart) s2v[p] = pair(step2);
+    int8_t* dst = ops + c / 16 * 64 * Parts;
+    _mm512_store_si512(dst, pack(hi));
+    if constexpr (Parts == 2) _mm512_store_si512(dst + 64, pack(lo));
   }
-  constexpr int kPerPair = S::kP / 2;  // groups per pair of operand sets (2 P accumulators)
-  for (size_t o = 0; o < n_oct; ++o) {
-    const uint8_t* w = words + o * oct_bytes;
-    __m512i acc[kAcc];
-    for (int f = 0; f < kAcc; ++f) acc[f] = _mm512_setzero_si512();
-    for (size_t v = 0; v < n_vec; ++v) {
-      const __m512i x = _mm512_shuffle_epi8(_mm512_loadu_si512(w + v * 64), shuffle);
-      for (int i = 0; i < S::kP; ++i) {
-        const __m512i m = _mm512_and_si512(
-            x, _mm512_set1_epi8(static_cast<char>(((1 << Bits) - 1) << (Bits * i))));
-        for (int f = 0; f < kSets; ++f) dpbusd(acc[f * S::kP + i], m, ops[f * n_vec + v]);
-      }
+}
+
+// The octet addresses of a pass over rows r0 .. r0 + 31 (octets past the block repeat its last
+// one; their rows are never stored) and the store masks of its two halves of 16 rows.
+struct Pass {
+  const uint8_t* oct[4];
+  __mmask16 mask[2];
+  Pass(const uint8_t* words, size_t oct_bytes, size_t r0, size_t n_rows) {
+    const size_t n_oct = (n_rows + 7) / 8;
+    for (size_t o = 0; o < 4; ++o) oct[o] = words + std::min(r0 / 8 + o, n_oct - 1) * oct_bytes;
+    const size_t valid = std::min(kRowsPerPass, n_rows - r0);
+    mask[0] = static_cast<__mmask16>(valid >= 16 ? 0xFFFFu : (1u << valid) - 1u);
+    mask[1] = static_cast<__mmask16>(valid >= 32  ? 0xFFFFu
+                                     : valid > 16 ? (1u << (valid - 16)) - 1u
+                                                  : 0u);
+  }
+};
+
+// 2-bit keys, one int8 part, NQ queries (1, 2 or 4; absent ones have zero operands).
+template <int NQ>
+SNAPKV_NOINLINE void key_block_2bit(float* out, size_t out_stride, size_t nq, const int8_t* ops,
+                                    const QueryParams& qp, const uint8_t* words, size_t n_rows,
+                                    size_t head_dim) {
+  const size_t oct_bytes = 2 * head_dim;
+  // in a lane of 8 channels (channel c, byte h at 2 c + h): qword n <- quad n, dword h of it <-
+  // byte h of its 4 channels
+  const __m256i shuffle = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15, 0,
+                                           2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  // row p of a half of 16 rows (row 4 k + i) <- dword k of accumulator i (pairs of accumulators
+  // joined: i * 8 + k), shifted back by 2 i
+  const __m512i pick[2] = {
+      _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27),
+      _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31)};
+  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
+  for (size_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
+    const Pass pass(words, oct_bytes, r0, n_rows);
+    __m256i acc[4 * NQ];  // [i][query]
+    SNAPKV_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      SNAPKV_UNROLL
+      for (int f = 0; f < NQ; ++f) acc[i * NQ + f] = _mm256_setzero_si256();
     }
-    // groups of 4 accumulators: lane k of g[n] = sum of the lanes of acc[4 n + k], unscaled
-    __m512i g[kAcc / 4];
-    for (int n = 0; n < kAcc / 4; ++n) {
-      g[n] = _mm512_srav_epi32(
-          sum_lanes4(acc[4 * n], acc[4 * n + 1], acc[4 * n + 2], acc[4 * n + 3]), shifts);
-    }
-    const size_t valid = std::min<size_t>(8, n_rows - o * 8);
-    const __mmask8 mask = static_cast<__mmask8>((1u << valid) - 1u);
-    for (int p = 0; p < kQueryPairs; ++p) {
-      __m512 res;
-      if constexpr (OnePart) {  // queries 2 p (low half) and 2 p + 1 (high half)
-        const __m512i a = g[p * kPerPair], b = g[p * kPerPair + kPerPair - 1];
-        res = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_row_sums<Bits>(t, a, b)), sv[p], zv[p]);
-      } else {
-        // rows[h]: operand sets 4 p + 2 h, 4 p + 2 h + 1 (h = 0: hi of both queries, 1: lo)
-        __m512 rows[2];
-        for (int h = 0; h < 2; ++h) {
-          const int m = 2 * p + h;
-          const __m512i a = g[m * kPerPair], b = g[m * kPerPair + kPerPair - 1];
-          rows[h] = _mm512_cvtepi32_ps(pair_row_sums<Bits>(t, a, b));
+    for (size_t t = 0; t < head_dim / 8; ++t) {  // 8 channels: quads 2 t, 2 t + 1
+      const auto join = [t](const uint8_t* lo, const uint8_t* hi) {
+        return _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + 16 * t))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + 16 * t)), 1);
+      };
+      const __m256i a = _mm256_shuffle_epi8(join(pass.oct[0], pass.oct[2]), shuffle);
+      const __m256i b = _mm256_shuffle_epi8(join(pass.oct[1], pass.oct[3]), shuffle);
+      // dword k = 2 o + h of quad n: byte h of octet o (rows 8 o + 4 h + i)
+      const __m256i x[2] = {_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)};
+      SNAPKV_UNROLL
+      for (int n = 0; n < 2; ++n) {
+        const int8_t* qb = ops + quad_offset<1>(2 * t + n);
+        __m256i qv[NQ];
+        SNAPKV_UNROLL
+        for (int f = 0; f < NQ; ++f) qv[f] = _mm256_set1_epi32(load_i32(qb + 4 * f));
+        SNAPKV_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const __m256i m =
+              _mm256_and_si256(x[n], _mm256_set1_epi8(static_cast<char>(3 << (2 * i))));
+          SNAPKV_UNROLL
+          for (int f = 0; f < NQ; ++f) dpbusd(acc[i * NQ + f], m, qv[f]);
         }
-        res = _mm512_fmadd_ps(rows[1], s2v[p], _mm512_fmadd_ps(rows[0], sv[p], zv[p]));
       }
-      if (static_cast<size_t>(2 * p) < nq) {
-        _mm256_mask_storeu_ps(out + 2 * p * out_stride + o * 8, mask, _mm512_castps512_ps256(res));
-      }
-      if (static_cast<size_t>(2 * p + 1) < nq) {
-        _mm256_mask_storeu_ps(out + (2 * p + 1) * out_stride + o * 8, mask,
-                              _mm512_extractf32x8_ps(res, 1));
+    }
+    SNAPKV_UNROLL
+    for (int f = 0; f < NQ; ++f) {
+      if (static_cast<size_t>(f) >= nq) continue;
+      const __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(acc[f]), acc[NQ + f], 1);
+      const __m512i a23 =
+          _mm512_inserti64x4(_mm512_castsi256_si512(acc[2 * NQ + f]), acc[3 * NQ + f], 1);
+      const __m512 sv = _mm512_set1_ps(qp.step[f]), zv = _mm512_set1_ps(qp.qz[f]);
+      SNAPKV_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m512i rows =
+            _mm512_srav_epi32(_mm512_permutex2var_epi32(a01, pick[h], a23), shifts);
+        _mm512_mask_storeu_ps(out + f * out_stride + r0 + 16 * h, pass.mask[h],
+                              _mm512_fmadd_ps(_mm512_cvtepi32_ps(rows), sv, zv));
       }
     }
   }
 }
 
-template <int Bits>
-void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, const float* scales,
-                  const float* zeros, const uint8_t* words, size_t n_rows, size_t head_dim,
-                  float* scratch) {
-  using S = Q8Shape<Bits>;
-  constexpr size_t kPairs = Bits == 4 ? 2 : 1;  // query pairs per pass (key_block_q8_pairs)
-  const size_t n_vec = head_dim / S::kChannels;
-  // scratch: 64-byte aligned operand vectors [4 kPairs][n_vec]
-  auto* ops = reinterpret_cast<__m512i*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
-                                         ~static_cast<uintptr_t>(63));
-  for (size_t j0 = 0; j0 < n_q; j0 += 2 * kPairs) {
-    const size_t nq = std::min<size_t>(2 * kPairs, n_q - j0);
-    float step[4] = {}, step2[4] = {}, qz[4] = {};
-    for (size_t j = 0; j < 2 * ((nq + 1) / 2); ++j) {
-      __m512i* hi = ops + (4 * (j / 2) + j % 2) * n_vec;
-      __m512i* lo = hi + 2 * n_vec;
-      if (j < nq) {
-        prepare_query<Bits>(hi, lo, step[j], step2[j], qz[j], q + (j0 + j) * head_dim, scales,
-                            zeros, head_dim);
-      } else {
-        for (size_t v = 0; v < n_vec; ++v) hi[v] = lo[v] = _mm512_setzero_si512();
+// 4-bit keys, two int8 parts (hi and lo, prepare_queries), NQ queries.
+template <int NQ>
+SNAPKV_NOINLINE void key_block_4bit(float* out, size_t out_stride, size_t nq, const int8_t* ops,
+                                    const QueryParams& qp, const uint8_t* words, size_t n_rows,
+                                    size_t head_dim) {
+  const size_t oct_bytes = 4 * head_dim;
+  // in a lane of one quad (channel c, byte h at 4 c + h): dword h <- byte h of the 4 channels
+  const __m512i shuffle =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  // row p of a half of 16 rows (row 2 k + i) <- dword k of accumulator i (i * 16 + k)
+  const __m512i pick[2] = {
+      _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)};
+  for (size_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
+    const Pass pass(words, oct_bytes, r0, n_rows);
+    __m512i acc[4 * NQ];  // [i][query][part]
+    SNAPKV_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      SNAPKV_UNROLL
+      for (int f = 0; f < NQ; ++f)
+        acc[2 * (i * NQ + f)] = acc[2 * (i * NQ + f) + 1] = _mm512_setzero_si512();
+    }
+    for (size_t g = 0; g < head_dim / 4; ++g) {
+      const auto lane = [g](const uint8_t* p) {
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * g));
+      };
+      __m512i x = _mm512_castsi128_si512(lane(pass.oct[0]));
+      x = _mm512_inserti32x4(x, lane(pass.oct[1]), 1);
+      x = _mm512_inserti32x4(x, lane(pass.oct[2]), 2);
+      x = _mm512_inserti32x4(x, lane(pass.oct[3]), 3);
+      // dword k = 4 o + h: byte h of octet o (rows 8 o + 2 h + i)
+      x = _mm512_shuffle_epi8(x, shuffle);
+      const int8_t* qb = ops + quad_offset<2>(g);
+      __m512i qv[2 * NQ];  // [query][part]
+      SNAPKV_UNROLL
+      for (int f = 0; f < NQ; ++f) {
+        qv[2 * f] = _mm512_set1_epi32(load_i32(qb + 4 * f));
+        qv[2 * f + 1] = _mm512_set1_epi32(load_i32(qb + 64 + 4 * f));
+      }
+      SNAPKV_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const __m512i m = _mm512_and_si512(x, _mm512_set1_epi8(static_cast<char>(15 << (4 * i))));
+        SNAPKV_UNROLL
+        for (int f = 0; f < NQ; ++f) {
+          dpbusd(acc[2 * (i * NQ + f)], m, qv[2 * f]);
+          dpbusd(acc[2 * (i * NQ + f) + 1], m, qv[2 * f + 1]);
+        }
       }
     }
-    float* o = out + j0 * out_stride;
-    if (kPairs == 2 && nq > 2) {
-      key_block_q8_pairs<kPairs, Bits>(o, out_stride, nq, ops, step, step2, qz, words, n_rows,
-                                       head_dim);
-    } else {
-      key_block_q8_pairs<1, Bits>(o, out_stride, nq, ops, step, step2, qz, words, n_rows, head_dim);
+    SNAPKV_UNROLL
+    for (int f = 0; f < NQ; ++f) {
+      if (static_cast<size_t>(f) >= nq) continue;
+      const __m512 sv = _mm512_set1_ps(qp.step[f]), s2v = _mm512_set1_ps(qp.step2[f]);
+      const __m512 zv = _mm512_set1_ps(qp.qz[f]);
+      __m512 res[2];
+      SNAPKV_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(acc[2 * (i * NQ + f)], 4 * i));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_srai_epi32(acc[2 * (i * NQ + f) + 1], 4 * i));
+        res[i] = _mm512_fmadd_ps(lo, s2v, _mm512_fmadd_ps(hi, sv, zv));
+      }
+      SNAPKV_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        _mm512_mask_storeu_ps(out + f * out_stride + r0 + 16 * h, pass.mask[h],
+                              _mm512_permutex2var_ps(res[0], pick[h], res[1]));
+      }
     }
   }
 }
 
-// One part (2-bit keys, kivi_kernels.h): query j's hi operand vectors into ops, its step and qz;
-// an absent query (q == nullptr) gets zero operands.
-template <int Bits>
-void prepare_query_one(__m512i* ops, float& step, float& qz, const float* q, const float* scales,
-                       const float* zeros, size_t head_dim) {
-  if (q == nullptr) {
-    for (size_t v = 0; v < head_dim / Q8Shape<Bits>::kChannels; ++v)
-      ops[v] = _mm512_setzero_si512();
-    step = qz = 0.0f;
-    return;
-  }
-  __m512 mx = _mm512_setzero_ps(), z = _mm512_setzero_ps();
-  for (size_t c = 0; c < head_dim; c += 16) {
-    const __m512 qv = _mm512_loadu_ps(q + c);
-    mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(qv, _mm512_loadu_ps(scales + c))));
-    z = _mm512_fmadd_ps(qv, _mm512_loadu_ps(zeros + c), z);
-  }
-  const float m = _mm512_reduce_max_ps(mx);
-  qz = _mm512_reduce_add_ps(z);
-  step = m / 127.0f;
-  const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
-  const __m512i spread = _mm512_load_si512(tables<Bits>().spread);
-  constexpr size_t kChunks = Q8Shape<Bits>::kChannels / 16;
-  for (size_t v = 0; v < head_dim / Q8Shape<Bits>::kChannels; ++v) {
-    __m128i hi8[kChunks];
-    for (size_t k = 0; k < kChunks; ++k) {
-      const size_t c = v * Q8Shape<Bits>::kChannels + 16 * k;
-      const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(scales + c));
-      hi8[k] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(qs, inv)));
-    }
-    ops[v] = _mm512_permutexvar_epi32(spread, join_chunks<kChunks>(hi8));
-  }
-}
-
-// Four queries (one int8 part each) against every octet of a key block: the masked codes of a
-// vector feed all four, so each code load, shuffle and mask serves the whole GQA group. ops:
-// [4][n_vec] (query j at j; zero for absent queries), step, qz: [4]; out rows of queries < nq.
-// That is key_block_q8_pairs<1, Bits, true>: the accumulators of (i, query f) are acc[f * P + i],
-// the four operand sets being the four queries.
-template <int Bits>
-void key_block_q8_one(float* out, size_t out_stride, const float* q, size_t n_q,
-                      const float* scales, const float* zeros, const uint8_t* words, size_t n_rows,
-                      size_t head_dim, float* scratch) {
-  using S = Q8Shape<Bits>;
-  const size_t n_vec = head_dim / S::kChannels;
-  // scratch: 64-byte aligned operand vectors [4][n_vec]
-  auto* ops = reinterpret_cast<__m512i*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
-                                         ~static_cast<uintptr_t>(63));
+template <int Bits, typename Params>
+void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, const Params& params,
+                  const uint8_t* words, size_t n_rows, size_t head_dim, float* scratch) {
+  constexpr int kParts = Bits == 4 ? 2 : 1;
+  // scratch: 64-byte aligned int8 operands [head_dim / 16][kParts][64] (prepare_queries)
+  auto* ops = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
+                                        ~static_cast<uintptr_t>(63));
   for (size_t j0 = 0; j0 < n_q; j0 += 4) {
     const size_t nq = std::min<size_t>(4, n_q - j0);
-    float step[4], qz[4];
-    for (size_t j = 0; j < 4; ++j) {
-      prepare_query_one<Bits>(ops + j * n_vec, step[j], qz[j],
-                              j < nq ? q + (j0 + j) * head_dim : nullptr, scales, zeros, head_dim);
+    float* o = out + j0 * out_stride;
+    const auto run = [&](auto nq_tag) {
+      constexpr int kNq = decltype(nq_tag)::value;
+      QueryParams qp;
+      prepare_queries<kParts, kNq>(ops, qp, q + j0 * head_dim, nq, params, head_dim);
+      if constexpr (Bits == 2) {
+        key_block_2bit<kNq>(o, out_stride, nq, ops, qp, words, n_rows, head_dim);
+      } else {
+        key_block_4bit<kNq>(o, out_stride, nq, ops, qp, words, n_rows, head_dim);
+      }
+    };
+    if (nq == 1) {
+      run(std::integral_constant<int, 1>{});
+    } else if (nq == 2) {
+      run(std::integral_constant<int, 2>{});
+    } else {
+      run(std::integral_constant<int, 4>{});
     }
-    key_block_q8_pairs<1, Bits, true>(out + j0 * out_stride, out_stride, nq, ops, step, nullptr, qz,
-                                      words, n_rows, head_dim);
   }
 }
 
+#undef SNAPKV_UNROLL
+#undef SNAPKV_NOINLINE
 }  // namespace
 #endif  // SNAPKV_KIVI_VNNI
 
 bool kivi_key_q8_handles(size_t head_dim, int bits) {
 #if SNAPKV_KIVI_VNNI
-  return (bits == 2 && head_dim % Q8Shape<2>::kChannels == 0) ||
-         (bits == 4 && head_dim % Q8Shape<4>::kChannels == 0);
+  return (bits == 2 && head_dim % 32 == 0) || (bits == 4 && head_dim % 16 == 0);
 #else
   (void)head_dim, (void)bits;
   return false;
@@ -370,19 +412,38 @@ bool kivi_key_block_dot_q8(float* out, size_t out_stride, const float* q, size_t
                            const float* scales, const float* zeros, const uint8_t* words,
                            size_t n_rows, size_t head_dim, int bits, float* scratch) {
 #if SNAPKV_KIVI_VNNI
-  if (bits == 2 && head_dim % Q8Shape<2>::kChannels == 0) {  // one int8 part (kivi_kernels.h)
-    key_block_q8_one<2>(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, scratch);
-    return true;
+  if (!kivi_key_q8_handles(head_dim, bits)) return false;
+  const F32Params params{scales, zeros};
+  if (bits == 2) {  // one int8 part (kivi_kernels.h)
+    key_block_q8<2>(out, out_stride, q, n_q, params, words, n_rows, head_dim, scratch);
+  } else {
+    key_block_q8<4>(out, out_stride, q, n_q, params, words, n_rows, head_dim, scratch);
   }
-  if (bits == 4 && head_dim % Q8Shape<4>::kChannels == 0) {
-    key_block_q8<4>(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, scratch);
-    return true;
-  }
+  return true;
 #else
   (void)out, (void)out_stride, (void)q, (void)n_q, (void)scales, (void)zeros, (void)words;
   (void)n_rows, (void)head_dim, (void)bits, (void)scratch;
-#endif
   return false;
+#endif
+}
+
+bool kivi_key_block_dot_q8_f16(float* out, size_t out_stride, const float* q, size_t n_q,
+                               const fp16_t* params, const uint8_t* words, size_t n_rows,
+                               size_t head_dim, int bits, float* scratch) {
+#if SNAPKV_KIVI_VNNI
+  if (!kivi_key_q8_handles(head_dim, bits)) return false;
+  const F16Params p{params, head_dim};
+  if (bits == 2) {
+    key_block_q8<2>(out, out_stride, q, n_q, p, words, n_rows, head_dim, scratch);
+  } else {
+    key_block_q8<4>(out, out_stride, q, n_q, p, words, n_rows, head_dim, scratch);
+  }
+  return true;
+#else
+  (void)out, (void)out_stride, (void)q, (void)n_q, (void)params, (void)words, (void)n_rows;
+  (void)head_dim, (void)bits, (void)scratch;
+  return false;
+#endif
 }
 
 }  // namespace snapkv::SNAPKV_ISA
