@@ -153,18 +153,22 @@ void prepare_queries(int8_t* ops, QueryParams& qp, const float* q, size_t nq, co
   __m512 mx[2][4], z[2][4];
   SNAPKV_UNROLL
   for (int j = 0; j < 4; ++j) mx[0][j] = mx[1][j] = z[0][j] = z[1][j] = _mm512_setzero_ps();
-  for (size_t c = 0; c < head_dim; c += 16) {
-    const size_t e = c / 16 % 2;
+  const auto chunk = [&](size_t c, __m512* m, __m512* zs) {
     const __m512 s = params.scale(c), zr = params.zero(c);
     SNAPKV_UNROLL
     for (int j = 0; j < NQ; ++j) {
       if (static_cast<size_t>(j) >= nq) continue;
       const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
-      // max |.|, sign cleared
-      mx[e][j] = _mm512_range_ps(mx[e][j], _mm512_mul_ps(qv, s), 0x0B);
-      z[e][j] = _mm512_fmadd_ps(qv, zr, z[e][j]);
+      m[j] = _mm512_range_ps(m[j], _mm512_mul_ps(qv, s), 0x0B);  // max |.|, sign cleared
+      zs[j] = _mm512_fmadd_ps(qv, zr, zs[j]);
     }
+  };
+  size_t c1 = 0;
+  for (; c1 + 32 <= head_dim; c1 += 32) {
+    chunk(c1, mx[0], z[0]);
+    chunk(c1 + 16, mx[1], z[1]);
   }
+  if (c1 < head_dim) chunk(c1, mx[0], z[0]);
   SNAPKV_UNROLL
   for (int j = 0; j < 4; ++j) {
     mx[0][j] = _mm512_max_ps(mx[0][j], mx[1][j]);
@@ -174,18 +178,21 @@ void prepare_queries(int8_t* ops, QueryParams& qp, const float* q, size_t nq, co
   const __m128 step = _mm_div_ps(m, _mm_set1_ps(127.0f));
   const __m128 zero = _mm_setzero_ps();
   _mm_store_ps(qp.step, step);
-  _mm_store_ps(qp.step2, _mm_div_ps(step, _mm_set1_ps(254.0f)));
+  if constexpr (Parts == 2) _mm_store_ps(qp.step2, _mm_div_ps(step, _mm_set1_ps(254.0f)));
   _mm_store_ps(qp.qz, totals4(z[0], [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
   _mm_store_ps(qp.inv,
                _mm_mask_div_ps(zero, _mm_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm_set1_ps(127.0f), m));
-  _mm_store_ps(qp.inv2,
-               _mm_mask_div_ps(zero, _mm_cmp_ps_mask(step, _mm_set1_ps(0x1p-100f), _CMP_GE_OQ),
-                               _mm_set1_ps(254.0f), step));
+  if constexpr (Parts == 2) {
+    _mm_store_ps(qp.inv2,
+                 _mm_mask_div_ps(zero, _mm_cmp_ps_mask(step, _mm_set1_ps(0x1p-100f), _CMP_GE_OQ),
+                                 _mm_set1_ps(254.0f), step));
+  }
   __m512 inv[4], inv2[4], sv[4];
   SNAPKV_UNROLL
   for (int j = 0; j < 4; ++j) {
-    inv[j] = _mm512_set1_ps(qp.inv[j]), inv2[j] = _mm512_set1_ps(qp.inv2[j]);
-    sv[j] = _mm512_set1_ps(qp.step[j]);
+    inv[j] = _mm512_set1_ps(qp.inv[j]);
+    if constexpr (Parts == 2)
+      inv2[j] = _mm512_set1_ps(qp.inv2[j]), sv[j] = _mm512_set1_ps(qp.step[j]);
   }
   for (size_t c = 0; c < head_dim; c += 16) {
     const __m512 s = params.scale(c);
