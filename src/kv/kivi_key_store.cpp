@@ -54,6 +54,7 @@ class KiviKeyStore final : public KiviStore {
     size_t row0 = 0;
     for (size_t b = 0; b < blocks_.size(); ++b) {
       const size_t n = blocks_[b].row_end - row0;
+      if (b + kPrefetchBlocks < blocks_.size()) prefetch_block(b + kPrefetchBlocks);
       block_dot(out + row0, stride, q, n_q, params.data(), b, n);
       if (boost_ > 0) boost_dot(out + row0, stride, q, n_q, b, row0, n);
       if (wide_ > 0) wide_dot(out + row0, stride, q, n_q, params.data(), b, row0, n);
