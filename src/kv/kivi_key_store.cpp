@@ -270,12 +270,16 @@ class KiviKeyStore final : public KiviStore {
   // rows are: kv/fp16_rows_simd.cpp): the hardware prefetcher alone left the key kernels
   // waiting on the stream at 16K-64K rows.
   static constexpr size_t kPrefetchBlocks = 4;
+  // The integer key kernels (kv/kivi_q8_simd.cpp) prefetch the words themselves, a line per step
+  // of their loop: a burst of a block's lines here left them waiting on the stream.
   void prefetch_block(size_t b) const {
-    const uint8_t* words = block_words(b);
-    const size_t word_bytes =
-        (blocks_[b].row_end - (b == 0 ? 0 : blocks_[b - 1].row_end) + kKiviOctet - 1) / kKiviOctet *
-        head_dim_ * word_bytes_;
-    for (size_t i = 0; i < word_bytes; i += 64) __builtin_prefetch(words + i, 0, 1);
+    if (!kivi_key_dot_uses_q8(head_dim_, bits_)) {
+      const uint8_t* words = block_words(b);
+      const size_t word_bytes =
+          (blocks_[b].row_end - (b == 0 ? 0 : blocks_[b - 1].row_end) + kKiviOctet - 1) /
+          kKiviOctet * head_dim_ * word_bytes_;
+      for (size_t i = 0; i < word_bytes; i += 64) __builtin_prefetch(words + i, 0, 1);
+    }
     const fp16_t* p = params_.data() + b * 2 * head_dim_;
     for (size_t i = 0; i < 2 * head_dim_; i += 32) __builtin_prefetch(p + i, 0, 1);
   }

@@ -56,6 +56,10 @@ namespace snapkv::SNAPKV_ISA {
 namespace {
 
 constexpr size_t kRowsPerPass = 32;  // 4 octets
+// Passes ahead whose code words the kernels prefetch, one line per channel step: the words of
+// a store's blocks follow each other, so this runs into the next blocks (a prefetch past the
+// end of the words is harmless); spread over the loop, unlike a burst per block.
+constexpr size_t kPrefetchPasses = 4;
 
 // The loops over accumulators must unroll completely, or the accumulators live in memory.
 #if defined(__clang__)
@@ -259,6 +263,11 @@ SNAPKV_NOINLINE void key_block_2bit(float* out, size_t out_stride, size_t nq, co
       for (int f = 0; f < NQ; ++f) acc[i * NQ + f] = _mm256_setzero_si256();
     }
     for (size_t t = 0; t < head_dim / 8; ++t) {  // 8 channels: quads 2 t, 2 t + 1
+      // one line of the words kPrefetchPasses passes ahead per iteration (a pass is 16 lines at
+      // head_dim 128)
+      _mm_prefetch(
+          reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * t),
+          _MM_HINT_T0);
       const auto join = [t](const uint8_t* lo, const uint8_t* hi) {
         return _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + 16 * t))),
@@ -324,6 +333,11 @@ SNAPKV_NOINLINE void key_block_4bit(float* out, size_t out_stride, size_t nq, co
         acc[2 * (i * NQ + f)] = acc[2 * (i * NQ + f) + 1] = _mm512_setzero_si512();
     }
     for (size_t g = 0; g < head_dim / 4; ++g) {
+      // one line of the words kPrefetchPasses passes ahead per iteration (a pass is 32 lines at
+      // head_dim 128)
+      _mm_prefetch(
+          reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * g),
+          _MM_HINT_T0);
       const auto lane = [g](const uint8_t* p) {
         return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * g));
       };
