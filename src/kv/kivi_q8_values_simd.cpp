@@ -110,35 +110,49 @@ void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const Value
 // acc[k]. The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by
 // w_idx[step in sub-tile][uniq[v]] here, one permute per distinct vector (stored per query and
 // read back here, their stores were about 15% of this kernel's samples); codes: [n_steps][16].
+template <int U1, int U2, int U3>
 void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
-              const int* uniq, const __m512i* codes, size_t n_steps, size_t sub_steps,
-              const __m512* step_v) {
-  const bool same_prev[4] = {false, uniq[1] == uniq[0], uniq[2] == uniq[1], uniq[3] == uniq[2]};
+              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
   for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
     const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
-    for (size_t sst = 0; sst < sub_steps && st < n_steps; ++sst, ++st) {
+    const size_t sub_end = std::min(n_steps, st + sub_steps);
+    for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
       const __m512i* c = codes + st * kVK;
-      const int32_t(*wi)[16] = w_idx[sst];
-      const auto pick = [&](int v) {
-        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[uniq[v]]), t1);
+      const auto pick = [&](int u) {
+        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[u]), t1);
       };
-      // one permute per distinct weight vector (same_prev[v]: vector v is vector v - 1)
-      __m512i h = pick(0);
-      dpbusd(a0, h, c[0]), dpbusd(a1, h, c[1]), dpbusd(a2, h, c[2]), dpbusd(a3, h, c[3]);
-      if (!same_prev[1]) h = pick(1);
-      dpbusd(a4, h, c[4]), dpbusd(a5, h, c[5]), dpbusd(a6, h, c[6]), dpbusd(a7, h, c[7]);
-      if (!same_prev[2]) h = pick(2);
-      dpbusd(a8, h, c[8]), dpbusd(a9, h, c[9]), dpbusd(a10, h, c[10]), dpbusd(a11, h, c[11]);
-      if (!same_prev[3]) h = pick(3);
-      dpbusd(a12, h, c[12]), dpbusd(a13, h, c[13]), dpbusd(a14, h, c[14]), dpbusd(a15, h, c[15]);
+      // one permute per distinct weight vector (vector v is the U_v-th distinct one)
+      const __m512i h0 = pick(0);
+      const __m512i h1 = U1 == 0 ? h0 : pick(U1);
+      const __m512i h2 = U2 == 0 ? h0 : U2 == U1 ? h1 : pick(U2);
+      const __m512i h3 = U3 == 0 ? h0 : U3 == U1 ? h1 : U3 == U2 ? h2 : pick(U3);
+      dpbusd(a0, h0, c[0]), dpbusd(a1, h0, c[1]), dpbusd(a2, h0, c[2]), dpbusd(a3, h0, c[3]);
+      dpbusd(a4, h1, c[4]), dpbusd(a5, h1, c[5]), dpbusd(a6, h1, c[6]), dpbusd(a7, h1, c[7]);
+      dpbusd(a8, h2, c[8]), dpbusd(a9, h2, c[9]), dpbusd(a10, h2, c[10]), dpbusd(a11, h2, c[11]);
+      dpbusd(a12, h3, c[12]), dpbusd(a13, h3, c[13]), dpbusd(a14, h3, c[14]),
+          dpbusd(a15, h3, c[15]);
     }
   }
   const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
   for (size_t k = 0; k < kVK; ++k) {
     sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
   }
+}
+
+// The maxima of four vectors: lanes 4 g .. 4 g + 3 of the result hold max(m[g]) (a transposed
+// tree: 13 operations for the four, against 4 horizontal reductions of 8 and their scalar trips).
+inline __m512 max_per_group(const __m512* m) {
+  const auto fold = [](__m512 a, __m512 b) {  // [a lo | b lo] v [a hi | b hi] in 128-bit lanes
+    return _mm512_max_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  };
+  const __m512 a = fold(m[0], m[1]), b = fold(m[2], m[3]);
+  const __m512 c = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 d = _mm512_max_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_max_ps(d, _mm512_permute_ps(d, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
 // Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
@@ -159,7 +173,7 @@ struct alignas(64) Bytes64 {  // one vector's worth of storage
 struct ValueQ8Scratch {
   std::vector<Bytes64> codes;  // [steps per tile][16] code vectors
   std::vector<Bytes64> sums;   // [n_q][16] float vectors
-  std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
+  std::vector<Bytes64> zsum;   // [n_q][4] float vectors of sum_r w_r zero(r, g) (g < n_groups)
   // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
   // here as weak symbols shared with other levels' objects (tests/isa_objects_check.sh).
   alignas(64) uint8_t pad[kMaxStepBytes];  // a partial step's rows, zero-filled
@@ -180,7 +194,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   thread_local ValueQ8Scratch sc;
   sc.codes.resize(max_steps * kVK);
   sc.sums.assign(n_q * kVK, Bytes64{});
-  sc.zsum.assign(n_q * n_groups, Bytes64{});
+  sc.zsum.assign(n_q * 4, Bytes64{});
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
@@ -204,13 +218,23 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     }
     if (uniq[v] == n_uniq) ++n_uniq;
   }
+  // the dot kernel for the pattern of distinct vectors: all one, {0, 0, 1, 1}, else four picks
+  // (a repeated vector picked again)
+  const int pattern = n_uniq == 1                                                   ? 0
+                      : uniq[1] == 0 && uniq[2] == 1 && uniq[3] == 1 && n_uniq == 2 ? 1
+                                                                                    : 2;
+  alignas(64) int32_t grp_idx4[4][16];  // lane -> 4 * group: the group's lanes in max_per_group
+  for (int v = 0; v < 4; ++v) {
+    for (size_t lane = 0; lane < 16; ++lane) grp_idx4[v][lane] = 4 * grp_idx[v][lane];
+  }
   alignas(64) int32_t w_idx[kSub / 4][4][16];
   for (size_t st = 0; st < sub_steps; ++st) {
     for (int v = 0; v < 4; ++v) {
       for (size_t lane = 0; lane < 16; ++lane) {
         const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
         const int32_t g = grp_idx[v][lane];
-        w_idx[st][uniq[v]][lane] = 16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
+        w_idx[st][pattern == 2 ? v : uniq[v]][lane] =
+            16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
       }
     }
   }
@@ -224,7 +248,11 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   for (auto& g : w32) {
     for (auto& x : g) x = _mm512_setzero_si512();
   }
-  __m512 scale_t[4][kQuarters], zero_t[4][kQuarters];  // the tile's params [group][16 rows]
+  // the tile's params [group][16 rows]; past n_groups: 0 (so are their weights and steps)
+  __m512 scale_t[4][kQuarters], zero_t[4][kQuarters];
+  for (size_t g = n_groups; g < 4; ++g) {
+    for (size_t h = 0; h < kQuarters; ++h) scale_t[g][h] = zero_t[g][h] = _mm512_setzero_ps();
+  }
   for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
@@ -283,31 +311,35 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const float* wj = w + j * w_stride + r0;
         __m512 wr[kQuarters];
         for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
-        // the steps of the groups in lanes g, kept in registers (scalars stored and read back as a
-        // vector stall on store forwarding)
-        __m512 steps = _mm512_setzero_ps();
-        for (size_t g = 0; g < n_groups; ++g) {
-          // the arithmetic of kivi_value_rows_accumulate_q8_scalar
-          __m512 u[kQuarters];
-          __m512 z = zsum_v[j * n_groups + g], m = _mm512_setzero_ps();
+        // the arithmetic of kivi_value_rows_accumulate_q8_scalar: u = w * scale per group, the
+        // groups' maxima in one vector (lanes 4 g .. 4 g + 3 hold group g's), one division
+        __m512 u[4][kQuarters], m[4];
+        for (size_t g = 0; g < 4; ++g) {
+          __m512 z = zsum_v[j * 4 + g];
+          m[g] = _mm512_setzero_ps();
           for (size_t h = 0; h < kQuarters; ++h) {
-            u[h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
+            u[g][h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
             z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
-            m = _mm512_max_ps(m, u[h]);
+            m[g] = _mm512_max_ps(m[g], u[g][h]);
           }
-          zsum_v[j * n_groups + g] = z;
-          const float mx = _mm512_reduce_max_ps(m);
-          const bool live = mx >= 0x1p-100f;
-          steps = _mm512_mask_mov_ps(steps, static_cast<__mmask16>(1u << g),
-                                     _mm512_set1_ps(live ? mx * (1.0f / 255.0f) : 0.0f));
-          const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
-          // min(., 255) is the unsigned saturation of the pack below
+          zsum_v[j * 4 + g] = z;
+        }
+        const __m512 mx = max_per_group(m);
+        const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(0x1p-100f), _CMP_GE_OQ);
+        const __m512 inv = _mm512_maskz_div_ps(live, _mm512_set1_ps(255.0f), mx);
+        const __m512 steps = _mm512_maskz_mul_ps(live, mx, _mm512_set1_ps(1.0f / 255.0f));
+        const __m512 magic = _mm512_set1_ps(0x1p23f);
+        const __m512i low8 = _mm512_set1_epi32(0xFF);
+        for (size_t g = 0; g < 4; ++g) {
+          const __m512 inv_g = _mm512_shuffle_f32x4(inv, inv, static_cast<int>(0x55 * g));
           for (size_t h = 0; h < kQuarters; ++h) {
-            w32[g][h] = _mm512_cvtps_epi32(_mm512_mul_ps(u[h], inv));
+            // 2^23 + rne(u * inv) exactly (below 2^23 + 256): its low 8 bits are the weight
+            w32[g][h] =
+                _mm512_and_si512(_mm512_castps_si512(_mm512_fmadd_ps(u[g][h], inv_g, magic)), low8);
           }
         }
         for (int v = 0; v < 4; ++v) {
-          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), steps);
+          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx4[v]), steps);
         }
         for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
           // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
@@ -321,8 +353,10 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         }
       }
       for (size_t jb = 0; jb < nb; ++jb) {
-        dot_tile(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, uniq, codes_v, n_steps, sub_steps,
-                 step_v[jb]);
+        const auto dot = pattern == 0   ? dot_tile<0, 0, 0>
+                         : pattern == 1 ? dot_tile<0, 1, 1>
+                                        : dot_tile<1, 2, 3>;
+        dot(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, codes_v, n_steps, sub_steps, step_v[jb]);
       }
     }
   }
@@ -344,7 +378,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   for (size_t j = 0; j < n_q; ++j) {
     alignas(64) float zero_sum[16] = {};
     for (size_t g = 0; g < n_groups; ++g) {
-      zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * n_groups + g]);
+      zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * 4 + g]);
     }
     const __m512 zs = _mm512_load_ps(zero_sum);
     const auto* base = reinterpret_cast<const float*>(sums_v + j * kVK);
