@@ -72,7 +72,7 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
 
 // The integer form of kivi_value_rows_accumulate (the reference of the AVX-512 VNNI kernel,
 // kivi_q8_simd.cpp, which runs it for 2-bit rows of head_dim 128 or 256 with groups of 16k
-// channels, at most 4 per row), for weights w in [0, 2^100] (softmax weights; other weights run
+// channels, at most 4 per row), for weights w in [0, 2^64] (softmax weights; other weights run
 // the float form). Per query j, tile of kKiviValueQ8Tile rows (counted from row 0 of the call)
 // and group g, with u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile:
 //   step = mx * (1 / 255), wq_r = min(rne(u_r * (255 / mx)), 255)   (both 0 when mx < 2^-100)
@@ -89,7 +89,7 @@ void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_s
                                           const uint8_t* codes, const KiviParams* params,
                                           size_t n_rows, size_t head_dim, size_t group, int bits);
 // True when kivi_value_rows_accumulate runs the integer form at the active ISA level for this
-// shape (and weights in [0, 2^100]).
+// shape (and weights in [0, 2^64]).
 bool kivi_value_accumulate_uses_q8(size_t head_dim, size_t group, int bits);
 
 // Decodes n_rows value rows into out: [n_rows][head_dim].

@@ -77,6 +77,12 @@ size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
   return 4 * pos + i;
 }
 
+// Code vector 4 v + i holds code i of its bytes times kCodeMul[i] (masked in place, no shift
+// for i < 3): the sums of its lanes are kCodeMul[i] times the integer form's, scaled back by
+// 1 / kCodeMul[i] (a power of two, exact) when the lanes are mapped back to channels, so the
+// result is bit for bit that of unscaled codes (every sum below 2^24: exact in fp32).
+constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
+
 // The 16 code vectors of one step starting at `rows` (row_bytes apart, all readable) into dst.
 void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const ValueQ8Shape& s) {
   __m512i x[4];
@@ -95,12 +101,14 @@ void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const Value
   const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
   const __m512i vv[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
                          _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
-  const __m512i mask = _mm512_set1_epi8(3);
+  // code i of each byte in place, times kCodeMul[i] (int8 <= 48): one shift per 4 vectors
+  const __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0C);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
   for (int v = 0; v < 4; ++v) {
-    for (int i = 0; i < 4; ++i) {
-      const __m512i shifted = i == 0 ? vv[v] : _mm512_srli_epi16(vv[v], 2 * i);
-      _mm512_store_si512(dst + 4 * v + i, _mm512_and_si512(shifted, mask));
-    }
+    _mm512_store_si512(dst + 4 * v, _mm512_and_si512(vv[v], m03));
+    _mm512_store_si512(dst + 4 * v + 1, _mm512_and_si512(vv[v], m0c));
+    _mm512_store_si512(dst + 4 * v + 2, _mm512_and_si512(vv[v], m30));
+    _mm512_store_si512(dst + 4 * v + 3, _mm512_and_si512(_mm512_srli_epi16(vv[v], 2), m30));
   }
 }
 
@@ -177,9 +185,67 @@ struct ValueQ8Scratch {
   // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
   // here as weak symbols shared with other levels' objects (tests/isa_objects_check.sh).
   alignas(64) uint8_t pad[kMaxStepBytes];  // a partial step's rows, zero-filled
-  alignas(64) int32_t chan[2 * 256];       // [2][head_dim]: the lanes of each channel (-1: none)
-  alignas(64) int32_t group_of[256];       // [head_dim]: the group of each channel
 };
+
+// What a call needs of its shape (head_dim, group), built once per thread and shape: per
+// weight vector v, lane -> 4 * group (the group's lanes in max_per_group); the pattern of
+// distinct weight vectors (dot kernel: all one, {0, 0, 1, 1}, else four picks, a repeated one
+// picked again); per step of a sub-tile and pick u, lane -> the dword of the weights of (group
+// g, rows 4 qd .. 4 qd + 3) in the packed tables: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4;
+// per group, lane i -> dword (i % 8) * n_groups + g of 8 rows' params; channel -> group.
+constexpr size_t kMaxSubSteps = 8;  // steps per weight table (32 rows, steps of 4 or 8 rows)
+struct ValueQ8Plan {
+  size_t head_dim = 0, group = 0;
+  int pattern = 2;
+  alignas(64) int32_t grp_idx4[4][16];
+  alignas(64) int32_t w_idx[kMaxSubSteps][4][16];
+  alignas(64) int32_t param_idx[4][16];
+  alignas(64) int32_t group_of[256];
+};
+
+const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t group) {
+  thread_local ValueQ8Plan p;
+  if (p.head_dim == head_dim && p.group == group) return p;
+  p = ValueQ8Plan{};
+  const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
+  int32_t grp[4][16];
+  int uniq[4];
+  int n_uniq = 0;
+  for (int v = 0; v < 4; ++v) {
+    for (size_t lane = 0; lane < 16; ++lane) {
+      grp[v][lane] = static_cast<int32_t>(
+          std::min(value_q8_channel(s, 4 * static_cast<size_t>(v), lane) / group, n_groups - 1));
+      p.grp_idx4[v][lane] = 4 * grp[v][lane];
+    }
+    uniq[v] = n_uniq;
+    for (int e = 0; e < v; ++e) {
+      if (std::equal(grp[v], grp[v] + 16, grp[e])) {
+        uniq[v] = uniq[e];
+        break;
+      }
+    }
+    if (uniq[v] == n_uniq) ++n_uniq;
+  }
+  p.pattern = n_uniq == 1 ? 0 : uniq[1] == 0 && uniq[2] == 1 && uniq[3] == 1 && n_uniq == 2 ? 1 : 2;
+  for (size_t st = 0; st < 32 / s.step_rows; ++st) {
+    for (int v = 0; v < 4; ++v) {
+      for (size_t lane = 0; lane < 16; ++lane) {
+        const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
+        const int32_t g = grp[v][lane];
+        p.w_idx[st][p.pattern == 2 ? v : uniq[v]][lane] =
+            16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
+      }
+    }
+  }
+  for (size_t g = 0; g < 4; ++g) {
+    for (size_t i = 0; i < 16; ++i) {
+      p.param_idx[g][i] = static_cast<int32_t>((i % 8) * n_groups + std::min(g, n_groups - 1));
+    }
+  }
+  for (size_t c = 0; c < head_dim; ++c) p.group_of[c] = static_cast<int32_t>(c / group);
+  p.head_dim = head_dim, p.group = group;
+  return p;
+}
 
 void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
                    const KiviParams* params, size_t n_rows, size_t head_dim, size_t group,
@@ -198,52 +264,11 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
-  // per weight vector v: lane -> group; the distinct ones (uniq); per step of a sub-tile and
-  // distinct v: lane -> the dword of the weights of (group g, rows 4 qd .. 4 qd + 3) in the
-  // packed tables below: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4
-  alignas(64) int32_t grp_idx[4][16];
-  int uniq[4];
-  int n_uniq = 0;
-  for (int v = 0; v < 4; ++v) {
-    for (size_t lane = 0; lane < 16; ++lane) {
-      grp_idx[v][lane] = static_cast<int32_t>(
-          std::min(value_q8_channel(s, 4 * static_cast<size_t>(v), lane) / group, n_groups - 1));
-    }
-    uniq[v] = n_uniq;
-    for (int e = 0; e < v; ++e) {
-      if (std::equal(grp_idx[v], grp_idx[v] + 16, grp_idx[e])) {
-        uniq[v] = uniq[e];
-        break;
-      }
-    }
-    if (uniq[v] == n_uniq) ++n_uniq;
-  }
-  // the dot kernel for the pattern of distinct vectors: all one, {0, 0, 1, 1}, else four picks
-  // (a repeated vector picked again)
-  const int pattern = n_uniq == 1                                                   ? 0
-                      : uniq[1] == 0 && uniq[2] == 1 && uniq[3] == 1 && n_uniq == 2 ? 1
-                                                                                    : 2;
-  alignas(64) int32_t grp_idx4[4][16];  // lane -> 4 * group: the group's lanes in max_per_group
-  for (int v = 0; v < 4; ++v) {
-    for (size_t lane = 0; lane < 16; ++lane) grp_idx4[v][lane] = 4 * grp_idx[v][lane];
-  }
-  alignas(64) int32_t w_idx[kSub / 4][4][16];
-  for (size_t st = 0; st < sub_steps; ++st) {
-    for (int v = 0; v < 4; ++v) {
-      for (size_t lane = 0; lane < 16; ++lane) {
-        const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
-        const int32_t g = grp_idx[v][lane];
-        w_idx[st][pattern == 2 ? v : uniq[v]][lane] =
-            16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
-      }
-    }
-  }
-  __m512i param_idx[4];  // lane i -> dword (i % 8) * n_groups + g of 8 rows' params
-  for (size_t g = 0; g < n_groups; ++g) {
-    alignas(64) int32_t idx[16];
-    for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>((i % 8) * n_groups + g);
-    param_idx[g] = _mm512_load_si512(idx);
-  }
+  const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
+  const int pattern = plan.pattern;
+  const auto(&w_idx)[kMaxSubSteps][4][16] = plan.w_idx;
+  __m512i param_idx[4];
+  for (size_t g = 0; g < 4; ++g) param_idx[g] = _mm512_load_si512(plan.param_idx[g]);
   __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
   for (auto& g : w32) {
     for (auto& x : g) x = _mm512_setzero_si512();
@@ -339,7 +364,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
           }
         }
         for (int v = 0; v < 4; ++v) {
-          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx4[v]), steps);
+          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(plan.grp_idx4[v]), steps);
         }
         for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
           // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
@@ -360,44 +385,67 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       }
     }
   }
-  // back to channel order: out[c] += the lanes of channel c (two when pair_rows: lanes l and
-  // l + 8; else the second gather is masked off) + zero sum, 16 channels at a time
-  for (size_t i = 0; i < 2 * head_dim; ++i) sc.chan[i] = -1;
-  for (size_t k = 0; k < kVK; ++k) {
-    for (size_t lane = 0; lane < 16; ++lane) {
-      const size_t c = value_q8_channel(s, k, lane);
-      sc.chan[s.pair_rows && lane >= 8 ? head_dim + c : c] = static_cast<int32_t>(k * 16 + lane);
-    }
-  }
-  // once per call, not per query and channel (an integer division per lane: about 5% of this
-  // kernel's samples with the other divisions of the call)
-  for (size_t c = 0, g = 0, in_group = 0; c < head_dim; ++c) {
-    sc.group_of[c] = static_cast<int32_t>(g);
-    if (++in_group == group) g += 1, in_group = 0;
-  }
+  // back to channel order, 16 channels at a time (value_q8_channel): channel
+  // 64 L + 16 v + 4 d + i is lane 4 L + d of sums[4 v + i] (plus lane 4 L + 8 + d when
+  // pair_rows, L < 2); a 4 x 4 transpose in 128-bit lanes puts it in lane i of 128-bit lane L
+  // of y[d], and a transpose of 128-bit lanes puts 128-bit lane L of y[0..3] in output L.
+  const __m512 unscale = _mm512_setr_ps(  // channel c: 1 / kCodeMul[c % 4]
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3],
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3],
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3],
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3]);
   for (size_t j = 0; j < n_q; ++j) {
     alignas(64) float zero_sum[16] = {};
     for (size_t g = 0; g < n_groups; ++g) {
       zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * 4 + g]);
     }
     const __m512 zs = _mm512_load_ps(zero_sum);
-    const auto* base = reinterpret_cast<const float*>(sums_v + j * kVK);
+    const __m512* x = sums_v + j * kVK;
     float* oj = out + j * head_dim;
-    for (size_t c = 0; c < head_dim; c += 16) {
-      const __m512i i0 = _mm512_loadu_si512(sc.chan + c);
-      const __m512i i1 = _mm512_loadu_si512(sc.chan + head_dim + c);
-      const __mmask16 has1 = _mm512_cmpge_epi32_mask(i1, _mm512_setzero_si512());
-      const __m512 v0 = _mm512_i32gather_ps(i0, base, 4);
-      const __m512 v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), has1, i1, base, 4);
-      const __m512 z = _mm512_permutexvar_ps(_mm512_load_si512(sc.group_of + c), zs);
-      _mm512_storeu_ps(
-          oj + c, _mm512_add_ps(_mm512_loadu_ps(oj + c), _mm512_add_ps(_mm512_add_ps(v0, v1), z)));
+    for (size_t v = 0; v < 4; ++v) {
+      const __m512* xv = x + 4 * v;
+      const __m512 t0 = _mm512_unpacklo_ps(xv[0], xv[1]), t1 = _mm512_unpackhi_ps(xv[0], xv[1]);
+      const __m512 t2 = _mm512_unpacklo_ps(xv[2], xv[3]), t3 = _mm512_unpackhi_ps(xv[2], xv[3]);
+      __m512 y[4] = {_mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                     _mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                     _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                     _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2))};
+      if (s.pair_rows) {  // 128-bit lanes 2, 3 (rows r + 4 .. r + 7) onto 0, 1
+        for (auto& yd : y) yd = _mm512_add_ps(yd, _mm512_shuffle_f32x4(yd, yd, 0x4E));
+      }
+      const __m512 lo01 = _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m512 lo23 = _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m512 hi01 = _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
+      const __m512 hi23 = _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 2, 3, 2));
+      const __m512 o[4] = {_mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1)),
+                           _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1))};
+      for (size_t l = 0; l < head_dim / 64; ++l) {
+        const size_t c = 64 * l + 16 * v;
+        const __m512 z = _mm512_permutexvar_ps(_mm512_load_si512(plan.group_of + c), zs);
+        const __m512 sum = _mm512_mul_ps(o[l], unscale);
+        _mm512_storeu_ps(oj + c, _mm512_add_ps(_mm512_loadu_ps(oj + c), _mm512_add_ps(sum, z)));
+      }
     }
   }
 }
 
 bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
-  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p100f);
+  // fast pass: every weight's bits, unsigned, at most those of 2^64 (non-negative, no NaN)
+  __m512i top = _mm512_setzero_si512();
+  for (size_t j = 0; j < n_q; ++j) {
+    const float* wj = w + j * w_stride;
+    size_t r = 0;
+    for (; r + 16 <= n_rows; r += 16) top = _mm512_max_epu32(top, _mm512_loadu_si512(wj + r));
+    if (r < n_rows) {
+      const auto m = static_cast<__mmask16>((1u << (n_rows - r)) - 1u);
+      top = _mm512_max_epu32(top, _mm512_maskz_loadu_epi32(m, wj + r));
+    }
+  }
+  if (_mm512_reduce_max_epu32(top) <= 0x5F800000u) return true;
+  // else the ordered compares (-0 is in range)
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p64f);
   for (size_t j = 0; j < n_q; ++j) {
     for (size_t r = 0; r < n_rows; r += 16) {
       const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
