@@ -201,6 +201,7 @@ struct ValueQ8Plan {
   alignas(64) int32_t w_idx[kMaxSubSteps][4][16];
   alignas(64) int32_t param_idx[4][16];
   alignas(64) int32_t group_of[256];
+  alignas(64) int16_t low_words[32];
 };
 
 const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t group) {
@@ -243,6 +244,10 @@ const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t 
     }
   }
   for (size_t c = 0; c < head_dim; ++c) p.group_of[c] = static_cast<int32_t>(c / group);
+  for (int j = 0; j < 32; ++j) {
+    const int lane = j / 8, k = j % 8;
+    p.low_words[j] = static_cast<int16_t>((k < 4 ? 0 : 32) + 2 * (4 * lane + k % 4));
+  }
   p.head_dim = head_dim, p.group = group;
   return p;
 }
@@ -269,6 +274,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const auto(&w_idx)[kMaxSubSteps][4][16] = plan.w_idx;
   __m512i param_idx[4];
   for (size_t g = 0; g < 4; ++g) param_idx[g] = _mm512_load_si512(plan.param_idx[g]);
+  // the low words of a's and b's dwords in the order of packs_epi32(a, b): word 8 L + k of
+  // 128-bit lane L is the low word of dword 4 L + k % 4 of a (k < 4) or b
+  const __m512i low_words = _mm512_load_si512(plan.low_words);
   __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
   for (auto& g : w32) {
     for (auto& x : g) x = _mm512_setzero_si512();
@@ -354,13 +362,11 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const __m512 inv = _mm512_maskz_div_ps(live, _mm512_set1_ps(255.0f), mx);
         const __m512 steps = _mm512_maskz_mul_ps(live, mx, _mm512_set1_ps(1.0f / 255.0f));
         const __m512 magic = _mm512_set1_ps(0x1p23f);
-        const __m512i low8 = _mm512_set1_epi32(0xFF);
         for (size_t g = 0; g < 4; ++g) {
           const __m512 inv_g = _mm512_shuffle_f32x4(inv, inv, static_cast<int>(0x55 * g));
           for (size_t h = 0; h < kQuarters; ++h) {
             // 2^23 + rne(u * inv) exactly (below 2^23 + 256): its low 8 bits are the weight
-            w32[g][h] =
-                _mm512_and_si512(_mm512_castps_si512(_mm512_fmadd_ps(u[g][h], inv_g, magic)), low8);
+            w32[g][h] = _mm512_castps_si512(_mm512_fmadd_ps(u[g][h], inv_g, magic));
           }
         }
         for (int v = 0; v < 4; ++v) {
@@ -370,8 +376,10 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
           // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
           // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
           const auto table = [&](size_t g0) {
-            const __m512i a = _mm512_packs_epi32(w32[g0][2 * sub], w32[g0][2 * sub + 1]);
-            const __m512i b = _mm512_packs_epi32(w32[g0 + 1][2 * sub], w32[g0 + 1][2 * sub + 1]);
+            const __m512i a =
+                _mm512_permutex2var_epi16(w32[g0][2 * sub], low_words, w32[g0][2 * sub + 1]);
+            const __m512i b = _mm512_permutex2var_epi16(w32[g0 + 1][2 * sub], low_words,
+                                                        w32[g0 + 1][2 * sub + 1]);
             return _mm512_packus_epi16(a, b);
           };
           tabs[jb][sub][0] = table(0), tabs[jb][sub][1] = table(2);
