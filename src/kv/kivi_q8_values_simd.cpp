@@ -185,6 +185,8 @@ struct ValueQ8Scratch {
   // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
   // here as weak symbols shared with other levels' objects (tests/isa_objects_check.sh).
   alignas(64) uint8_t pad[kMaxStepBytes];  // a partial step's rows, zero-filled
+  alignas(64) float scale[4 * kVTile];     // a tile's params in fp32, [group][row]
+  alignas(64) float zero[4 * kVTile];
 };
 
 // What a call needs of its shape (head_dim, group), built once per thread and shape: per
@@ -281,22 +283,28 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   for (auto& g : w32) {
     for (auto& x : g) x = _mm512_setzero_si512();
   }
-  // the tile's params [group][16 rows]; past n_groups: 0 (so are their weights and steps)
-  __m512 scale_t[4][kQuarters], zero_t[4][kQuarters];
+  // the tile's params [group][16 rows] in fp32, in memory (as arrays of vectors GCC copied
+  // them between stack slots every tile); past n_groups: 0 (so are their weights and steps)
+  __m512* const scale_t = reinterpret_cast<__m512*>(sc.scale);  // [4][kQuarters]
+  __m512* const zero_t = reinterpret_cast<__m512*>(sc.zero);
   for (size_t g = n_groups; g < 4; ++g) {
-    for (size_t h = 0; h < kQuarters; ++h) scale_t[g][h] = zero_t[g][h] = _mm512_setzero_ps();
+    for (size_t h = 0; h < kQuarters; ++h) {
+      scale_t[g * kQuarters + h] = zero_t[g * kQuarters + h] = _mm512_setzero_ps();
+    }
   }
   for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
     const uint8_t* tile = codes + r0 * row_bytes;
-    if (r0 + kVPrefetchRows < n_rows) {  // the codes and params of a tile kVPrefetchRows ahead
-      const size_t nf = std::min(kVTile, n_rows - r0 - kVPrefetchRows);
-      prefetch_t2(tile + kVPrefetchRows * row_bytes, nf * row_bytes);
-      prefetch_t2(params + (r0 + kVPrefetchRows) * n_groups, nf * n_groups * sizeof(KiviParams));
-    }
     for (size_t st = 0; st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
+      // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
+      // work rather than 48 prefetches in a burst)
+      if (r0 + row + kVPrefetchRows + s.step_rows <= n_rows) {
+        prefetch_t2(tile + (row + kVPrefetchRows) * row_bytes, s.step_rows * row_bytes);
+        prefetch_t2(params + (r0 + row + kVPrefetchRows) * n_groups,
+                    s.step_rows * n_groups * sizeof(KiviParams));
+      }
       const uint8_t* src = tile + row * row_bytes;
       if (row + s.step_rows > nr) {  // a partial last step: its rows, then zeros
         std::memset(sc.pad, 0, s.step_rows * row_bytes);
@@ -329,8 +337,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const __m512i d =
             _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(l0, param_idx[g], l1),
                                     _mm512_permutex2var_epi32(h0, param_idx[g], h1));
-        scale_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
-        zero_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
+        scale_t[g * kQuarters + h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        zero_t[g * kQuarters + h] =
+            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
       }
     }
     // up to 4 queries (a GQA group) at a time: their weights quantized first (independent
@@ -351,8 +360,8 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
           __m512 z = zsum_v[j * 4 + g];
           m[g] = _mm512_setzero_ps();
           for (size_t h = 0; h < kQuarters; ++h) {
-            u[g][h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
-            z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
+            u[g][h] = _mm512_mul_ps(wr[h], scale_t[g * kQuarters + h]);
+            z = _mm512_fmadd_ps(wr[h], zero_t[g * kQuarters + h], z);
             m[g] = _mm512_max_ps(m[g], u[g][h]);
           }
           zsum_v[j * 4 + g] = z;
