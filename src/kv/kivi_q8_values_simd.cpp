@@ -83,7 +83,7 @@ size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
 // result is bit for bit that of unscaled codes (every sum below 2^24: exact in fp32).
 constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
 
-// The 16 code vectors of one step starting at `rows` (row_bytes apart, all readable) into dst.
+// The 4 vectors V_v of one step starting at `rows` (row_bytes apart, all readable) into dst.
 void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const ValueQ8Shape& s) {
   __m512i x[4];
   for (size_t t = 0; t < 4; ++t) {
@@ -101,16 +101,15 @@ void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const Value
   const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
   const __m512i vv[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
                          _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
-  // code i of each byte in place, times kCodeMul[i] (int8 <= 48): one shift per 4 vectors
-  const __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0C);
-  const __m512i m30 = _mm512_set1_epi8(0x30);
-  for (int v = 0; v < 4; ++v) {
-    _mm512_store_si512(dst + 4 * v, _mm512_and_si512(vv[v], m03));
-    _mm512_store_si512(dst + 4 * v + 1, _mm512_and_si512(vv[v], m0c));
-    _mm512_store_si512(dst + 4 * v + 2, _mm512_and_si512(vv[v], m30));
-    _mm512_store_si512(dst + 4 * v + 3, _mm512_and_si512(_mm512_srli_epi16(vv[v], 2), m30));
-  }
+  for (int v = 0; v < 4; ++v) _mm512_store_si512(dst + v, vv[v]);
 }
+
+// Code vectors 4 v .. 4 v + 3 of V_v: code i of each byte in place, times kCodeMul[i] (int8 <= 48),
+// one shift for the four (computed in the sums for every query: a zmm store costs two cycles
+// of store bandwidth here, and the masks issue beside the vpdpbusd)
+struct CodeMasks {
+  __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0C), m30 = _mm512_set1_epi8(0x30);
+};
 
 // The sums over the steps of one tile for one query, the accumulators as named locals (in an
 // array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
@@ -121,13 +120,20 @@ void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const Value
 template <int U1, int U2, int U3>
 void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v) {
+  const CodeMasks cm;
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+  const auto four = [&](__m512i& b0, __m512i& b1, __m512i& b2, __m512i& b3, __m512i h, __m512i x) {
+    dpbusd(b0, h, _mm512_and_si512(x, cm.m03));
+    dpbusd(b1, h, _mm512_and_si512(x, cm.m0c));
+    dpbusd(b2, h, _mm512_and_si512(x, cm.m30));
+    dpbusd(b3, h, _mm512_and_si512(_mm512_srli_epi16(x, 2), cm.m30));
+  };
   for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
     const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
     const size_t sub_end = std::min(n_steps, st + sub_steps);
     for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
-      const __m512i* c = codes + st * kVK;
+      const __m512i* c = codes + st * 4;
       const auto pick = [&](int u) {
         return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[u]), t1);
       };
@@ -136,11 +142,10 @@ void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][
       const __m512i h1 = U1 == 0 ? h0 : pick(U1);
       const __m512i h2 = U2 == 0 ? h0 : U2 == U1 ? h1 : pick(U2);
       const __m512i h3 = U3 == 0 ? h0 : U3 == U1 ? h1 : U3 == U2 ? h2 : pick(U3);
-      dpbusd(a0, h0, c[0]), dpbusd(a1, h0, c[1]), dpbusd(a2, h0, c[2]), dpbusd(a3, h0, c[3]);
-      dpbusd(a4, h1, c[4]), dpbusd(a5, h1, c[5]), dpbusd(a6, h1, c[6]), dpbusd(a7, h1, c[7]);
-      dpbusd(a8, h2, c[8]), dpbusd(a9, h2, c[9]), dpbusd(a10, h2, c[10]), dpbusd(a11, h2, c[11]);
-      dpbusd(a12, h3, c[12]), dpbusd(a13, h3, c[13]), dpbusd(a14, h3, c[14]),
-          dpbusd(a15, h3, c[15]);
+      four(a0, a1, a2, a3, h0, _mm512_load_si512(c));
+      four(a4, a5, a6, a7, h1, _mm512_load_si512(c + 1));
+      four(a8, a9, a10, a11, h2, _mm512_load_si512(c + 2));
+      four(a12, a13, a14, a15, h3, _mm512_load_si512(c + 3));
     }
   }
   const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
@@ -265,7 +270,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
   thread_local ValueQ8Scratch sc;
-  sc.codes.resize(max_steps * kVK);
+  sc.codes.resize(max_steps * 4);
   sc.sums.assign(n_q * kVK, Bytes64{});
   sc.zsum.assign(n_q * 4, Bytes64{});
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
@@ -279,10 +284,6 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   // the low words of a's and b's dwords in the order of packs_epi32(a, b): word 8 L + k of
   // 128-bit lane L is the low word of dword 4 L + k % 4 of a (k < 4) or b
   const __m512i low_words = _mm512_load_si512(plan.low_words);
-  __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
-  for (auto& g : w32) {
-    for (auto& x : g) x = _mm512_setzero_si512();
-  }
   // the tile's params [group][16 rows] in fp32, in memory (as arrays of vectors GCC copied
   // them between stack slots every tile); past n_groups: 0 (so are their weights and steps)
   __m512* const scale_t = reinterpret_cast<__m512*>(sc.scale);  // [4][kQuarters]
@@ -311,7 +312,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         std::memcpy(sc.pad, src, (nr - row) * row_bytes);
         src = sc.pad;
       }
-      build_step(codes_v + st * kVK, src, row_bytes, s);
+      build_step(codes_v + st * 4, src, row_bytes, s);
     }
     __mmask16 mask[kQuarters];
     for (size_t h = 0; h < kQuarters; ++h) {
@@ -371,27 +372,24 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const __m512 inv = _mm512_maskz_div_ps(live, _mm512_set1_ps(255.0f), mx);
         const __m512 steps = _mm512_maskz_mul_ps(live, mx, _mm512_set1_ps(1.0f / 255.0f));
         const __m512 magic = _mm512_set1_ps(0x1p23f);
-        for (size_t g = 0; g < 4; ++g) {
-          const __m512 inv_g = _mm512_shuffle_f32x4(inv, inv, static_cast<int>(0x55 * g));
-          for (size_t h = 0; h < kQuarters; ++h) {
-            // 2^23 + rne(u * inv) exactly (below 2^23 + 256): its low 8 bits are the weight
-            w32[g][h] = _mm512_castps_si512(_mm512_fmadd_ps(u[g][h], inv_g, magic));
-          }
-        }
+        const __m512 inv_g[4] = {
+            _mm512_shuffle_f32x4(inv, inv, 0x00), _mm512_shuffle_f32x4(inv, inv, 0x55),
+            _mm512_shuffle_f32x4(inv, inv, 0xAA), _mm512_shuffle_f32x4(inv, inv, 0xFF)};
         for (int v = 0; v < 4; ++v) {
           step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(plan.grp_idx4[v]), steps);
         }
-        for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
+        for (size_t sub = 0; sub < kVTile / kSub; ++sub) {
           // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
-          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
-          const auto table = [&](size_t g0) {
-            const __m512i a =
-                _mm512_permutex2var_epi16(w32[g0][2 * sub], low_words, w32[g0][2 * sub + 1]);
-            const __m512i b = _mm512_permutex2var_epi16(w32[g0 + 1][2 * sub], low_words,
-                                                        w32[g0 + 1][2 * sub + 1]);
-            return _mm512_packus_epi16(a, b);
+          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L);
+          // the weights are the low bytes of 2^23 + rne(u * inv) (exact: below 2^23 + 256)
+          const auto words = [&](size_t g) {  // group g's 32 rows as words
+            const __m512 q0 = _mm512_fmadd_ps(u[g][2 * sub], inv_g[g], magic);
+            const __m512 q1 = _mm512_fmadd_ps(u[g][2 * sub + 1], inv_g[g], magic);
+            return _mm512_permutex2var_epi16(_mm512_castps_si512(q0), low_words,
+                                             _mm512_castps_si512(q1));
           };
-          tabs[jb][sub][0] = table(0), tabs[jb][sub][1] = table(2);
+          tabs[jb][sub][0] = _mm512_packus_epi16(words(0), words(1));
+          tabs[jb][sub][1] = _mm512_packus_epi16(words(2), words(3));
         }
       }
       for (size_t jb = 0; jb < nb; ++jb) {
