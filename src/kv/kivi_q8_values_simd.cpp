@@ -117,7 +117,7 @@ struct CodeMasks {
 // acc[k]. The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by
 // w_idx[step in sub-tile][uniq[v]] here, one permute per distinct vector (stored per query and
 // read back here, their stores were about 15% of this kernel's samples); codes: [n_steps][16].
-template <int U1, int U2, int U3>
+template <int U1, int U2, int U3, bool Pair>
 void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v) {
   const CodeMasks cm;
@@ -149,8 +149,17 @@ void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][
     }
   }
   const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
-  for (size_t k = 0; k < kVK; ++k) {
-    sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
+  if (Pair) {  // lanes l and l + 8 of acc[k] are one channel: sums[p] = [acc[2 p] | acc[2 p + 1]]
+    for (size_t p = 0; p < kVK / 2; ++p) {
+      const __m512i x = acc[2 * p], y = acc[2 * p + 1];
+      const __m512i both = _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                                            _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+      sums[p] = _mm512_fmadd_ps(step_v[p / 2], _mm512_cvtepi32_ps(both), sums[p]);
+    }
+  } else {
+    for (size_t k = 0; k < kVK; ++k) {
+      sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
+    }
   }
 }
 
@@ -393,9 +402,12 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         }
       }
       for (size_t jb = 0; jb < nb; ++jb) {
-        const auto dot = pattern == 0   ? dot_tile<0, 0, 0>
-                         : pattern == 1 ? dot_tile<0, 1, 1>
-                                        : dot_tile<1, 2, 3>;
+        const auto dot = s.pair_rows ? (pattern == 0   ? dot_tile<0, 0, 0, true>
+                                        : pattern == 1 ? dot_tile<0, 1, 1, true>
+                                                       : dot_tile<1, 2, 3, true>)
+                                     : (pattern == 0   ? dot_tile<0, 0, 0, false>
+                                        : pattern == 1 ? dot_tile<0, 1, 1, false>
+                                                       : dot_tile<1, 2, 3, false>);
         dot(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, codes_v, n_steps, sub_steps, step_v[jb]);
       }
     }
@@ -416,6 +428,14 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     }
     const __m512 zs = _mm512_load_ps(zero_sum);
     const __m512* x = sums_v + j * kVK;
+    __m512 unpaired[kVK];  // pair_rows: sums[4 v + i] in lanes 0..7 (dot_tile's pairs split)
+    if (s.pair_rows) {
+      for (size_t p = 0; p < kVK / 2; ++p) {
+        unpaired[2 * p] = x[p];
+        unpaired[2 * p + 1] = _mm512_shuffle_f32x4(x[p], x[p], _MM_SHUFFLE(1, 0, 3, 2));
+      }
+      x = unpaired;
+    }
     float* oj = out + j * head_dim;
     for (size_t v = 0; v < 4; ++v) {
       const __m512* xv = x + 4 * v;
@@ -425,9 +445,6 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
                      _mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
                      _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
                      _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2))};
-      if (s.pair_rows) {  // 128-bit lanes 2, 3 (rows r + 4 .. r + 7) onto 0, 1
-        for (auto& yd : y) yd = _mm512_add_ps(yd, _mm512_shuffle_f32x4(yd, yd, 0x4E));
-      }
       const __m512 lo01 = _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
       const __m512 lo23 = _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(1, 0, 1, 0));
       const __m512 hi01 = _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
