@@ -287,7 +287,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
   const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
   const int pattern = plan.pattern;
-  const auto(&w_idx)[kMaxSubSteps][4][16] = plan.w_idx;
+  const int32_t(*w_idx)[4][16] = plan.w_idx;
   __m512i param_idx[4];
   for (size_t g = 0; g < 4; ++g) param_idx[g] = _mm512_load_si512(plan.param_idx[g]);
   // the low words of a's and b's dwords in the order of packs_epi32(a, b): word 8 L + k of
