@@ -33,12 +33,12 @@ namespace snapkv::SNAPKV_ISA {
 // [head_dim / 8] words of 8 channels, byte b holding channels 4 b .. 4 b + 3. Four rows' bytes
 // are interleaved so that a dword holds byte position p of 4 consecutive rows (unpack epi8 then
 // epi16, per 128-bit lane); masking bits 2 i, 2 i + 1 of every byte leaves code(row, 4 p + i)
-// in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums 4 rows of one channel
-// per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows x 64 byte positions;
-// rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and r + 4 .. r + 7 in the
-// high half (two lanes per byte position, added when the lanes are mapped back to channels). The
-// code vectors of a tile are built once and serve every query of the group; the float sums stay
-// in lane order until the end of the call.
+// (times kCodeMul[i]) in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums
+// 4 rows of one channel per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows
+// x 64 byte positions; rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and
+// r + 4 .. r + 7 in the high half (two lanes per byte position, added in int32 at the end of each
+// tile). The interleaved vectors of a tile are built once and serve every query of the group,
+// which masks them in its sums; the float sums stay in lane order until the end of the call.
 namespace {
 
 // acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
@@ -113,10 +113,12 @@ struct CodeMasks {
 
 // The sums over the steps of one tile for one query, the accumulators as named locals (in an
 // array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
-// weight vector v (u8) x code vector 4 v + i (s8, from memory); then sums[k] += step_v[k / 4] *
-// acc[k]. The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by
-// w_idx[step in sub-tile][uniq[v]] here, one permute per distinct vector (stored per query and
-// read back here, their stores were about 15% of this kernel's samples); codes: [n_steps][16].
+// weight vector v (u8) x code vector 4 v + i (s8, masked from V_v); then sums[k] += step_v[k / 4]
+// * acc[k], or with Pair (rows of 32 bytes) sums[p] += step_v[p / 2] * [acc[2 p] | acc[2 p + 1]],
+// each half the sum of an accumulator's two row halves. The weight vectors are picked from the
+// sub-tile's two tables (tabs[sub]) by w_idx[step in sub-tile][u], one permute per distinct
+// vector u (the template: U_v is vector v's; stored per query and read back here, their stores
+// were about 15% of this kernel's samples); codes: [n_steps][4] vectors V_v.
 template <int U1, int U2, int U3, bool Pair>
 void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v) {
