@@ -335,7 +335,10 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     // group's column; dwords past the tile's rows load as 0
     const auto* tile_params = reinterpret_cast<const int*>(params + r0 * n_groups);
     const size_t n_dw = nr * n_groups;
+    // a whole tile of 4 groups per row: every load's 16 dwords are the tile's (no masks)
+    const bool whole = n_groups == 4 && n_dw == kVTile * 4;
     const auto load16 = [&](size_t at) {
+      if (whole) return _mm512_loadu_si512(tile_params + at);
       const size_t valid = at < n_dw ? std::min<size_t>(16, n_dw - at) : 0;
       return valid == 0 ? _mm512_setzero_si512()
                         : _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u),
