@@ -206,7 +206,9 @@ void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_s
         const float inv = mx >= 0x1p-100f ? 255.0f / mx : 0.0f;
         step[g] = mx >= 0x1p-100f ? mx * (1.0f / 255.0f) : 0.0f;
         for (size_t r = 0; r < nr; ++r) {
-          wq[r * n_groups + g] = static_cast<int32_t>(std::min(std::nearbyint(u(r) * inv), 255.0f));
+          // rne of the exact product (one rounding: 2^23 + x has unit steps), <= 255 (header)
+          const float q = std::fma(u(r), inv, 0x1p23f) - 0x1p23f;
+          wq[r * n_groups + g] = static_cast<int32_t>(std::min(q, 255.0f));
         }
       }
       std::fill(isum.begin(), isum.end(), 0);

@@ -77,25 +77,31 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
                                        size_t n_rows, size_t head_dim, size_t group, int bits);
 
 // The integer form of kivi_value_rows_accumulate (the reference of the AVX-512 VNNI kernel,
-// kivi_q8_simd.cpp, which runs it for 2-bit rows of head_dim 128 or 256 with groups of 16k
-// channels, at most 4 per row), for weights w in [0, 2^100] (softmax weights; other weights run
-// the float form). Per query j, tile of kKiviValueQ8Tile rows (counted from row 0 of the call)
-// and group g, with u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile:
-//   step = mx * (1 / 255), wq_r = min(rne(u_r * (255 / mx)), 255)   (both 0 when mx < 2^-100)
+// kivi_q8_values_simd.cpp, which runs it for 2-bit rows of head_dim 128 or 256 with groups of
+// 16k channels, at most 4 per row), for weights w in [0, 2^64] (softmax weights; other weights
+// run the float form). Per query j, tile of kKiviValueQ8Tile rows (counted from row 0 of the
+// call) and group g, with u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile:
+//   step = mx * (1 / 255), inv = 255 / mx (fp32), wq_r = rne(u_r * inv) of the exact product
+//   (one rounding: fma(u_r, inv, 2^23) - 2^23), both 0 when mx < 2^-100
 //   out[j][c] += sum_tiles fma(step, float(I_c), .) + sum_r w_r zero(r, g)
-// with I_c = sum_r wq_r code(r, c) exact in int32. Its distance from the float form is at most
+// with I_c = sum_r wq_r code(r, c) exact in int32; wq_r <= 255 since u_r <= mx makes
+// u_r * inv <= 255 (1 + 2^-24). Its distance from the float form is at most
 //   sum_tiles e_t * sum_r code(r, c) + the fp32 rounding of both forms,
 // e_t = step / 2 * (1 + 2^-10) (or mx when mx < 2^-100), since |step wq_r - u_r| <= e_t.
 // One u8 part (8 bits) suffices for 2-bit codes: on the tests' realistic rows the attention error
-// against fp16 does not move (kivi_attention_test, kivi_cache_test). 4-bit values keep the float
-// kernel: one u8 part there added 5-19% to the attention error against fp16 in the same tests,
-// and two int8 parts (about 15 bits, as the keys use) measured no faster than the float kernel
-// (twice the vpdpbusd of one part, on codes of 4 bits).
+// against fp16 does not move (kivi_attention_test, kivi_cache_test); against the codec's own
+// error (IntegerValueFormAddsLittleToCodecError) the rounding of the weights adds at most
+// kKiviValueQ8Tile * 9 / 255^2 = 0.89% of its variance while the roundings are independent
+// (peaked weights: 0.04% measured), about 4% for near-uniform weights over 2048 rows (equal
+// u_r round alike: their errors add coherently while the codec's average out). 4-bit values keep
+// the float kernel: one u8 part there added 5-19% to the attention error against fp16 in the same
+// tests, and two int8 parts (about 15 bits, as the keys use) measured no faster than the float
+// kernel (twice the vpdpbusd of one part, on codes of 4 bits).
 void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                           const uint8_t* codes, const KiviParams* params,
                                           size_t n_rows, size_t head_dim, size_t group, int bits);
 // True when kivi_value_rows_accumulate runs the integer form at the active ISA level for this
-// shape (and weights in [0, 2^100]).
+// shape (and weights in [0, 2^64]).
 bool kivi_value_accumulate_uses_q8(size_t head_dim, size_t group, int bits);
 
 // Decodes n_rows value rows into out: [n_rows][head_dim].

@@ -33,12 +33,12 @@ namespace snapkv::SNAPKV_ISA {
 // [head_dim / 8] words of 8 channels, byte b holding channels 4 b .. 4 b + 3. Four rows' bytes
 // are interleaved so that a dword holds byte position p of 4 consecutive rows (unpack epi8 then
 // epi16, per 128-bit lane); masking bits 2 i, 2 i + 1 of every byte leaves code(row, 4 p + i)
-// in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums 4 rows of one channel
-// per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows x 64 byte positions;
-// rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and r + 4 .. r + 7 in the
-// high half (two lanes per byte position, added when the lanes are mapped back to channels). The
-// code vectors of a tile are built once and serve every query of the group; the float sums stay
-// in lane order until the end of the call.
+// (times kCodeMul[i]) in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums
+// 4 rows of one channel per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows
+// x 64 byte positions; rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and
+// r + 4 .. r + 7 in the high half (two lanes per byte position, added in int32 at the end of each
+// tile). The interleaved vectors of a tile are built once and serve every query of the group,
+// which masks them in its sums; the float sums stay in lane order until the end of the call.
 namespace {
 
 // acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
@@ -77,7 +77,13 @@ size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
   return 4 * pos + i;
 }
 
-// The 16 code vectors of one step starting at `rows` (row_bytes apart, all readable) into dst.
+// Code vector 4 v + i holds code i of its bytes times kCodeMul[i] (masked in place, no shift
+// for i < 3): the sums of its lanes are kCodeMul[i] times the integer form's, scaled back by
+// 1 / kCodeMul[i] (a power of two, exact) when the lanes are mapped back to channels, so the
+// result is bit for bit that of unscaled codes (every sum below 2^24: exact in fp32).
+constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
+
+// The 4 vectors V_v of one step starting at `rows` (row_bytes apart, all readable) into dst.
 void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const ValueQ8Shape& s) {
   __m512i x[4];
   for (size_t t = 0; t < 4; ++t) {
@@ -95,50 +101,82 @@ void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const Value
   const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
   const __m512i vv[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
                          _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
-  const __m512i mask = _mm512_set1_epi8(3);
-  for (int v = 0; v < 4; ++v) {
-    for (int i = 0; i < 4; ++i) {
-      const __m512i shifted = i == 0 ? vv[v] : _mm512_srli_epi16(vv[v], 2 * i);
-      _mm512_store_si512(dst + 4 * v + i, _mm512_and_si512(shifted, mask));
+  for (int v = 0; v < 4; ++v) _mm512_store_si512(dst + v, vv[v]);
+}
+
+// Code vectors 4 v .. 4 v + 3 of V_v: code i of each byte in place, times kCodeMul[i] (int8 <= 48),
+// one shift for the four (computed in the sums for every query: a zmm store costs two cycles
+// of store bandwidth here, and the masks issue beside the vpdpbusd)
+struct CodeMasks {
+  __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0C), m30 = _mm512_set1_epi8(0x30);
+};
+
+// The sums over the steps of one tile for one query, the accumulators as named locals (in an
+// array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
+// weight vector v (u8) x code vector 4 v + i (s8, masked from V_v); then sums[k] += step_v[k / 4]
+// * acc[k], or with Pair (rows of 32 bytes) sums[p] += step_v[p / 2] * [acc[2 p] | acc[2 p + 1]],
+// each half the sum of an accumulator's two row halves. The weight vectors are picked from the
+// sub-tile's two tables (tabs[sub]) by w_idx[step in sub-tile][u], one permute per distinct
+// vector u (the template: U_v is vector v's; stored per query and read back here, their stores
+// were about 15% of this kernel's samples); codes: [n_steps][4] vectors V_v.
+template <int U1, int U2, int U3, bool Pair>
+void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
+              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v) {
+  const CodeMasks cm;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+          a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+  const auto four = [&](__m512i& b0, __m512i& b1, __m512i& b2, __m512i& b3, __m512i h, __m512i x) {
+    dpbusd(b0, h, _mm512_and_si512(x, cm.m03));
+    dpbusd(b1, h, _mm512_and_si512(x, cm.m0c));
+    dpbusd(b2, h, _mm512_and_si512(x, cm.m30));
+    dpbusd(b3, h, _mm512_and_si512(_mm512_srli_epi16(x, 2), cm.m30));
+  };
+  for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
+    const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
+    const size_t sub_end = std::min(n_steps, st + sub_steps);
+    for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
+      const __m512i* c = codes + st * 4;
+      const auto pick = [&](int u) {
+        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[u]), t1);
+      };
+      // one permute per distinct weight vector (vector v is the U_v-th distinct one)
+      const __m512i h0 = pick(0);
+      const __m512i h1 = U1 == 0 ? h0 : pick(U1);
+      const __m512i h2 = U2 == 0 ? h0 : U2 == U1 ? h1 : pick(U2);
+      const __m512i h3 = U3 == 0 ? h0 : U3 == U1 ? h1 : U3 == U2 ? h2 : pick(U3);
+      four(a0, a1, a2, a3, h0, _mm512_load_si512(c));
+      four(a4, a5, a6, a7, h1, _mm512_load_si512(c + 1));
+      four(a8, a9, a10, a11, h2, _mm512_load_si512(c + 2));
+      four(a12, a13, a14, a15, h3, _mm512_load_si512(c + 3));
+    }
+  }
+  const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
+  if (Pair) {  // lanes l and l + 8 of acc[k] are one channel: sums[p] = [acc[2 p] | acc[2 p + 1]]
+    for (size_t p = 0; p < kVK / 2; ++p) {
+      const __m512i x = acc[2 * p], y = acc[2 * p + 1];
+      const __m512i both = _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                                            _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+      sums[p] = _mm512_fmadd_ps(step_v[p / 2], _mm512_cvtepi32_ps(both), sums[p]);
+    }
+  } else {
+    for (size_t k = 0; k < kVK; ++k) {
+      sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
     }
   }
 }
 
-// The sums over the steps of one tile for one query, the accumulators as named locals (in an
-// array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
-// weight vector v (u8) x code vector 4 v + i (s8, from memory); then sums[k] += step_v[k / 4] *
-// acc[k]. The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by
-// w_idx[step in sub-tile][uniq[v]] here, one permute per distinct vector (stored per query and
-// read back here, their stores were about 15% of this kernel's samples); codes: [n_steps][16].
-void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
-              const int* uniq, const __m512i* codes, size_t n_steps, size_t sub_steps,
-              const __m512* step_v) {
-  const bool same_prev[4] = {false, uniq[1] == uniq[0], uniq[2] == uniq[1], uniq[3] == uniq[2]};
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-          a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
-  for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
-    const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
-    for (size_t sst = 0; sst < sub_steps && st < n_steps; ++sst, ++st) {
-      const __m512i* c = codes + st * kVK;
-      const int32_t(*wi)[16] = w_idx[sst];
-      const auto pick = [&](int v) {
-        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[uniq[v]]), t1);
-      };
-      // one permute per distinct weight vector (same_prev[v]: vector v is vector v - 1)
-      __m512i h = pick(0);
-      dpbusd(a0, h, c[0]), dpbusd(a1, h, c[1]), dpbusd(a2, h, c[2]), dpbusd(a3, h, c[3]);
-      if (!same_prev[1]) h = pick(1);
-      dpbusd(a4, h, c[4]), dpbusd(a5, h, c[5]), dpbusd(a6, h, c[6]), dpbusd(a7, h, c[7]);
-      if (!same_prev[2]) h = pick(2);
-      dpbusd(a8, h, c[8]), dpbusd(a9, h, c[9]), dpbusd(a10, h, c[10]), dpbusd(a11, h, c[11]);
-      if (!same_prev[3]) h = pick(3);
-      dpbusd(a12, h, c[12]), dpbusd(a13, h, c[13]), dpbusd(a14, h, c[14]), dpbusd(a15, h, c[15]);
-    }
-  }
-  const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
-  for (size_t k = 0; k < kVK; ++k) {
-    sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
-  }
+// The maxima of four vectors: lanes 4 g .. 4 g + 3 of the result hold max(m[g]) (a transposed
+// tree: 13 operations for the four, against 4 horizontal reductions of 8 and their scalar trips).
+inline __m512 max_per_group(const __m512* m) {
+  const auto fold = [](__m512 a, __m512 b) {  // [a lo | b lo] v [a hi | b hi] in 128-bit lanes
+    return _mm512_max_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  };
+  const __m512 a = fold(m[0], m[1]), b = fold(m[2], m[3]);
+  const __m512 c = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 d = _mm512_max_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_max_ps(d, _mm512_permute_ps(d, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
 // Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
@@ -159,13 +197,78 @@ struct alignas(64) Bytes64 {  // one vector's worth of storage
 struct ValueQ8Scratch {
   std::vector<Bytes64> codes;  // [steps per tile][16] code vectors
   std::vector<Bytes64> sums;   // [n_q][16] float vectors
-  std::vector<Bytes64> zsum;   // [n_q][n_groups] float vectors of sum_r w_r zero(r, g)
+  std::vector<Bytes64> zsum;   // [n_q][4] float vectors of sum_r w_r zero(r, g) (g < n_groups)
   // Fixed arrays, not std::vector<uint8_t> / <int32_t>: their fill members would be compiled
   // here as weak symbols shared with other levels' objects (tests/isa_objects_check.sh).
   alignas(64) uint8_t pad[kMaxStepBytes];  // a partial step's rows, zero-filled
-  alignas(64) int32_t chan[2 * 256];       // [2][head_dim]: the lanes of each channel (-1: none)
-  alignas(64) int32_t group_of[256];       // [head_dim]: the group of each channel
+  alignas(64) float scale[4 * kVTile];     // a tile's params in fp32, [group][row]
+  alignas(64) float zero[4 * kVTile];
 };
+
+// What a call needs of its shape (head_dim, group), built once per thread and shape: per
+// weight vector v, lane -> 4 * group (the group's lanes in max_per_group); the pattern of
+// distinct weight vectors (dot kernel: all one, {0, 0, 1, 1}, else four picks, a repeated one
+// picked again); per step of a sub-tile and pick u, lane -> the dword of the weights of (group
+// g, rows 4 qd .. 4 qd + 3) in the packed tables: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4;
+// per group, lane i -> dword (i % 8) * n_groups + g of 8 rows' params; channel -> group.
+constexpr size_t kMaxSubSteps = 8;  // steps per weight table (32 rows, steps of 4 or 8 rows)
+struct ValueQ8Plan {
+  size_t head_dim = 0, group = 0;
+  int pattern = 2;
+  alignas(64) int32_t grp_idx4[4][16];
+  alignas(64) int32_t w_idx[kMaxSubSteps][4][16];
+  alignas(64) int32_t param_idx[4][16];
+  alignas(64) int32_t group_of[256];
+  alignas(64) int16_t low_words[32];
+};
+
+const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t group) {
+  thread_local ValueQ8Plan p;
+  if (p.head_dim == head_dim && p.group == group) return p;
+  p = ValueQ8Plan{};
+  const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
+  int32_t grp[4][16];
+  int uniq[4];
+  int n_uniq = 0;
+  for (int v = 0; v < 4; ++v) {
+    for (size_t lane = 0; lane < 16; ++lane) {
+      grp[v][lane] = static_cast<int32_t>(
+          std::min(value_q8_channel(s, 4 * static_cast<size_t>(v), lane) / group, n_groups - 1));
+      p.grp_idx4[v][lane] = 4 * grp[v][lane];
+    }
+    uniq[v] = n_uniq;
+    for (int e = 0; e < v; ++e) {
+      if (std::equal(grp[v], grp[v] + 16, grp[e])) {
+        uniq[v] = uniq[e];
+        break;
+      }
+    }
+    if (uniq[v] == n_uniq) ++n_uniq;
+  }
+  p.pattern = n_uniq == 1 ? 0 : uniq[1] == 0 && uniq[2] == 1 && uniq[3] == 1 && n_uniq == 2 ? 1 : 2;
+  for (size_t st = 0; st < 32 / s.step_rows; ++st) {
+    for (int v = 0; v < 4; ++v) {
+      for (size_t lane = 0; lane < 16; ++lane) {
+        const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
+        const int32_t g = grp[v][lane];
+        p.w_idx[st][p.pattern == 2 ? v : uniq[v]][lane] =
+            16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
+      }
+    }
+  }
+  for (size_t g = 0; g < 4; ++g) {
+    for (size_t i = 0; i < 16; ++i) {
+      p.param_idx[g][i] = static_cast<int32_t>((i % 8) * n_groups + std::min(g, n_groups - 1));
+    }
+  }
+  for (size_t c = 0; c < head_dim; ++c) p.group_of[c] = static_cast<int32_t>(c / group);
+  for (int j = 0; j < 32; ++j) {
+    const int lane = j / 8, k = j % 8;
+    p.low_words[j] = static_cast<int16_t>((k < 4 ? 0 : 32) + 2 * (4 * lane + k % 4));
+  }
+  p.head_dim = head_dim, p.group = group;
+  return p;
+}
 
 void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
                    const KiviParams* params, size_t n_rows, size_t head_dim, size_t group,
@@ -178,71 +281,49 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
   thread_local ValueQ8Scratch sc;
-  sc.codes.resize(max_steps * kVK);
+  sc.codes.resize(max_steps * 4);
   sc.sums.assign(n_q * kVK, Bytes64{});
-  sc.zsum.assign(n_q * n_groups, Bytes64{});
+  sc.zsum.assign(n_q * 4, Bytes64{});
   auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
-  // per weight vector v: lane -> group; the distinct ones (uniq); per step of a sub-tile and
-  // distinct v: lane -> the dword of the weights of (group g, rows 4 qd .. 4 qd + 3) in the
-  // packed tables below: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4
-  alignas(64) int32_t grp_idx[4][16];
-  int uniq[4];
-  int n_uniq = 0;
-  for (int v = 0; v < 4; ++v) {
-    for (size_t lane = 0; lane < 16; ++lane) {
-      grp_idx[v][lane] = static_cast<int32_t>(
-          std::min(value_q8_channel(s, 4 * static_cast<size_t>(v), lane) / group, n_groups - 1));
-    }
-    uniq[v] = n_uniq;
-    for (int e = 0; e < v; ++e) {
-      if (std::equal(grp_idx[v], grp_idx[v] + 16, grp_idx[e])) {
-        uniq[v] = uniq[e];
-        break;
-      }
-    }
-    if (uniq[v] == n_uniq) ++n_uniq;
-  }
-  alignas(64) int32_t w_idx[kSub / 4][4][16];
-  for (size_t st = 0; st < sub_steps; ++st) {
-    for (int v = 0; v < 4; ++v) {
-      for (size_t lane = 0; lane < 16; ++lane) {
-        const auto qd = static_cast<int32_t>(s.pair_rows ? 2 * st + lane / 8 : st);
-        const int32_t g = grp_idx[v][lane];
-        w_idx[st][uniq[v]][lane] = 16 * (g / 2) + 4 * (qd % 4) + 2 * (g % 2) + qd / 4;
-      }
+  const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
+  const int pattern = plan.pattern;
+  const int32_t(*w_idx)[4][16] = plan.w_idx;
+  __m512i param_idx[4];
+  for (size_t g = 0; g < 4; ++g) param_idx[g] = _mm512_load_si512(plan.param_idx[g]);
+  // the low words of a's and b's dwords in the order of packs_epi32(a, b): word 8 L + k of
+  // 128-bit lane L is the low word of dword 4 L + k % 4 of a (k < 4) or b
+  const __m512i low_words = _mm512_load_si512(plan.low_words);
+  // the tile's params [group][16 rows] in fp32, in memory (as arrays of vectors GCC copied
+  // them between stack slots every tile); past n_groups: 0 (so are their weights and steps)
+  __m512* const scale_t = reinterpret_cast<__m512*>(sc.scale);  // [4][kQuarters]
+  __m512* const zero_t = reinterpret_cast<__m512*>(sc.zero);
+  for (size_t g = n_groups; g < 4; ++g) {
+    for (size_t h = 0; h < kQuarters; ++h) {
+      scale_t[g * kQuarters + h] = zero_t[g * kQuarters + h] = _mm512_setzero_ps();
     }
   }
-  __m512i param_idx[4];  // lane i -> dword (i % 8) * n_groups + g of 8 rows' params
-  for (size_t g = 0; g < n_groups; ++g) {
-    alignas(64) int32_t idx[16];
-    for (size_t i = 0; i < 16; ++i) idx[i] = static_cast<int32_t>((i % 8) * n_groups + g);
-    param_idx[g] = _mm512_load_si512(idx);
-  }
-  __m512i w32[4][kQuarters];  // the tile's integer weights [group][16 rows]; past n_groups: 0
-  for (auto& g : w32) {
-    for (auto& x : g) x = _mm512_setzero_si512();
-  }
-  __m512 scale_t[4][kQuarters], zero_t[4][kQuarters];  // the tile's params [group][16 rows]
   for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
     const uint8_t* tile = codes + r0 * row_bytes;
-    if (r0 + kVPrefetchRows < n_rows) {  // the codes and params of a tile kVPrefetchRows ahead
-      const size_t nf = std::min(kVTile, n_rows - r0 - kVPrefetchRows);
-      prefetch_t2(tile + kVPrefetchRows * row_bytes, nf * row_bytes);
-      prefetch_t2(params + (r0 + kVPrefetchRows) * n_groups, nf * n_groups * sizeof(KiviParams));
-    }
     for (size_t st = 0; st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
+      // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
+      // work rather than 48 prefetches in a burst)
+      if (r0 + row + kVPrefetchRows + s.step_rows <= n_rows) {
+        prefetch_t2(tile + (row + kVPrefetchRows) * row_bytes, s.step_rows * row_bytes);
+        prefetch_t2(params + (r0 + row + kVPrefetchRows) * n_groups,
+                    s.step_rows * n_groups * sizeof(KiviParams));
+      }
       const uint8_t* src = tile + row * row_bytes;
       if (row + s.step_rows > nr) {  // a partial last step: its rows, then zeros
         std::memset(sc.pad, 0, s.step_rows * row_bytes);
         std::memcpy(sc.pad, src, (nr - row) * row_bytes);
         src = sc.pad;
       }
-      build_step(codes_v + st * kVK, src, row_bytes, s);
+      build_step(codes_v + st * 4, src, row_bytes, s);
     }
     __mmask16 mask[kQuarters];
     for (size_t h = 0; h < kQuarters; ++h) {
@@ -254,7 +335,10 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     // group's column; dwords past the tile's rows load as 0
     const auto* tile_params = reinterpret_cast<const int*>(params + r0 * n_groups);
     const size_t n_dw = nr * n_groups;
+    // a whole tile of 4 groups per row: every load's 16 dwords are the tile's (no masks)
+    const bool whole = n_groups == 4 && n_dw == kVTile * 4;
     const auto load16 = [&](size_t at) {
+      if (whole) return _mm512_loadu_si512(tile_params + at);
       const size_t valid = at < n_dw ? std::min<size_t>(16, n_dw - at) : 0;
       return valid == 0 ? _mm512_setzero_si512()
                         : _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u),
@@ -268,8 +352,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const __m512i d =
             _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(l0, param_idx[g], l1),
                                     _mm512_permutex2var_epi32(h0, param_idx[g], h1));
-        scale_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
-        zero_t[g][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
+        scale_t[g * kQuarters + h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+        zero_t[g * kQuarters + h] =
+            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
       }
     }
     // up to 4 queries (a GQA group) at a time: their weights quantized first (independent
@@ -283,87 +368,121 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const float* wj = w + j * w_stride + r0;
         __m512 wr[kQuarters];
         for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
-        // the steps of the groups in lanes g, kept in registers (scalars stored and read back as a
-        // vector stall on store forwarding)
-        __m512 steps = _mm512_setzero_ps();
-        for (size_t g = 0; g < n_groups; ++g) {
-          // the arithmetic of kivi_value_rows_accumulate_q8_scalar
-          __m512 u[kQuarters];
-          __m512 z = zsum_v[j * n_groups + g], m = _mm512_setzero_ps();
+        // the arithmetic of kivi_value_rows_accumulate_q8_scalar: u = w * scale per group, the
+        // groups' maxima in one vector (lanes 4 g .. 4 g + 3 hold group g's), one division
+        __m512 u[4][kQuarters], m[4];
+        for (size_t g = 0; g < 4; ++g) {
+          __m512 z = zsum_v[j * 4 + g];
+          m[g] = _mm512_setzero_ps();
           for (size_t h = 0; h < kQuarters; ++h) {
-            u[h] = _mm512_mul_ps(wr[h], scale_t[g][h]);
-            z = _mm512_fmadd_ps(wr[h], zero_t[g][h], z);
-            m = _mm512_max_ps(m, u[h]);
+            u[g][h] = _mm512_mul_ps(wr[h], scale_t[g * kQuarters + h]);
+            z = _mm512_fmadd_ps(wr[h], zero_t[g * kQuarters + h], z);
+            m[g] = _mm512_max_ps(m[g], u[g][h]);
           }
-          zsum_v[j * n_groups + g] = z;
-          const float mx = _mm512_reduce_max_ps(m);
-          const bool live = mx >= 0x1p-100f;
-          steps = _mm512_mask_mov_ps(steps, static_cast<__mmask16>(1u << g),
-                                     _mm512_set1_ps(live ? mx * (1.0f / 255.0f) : 0.0f));
-          const __m512 inv = _mm512_set1_ps(live ? 255.0f / mx : 0.0f);
-          // min(., 255) is the unsigned saturation of the pack below
-          for (size_t h = 0; h < kQuarters; ++h) {
-            w32[g][h] = _mm512_cvtps_epi32(_mm512_mul_ps(u[h], inv));
-          }
+          zsum_v[j * 4 + g] = z;
         }
+        const __m512 mx = max_per_group(m);
+        const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(0x1p-100f), _CMP_GE_OQ);
+        const __m512 inv = _mm512_maskz_div_ps(live, _mm512_set1_ps(255.0f), mx);
+        const __m512 steps = _mm512_maskz_mul_ps(live, mx, _mm512_set1_ps(1.0f / 255.0f));
+        const __m512 magic = _mm512_set1_ps(0x1p23f);
+        const __m512 inv_g[4] = {
+            _mm512_shuffle_f32x4(inv, inv, 0x00), _mm512_shuffle_f32x4(inv, inv, 0x55),
+            _mm512_shuffle_f32x4(inv, inv, 0xAA), _mm512_shuffle_f32x4(inv, inv, 0xFF)};
         for (int v = 0; v < 4; ++v) {
-          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(grp_idx[v]), steps);
+          step_v[jb][v] = _mm512_permutexvar_ps(_mm512_load_si512(plan.grp_idx4[v]), steps);
         }
-        for (size_t sub = 0; sub * sub_steps < n_steps; ++sub) {
+        for (size_t sub = 0; sub < kVTile / kSub; ++sub) {
           // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
-          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L)
-          const auto table = [&](size_t g0) {
-            const __m512i a = _mm512_packs_epi32(w32[g0][2 * sub], w32[g0][2 * sub + 1]);
-            const __m512i b = _mm512_packs_epi32(w32[g0 + 1][2 * sub], w32[g0 + 1][2 * sub + 1]);
-            return _mm512_packus_epi16(a, b);
+          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L);
+          // the weights are the low bytes of 2^23 + rne(u * inv) (exact: below 2^23 + 256)
+          const auto words = [&](size_t g) {  // group g's 32 rows as words
+            const __m512 q0 = _mm512_fmadd_ps(u[g][2 * sub], inv_g[g], magic);
+            const __m512 q1 = _mm512_fmadd_ps(u[g][2 * sub + 1], inv_g[g], magic);
+            return _mm512_permutex2var_epi16(_mm512_castps_si512(q0), low_words,
+                                             _mm512_castps_si512(q1));
           };
-          tabs[jb][sub][0] = table(0), tabs[jb][sub][1] = table(2);
+          tabs[jb][sub][0] = _mm512_packus_epi16(words(0), words(1));
+          tabs[jb][sub][1] = _mm512_packus_epi16(words(2), words(3));
         }
       }
       for (size_t jb = 0; jb < nb; ++jb) {
-        dot_tile(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, uniq, codes_v, n_steps, sub_steps,
-                 step_v[jb]);
+        const auto dot = s.pair_rows ? (pattern == 0   ? dot_tile<0, 0, 0, true>
+                                        : pattern == 1 ? dot_tile<0, 1, 1, true>
+                                                       : dot_tile<1, 2, 3, true>)
+                                     : (pattern == 0   ? dot_tile<0, 0, 0, false>
+                                        : pattern == 1 ? dot_tile<0, 1, 1, false>
+                                                       : dot_tile<1, 2, 3, false>);
+        dot(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, codes_v, n_steps, sub_steps, step_v[jb]);
       }
     }
   }
-  // back to channel order: out[c] += the lanes of channel c (two when pair_rows: lanes l and
-  // l + 8; else the second gather is masked off) + zero sum, 16 channels at a time
-  for (size_t i = 0; i < 2 * head_dim; ++i) sc.chan[i] = -1;
-  for (size_t k = 0; k < kVK; ++k) {
-    for (size_t lane = 0; lane < 16; ++lane) {
-      const size_t c = value_q8_channel(s, k, lane);
-      sc.chan[s.pair_rows && lane >= 8 ? head_dim + c : c] = static_cast<int32_t>(k * 16 + lane);
-    }
-  }
-  // once per call, not per query and channel (an integer division per lane: about 5% of this
-  // kernel's samples with the other divisions of the call)
-  for (size_t c = 0, g = 0, in_group = 0; c < head_dim; ++c) {
-    sc.group_of[c] = static_cast<int32_t>(g);
-    if (++in_group == group) g += 1, in_group = 0;
-  }
+  // back to channel order, 16 channels at a time (value_q8_channel): channel
+  // 64 L + 16 v + 4 d + i is lane 4 L + d of sums[4 v + i] (plus lane 4 L + 8 + d when
+  // pair_rows, L < 2); a 4 x 4 transpose in 128-bit lanes puts it in lane i of 128-bit lane L
+  // of y[d], and a transpose of 128-bit lanes puts 128-bit lane L of y[0..3] in output L.
+  const __m512 unscale = _mm512_setr_ps(  // channel c: 1 / kCodeMul[c % 4]
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3],
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3],
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3],
+      1.0f / kCodeMul[0], 1.0f / kCodeMul[1], 1.0f / kCodeMul[2], 1.0f / kCodeMul[3]);
   for (size_t j = 0; j < n_q; ++j) {
     alignas(64) float zero_sum[16] = {};
     for (size_t g = 0; g < n_groups; ++g) {
-      zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * n_groups + g]);
+      zero_sum[g] = _mm512_reduce_add_ps(zsum_v[j * 4 + g]);
     }
     const __m512 zs = _mm512_load_ps(zero_sum);
-    const auto* base = reinterpret_cast<const float*>(sums_v + j * kVK);
+    const __m512* x = sums_v + j * kVK;
+    __m512 unpaired[kVK];  // pair_rows: sums[4 v + i] in lanes 0..7 (dot_tile's pairs split)
+    if (s.pair_rows) {
+      for (size_t p = 0; p < kVK / 2; ++p) {
+        unpaired[2 * p] = x[p];
+        unpaired[2 * p + 1] = _mm512_shuffle_f32x4(x[p], x[p], _MM_SHUFFLE(1, 0, 3, 2));
+      }
+      x = unpaired;
+    }
     float* oj = out + j * head_dim;
-    for (size_t c = 0; c < head_dim; c += 16) {
-      const __m512i i0 = _mm512_loadu_si512(sc.chan + c);
-      const __m512i i1 = _mm512_loadu_si512(sc.chan + head_dim + c);
-      const __mmask16 has1 = _mm512_cmpge_epi32_mask(i1, _mm512_setzero_si512());
-      const __m512 v0 = _mm512_i32gather_ps(i0, base, 4);
-      const __m512 v1 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), has1, i1, base, 4);
-      const __m512 z = _mm512_permutexvar_ps(_mm512_load_si512(sc.group_of + c), zs);
-      _mm512_storeu_ps(
-          oj + c, _mm512_add_ps(_mm512_loadu_ps(oj + c), _mm512_add_ps(_mm512_add_ps(v0, v1), z)));
+    for (size_t v = 0; v < 4; ++v) {
+      const __m512* xv = x + 4 * v;
+      const __m512 t0 = _mm512_unpacklo_ps(xv[0], xv[1]), t1 = _mm512_unpackhi_ps(xv[0], xv[1]);
+      const __m512 t2 = _mm512_unpacklo_ps(xv[2], xv[3]), t3 = _mm512_unpackhi_ps(xv[2], xv[3]);
+      __m512 y[4] = {_mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                     _mm512_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                     _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                     _mm512_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2))};
+      const __m512 lo01 = _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m512 lo23 = _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m512 hi01 = _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 2, 3, 2));
+      const __m512 hi23 = _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 2, 3, 2));
+      const __m512 o[4] = {_mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1)),
+                           _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1))};
+      for (size_t l = 0; l < head_dim / 64; ++l) {
+        const size_t c = 64 * l + 16 * v;
+        const __m512 z = _mm512_permutexvar_ps(_mm512_load_si512(plan.group_of + c), zs);
+        const __m512 sum = _mm512_mul_ps(o[l], unscale);
+        _mm512_storeu_ps(oj + c, _mm512_add_ps(_mm512_loadu_ps(oj + c), _mm512_add_ps(sum, z)));
+      }
     }
   }
 }
 
 bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
-  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p100f);
+  // fast pass: every weight's bits, unsigned, at most those of 2^64 (non-negative, no NaN)
+  __m512i top = _mm512_setzero_si512();
+  for (size_t j = 0; j < n_q; ++j) {
+    const float* wj = w + j * w_stride;
+    size_t r = 0;
+    for (; r + 16 <= n_rows; r += 16) top = _mm512_max_epu32(top, _mm512_loadu_si512(wj + r));
+    if (r < n_rows) {
+      const auto m = static_cast<__mmask16>((1u << (n_rows - r)) - 1u);
+      top = _mm512_max_epu32(top, _mm512_maskz_loadu_epi32(m, wj + r));
+    }
+  }
+  if (_mm512_reduce_max_epu32(top) <= 0x5F800000u) return true;
+  // else the ordered compares (-0 is in range)
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p64f);
   for (size_t j = 0; j < n_q; ++j) {
     for (size_t r = 0; r < n_rows; r += 16) {
       const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
