@@ -45,7 +45,7 @@ constexpr size_t kMaxHeadDim = 256;
 constexpr size_t kMaxGroups = 16;
 constexpr size_t kMaxFlat = kTile * kMaxGroups;  // flat entries of a tile
 constexpr size_t kBatch = 4;                     // queries per pass (a GQA group)
-constexpr size_t kAheadRows = 64;                // rows between a prefetch and its use
+constexpr size_t kAheadRows = 128;               // rows between a prefetch and its use
 static_assert(kTile % 16 == 0 && kTile * 15 * 32767 < (size_t{1} << 31), "int32 sums exact");
 
 // acc += vpdpwssd(a, b), in place (as kivi_q8_values_simd.cpp's dpbusd: GCC 12 moves the
@@ -126,10 +126,7 @@ void quantize_tile(Q16Scratch& sc, __m512* z, __m512* steps, const float* w, siz
   const size_t shift = static_cast<size_t>(__builtin_ctzll(n_groups));  // n_groups: 2^shift
   const size_t n_flat = nr * n_groups;
   const auto* pd = reinterpret_cast<const int*>(params);  // (scale, zero) dwords, flat order
-  for (size_t v = 0; v < n_vec; ++v) {
-    const size_t valid = n_flat > 16 * v ? std::min<size_t>(16, n_flat - 16 * v) : 0;
-    const __m512i d = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u),
-                                               valid > 0 ? pd + 16 * v : pd);
+  const auto flat = [&](size_t v, __m512i d) {
     const __m512 sv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
     const __m512 zv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d, 16)));
     const __m512i idx = _mm512_load_si512(sc.bidx[v & (n_groups - 1)]);
@@ -142,6 +139,13 @@ void quantize_tile(Q16Scratch& sc, __m512* z, __m512* steps, const float* w, siz
       m[j] = _mm512_max_ps(m[j], u);
       zl[j] = _mm512_fmadd_ps(wb, zv, zl[j]);
     }
+  };
+  size_t v = 0;
+  for (; v < n_flat / 16; ++v) flat(v, _mm512_loadu_si512(pd + 16 * v));
+  for (; v < n_vec; ++v) {  // the last rows of a partial tile, then zeros
+    const size_t valid = n_flat > 16 * v ? n_flat - 16 * v : 0;
+    flat(v, _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << valid) - 1u),
+                                     valid > 0 ? pd + 16 * v : pd));
   }
   const __m512i pidx = _mm512_load_si512(sc.pidx);
 #pragma GCC unroll 4
@@ -153,11 +157,11 @@ void quantize_tile(Q16Scratch& sc, __m512* z, __m512* steps, const float* w, siz
     steps[j] = _mm512_maskz_mul_ps(live, mx, _mm512_set1_ps(1.0f / 32767.0f));
     const float* u = sc.u[j];
     int32_t* tab = sc.tab[j];
-    for (size_t v = 0; v < n_vec; v += 2) {
-      const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(u + 16 * v), inv));
-      const __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(u + 16 * v + 16), inv));
+    for (size_t e = 0; e < n_vec; e += 2) {
+      const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(u + 16 * e), inv));
+      const __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(u + 16 * e + 16), inv));
       // signed saturation to 32767 is the min of the reference (never acting)
-      _mm512_store_si512(tab + 16 * (v / 2),
+      _mm512_store_si512(tab + 16 * (e / 2),
                          _mm512_permutexvar_epi16(pidx, _mm512_packs_epi32(a, b)));
     }
   }
@@ -198,27 +202,22 @@ void pass(float (*sums)[kMaxHeadDim], size_t sum_at,
     }
   };
   const size_t full = nr / 2;
-  // pass h = 0 also prefetches (T2) the rows and params kAheadRows ahead, while they exist:
-  // spread over the loop, not a burst per tile (a burst of prefetches stalled on the misses)
-  size_t p = 0;
-  if (H == 0) {
-    const size_t pf_pairs =
-        rows_left > kAheadRows + 1 ? std::min(full, (rows_left - kAheadRows) / 2) : 0;
-    const size_t pair_param_bytes = 2 * n_groups * sizeof(KiviParams);
-    for (; p < pf_pairs; ++p) {
-      const uint8_t* ra = rows + 2 * p * row_bytes;
-      const auto* f = reinterpret_cast<const char*>(ra + kAheadRows * row_bytes + off);
-      _mm_prefetch(f, _MM_HINT_T2), _mm_prefetch(f + row_bytes, _MM_HINT_T2);
-      if (off == 0) {
-        const auto* q = reinterpret_cast<const char*>(par + (2 * p + kAheadRows) * n_groups);
+  // pass h = 0 also prefetches (T2) the codes kAheadRows ahead and the params of the next tile,
+  // while they exist: spread over the loop (a burst of prefetches per tile stalled on the misses)
+  const size_t pair_param_bytes = 2 * n_groups * sizeof(KiviParams);
+  for (size_t p = 0; p < full; ++p) {
+    const uint8_t* ra = rows + 2 * p * row_bytes;
+    if constexpr (H == 0) {
+      if (2 * p + kAheadRows + 1 < rows_left) {
+        const auto* f = reinterpret_cast<const char*>(ra + kAheadRows * row_bytes + off);
+        _mm_prefetch(f, _MM_HINT_T2), _mm_prefetch(f + row_bytes, _MM_HINT_T2);
+      }
+      if (off == 0 && 2 * p + kTile + 1 < rows_left) {
+        const auto* q = reinterpret_cast<const char*>(par + (2 * p + kTile) * n_groups);
         _mm_prefetch(q, _MM_HINT_T2);
         if (pair_param_bytes > 64) _mm_prefetch(q + 64, _MM_HINT_T2);
       }
-      body(ra, ra + row_bytes, p);
     }
-  }
-  for (; p < full; ++p) {
-    const uint8_t* ra = rows + 2 * p * row_bytes;
     body(ra, ra + row_bytes, p);
   }
   if (nr % 2 != 0) body(rows + 2 * full * row_bytes, zero_row, full);  // its weight is 0
