@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kv/kivi3_kernels.h"
 #include "snapkv/util/cpu.h"
+#include "snapkv/util/error.h"
 #include "util/isa_tables.h"
 
 namespace snapkv {
@@ -245,6 +247,80 @@ void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* 
       out[r * head_dim + c] = kivi_decode(code, params[r * n_groups + c / group]);
     }
   }
+}
+
+// ---- 4-bit value rows in integers (kivi_kernels.h, kivi_q16_values_simd.cpp) ----
+
+namespace {
+bool (*const kQ16Handles[kIsaLevelCount])(size_t, size_t, int) = {
+    &isa_scalar::kivi_value_q16_handles, &SNAPKV_ISA_NS_AVX2::kivi_value_q16_handles,
+    &SNAPKV_ISA_NS_AVX512::kivi_value_q16_handles};
+}  // namespace
+
+void kivi_value_rows_accumulate_q16_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
+                                           const uint8_t* codes, const KiviParams* params,
+                                           size_t n_rows, size_t head_dim, size_t group) {
+  constexpr int kBits = 4;
+  constexpr size_t kLanes = 16;
+  const size_t n_words = ceil_div(head_dim, kKiviOctet);
+  const size_t n_groups = ceil_div(head_dim, group);
+  if (kLanes % n_groups != 0) {
+    throw_invalid("kivi", "4-bit integer value form needs n_groups dividing 16",
+                  std::to_string(n_groups), "1, 2, 4, 8 or 16");
+  }
+  const size_t row_bytes = n_words * kivi_word_bytes(kBits);
+  std::vector<float> sums(head_dim), step(n_groups);
+  std::vector<int32_t> isum(head_dim), wq(kKiviValueQ16Tile * n_groups);
+  for (size_t j = 0; j < n_q; ++j) {
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    float z[kLanes] = {};  // the zero terms' lanes
+    for (size_t r0 = 0; r0 < n_rows; r0 += kKiviValueQ16Tile) {
+      const size_t nr = std::min(kKiviValueQ16Tile, n_rows - r0);
+      const float* wj = w + j * w_stride + r0;
+      for (size_t g = 0; g < n_groups; ++g) {
+        const auto u = [&](size_t r) {
+          return wj[r] * fp16_to_fp32(params[(r0 + r) * n_groups + g].scale);
+        };
+        float mx = 0.0f;
+        for (size_t r = 0; r < nr; ++r) mx = std::max(mx, u(r));
+        const bool live = mx >= 0x1p-100f;
+        const float inv = live ? 32767.0f / mx : 0.0f;
+        step[g] = live ? mx * (1.0f / 32767.0f) : 0.0f;
+        for (size_t r = 0; r < nr; ++r) {
+          wq[r * n_groups + g] =
+              static_cast<int32_t>(std::min(std::nearbyint(u(r) * inv), 32767.0f));
+        }
+      }
+      for (size_t r = 0; r < nr; ++r) {
+        for (size_t g = 0; g < n_groups; ++g) {
+          float& lane = z[((r0 + r) * n_groups + g) % kLanes];
+          lane = std::fma(wj[r], fp16_to_fp32(params[(r0 + r) * n_groups + g].zero), lane);
+        }
+      }
+      std::fill(isum.begin(), isum.end(), 0);
+      for (size_t r = 0; r < nr; ++r) {
+        const uint8_t* row = codes + (r0 + r) * row_bytes;
+        for (size_t c = 0; c < head_dim; ++c) {
+          const auto code = static_cast<int32_t>(
+              code_at(kivi_load_word(row, c / kKiviOctet, kBits), c % kKiviOctet, kBits));
+          isum[c] += wq[r * n_groups + c / group] * code;
+        }
+      }
+      for (size_t c = 0; c < head_dim; ++c) {
+        sums[c] = std::fma(step[c / group], static_cast<float>(isum[c]), sums[c]);
+      }
+    }
+    for (size_t s = kLanes / 2; s >= n_groups; s /= 2) {
+      float t[kLanes];
+      for (size_t l = 0; l < kLanes; ++l) t[l] = z[l] + z[(l + s) % kLanes];
+      std::copy_n(t, kLanes, z);
+    }
+    for (size_t c = 0; c < head_dim; ++c) out[j * head_dim + c] += sums[c] + z[c / group];
+  }
+}
+
+bool kivi_value_accumulate_uses_q16(size_t head_dim, size_t group, int bits) {
+  return isa_select(kQ16Handles)(head_dim, group, bits);
 }
 
 }  // namespace snapkv

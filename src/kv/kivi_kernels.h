@@ -155,3 +155,59 @@ constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
 SNAPKV_KIVI_KERNELS_DECLARE(isa_scalar)
 SNAPKV_KIVI_KERNELS_DECLARE(isa_avx2)
 SNAPKV_KIVI_KERNELS_DECLARE(isa_avx512)
+
+namespace snapkv {
+
+// ---- 4-bit value rows in integers: int16 weights, vpdpwssd (kivi_q16_values_simd.cpp) ----
+//
+// The integer form of kivi_value_rows_accumulate for 4-bit rows, weights w in [0, 2^100]
+// (softmax weights; others run the float form), n_groups = ceil(head_dim / group) dividing 16.
+// Per query j, tile of kKiviValueQ16Tile rows (counted from row 0 of the call) and group g, with
+// u_r = w[j][r] * scale(r, g) (fp32) and mx = max_r u_r over the tile:
+//   live = mx >= 2^-100, step = live ? mx * fl(1 / 32767) : 0, inv = live ? fl(32767 / mx) : 0,
+//   wq_r = min(rne(u_r * inv), 32767),  I_c = sum_r wq_r code(r, c) (exact in int32: at most
+//   kKiviValueQ16Tile * 15 * 32767 < 2^31),  sums_c = fma(step, float(I_c), sums_c) per tile,
+// and the zero terms in fp32 in a fixed order: 16 lanes z_l, row r (of the call) and group g
+// adding fma(w_r, zero(r, g), z_l) at lane l = (r * n_groups + g) % 16 in row order, then for
+// s = 8, 4, .. down to n_groups: z_l += z_((l + s) % 16) (all lanes at once), giving
+// zero_sum(g) = z_g; finally out[j][c] += sums_c + zero_sum(g(c)).
+// Bound. With the four fp32 roundings d_1..d_4 (|d_i| <= 2^-24) of inv, u_r * inv, 1 / 32767
+// and step: wq_r = fl(u_r * inv) + rho_r, |rho_r| <= 1/2 (the min never acts: fl(u_r * inv) <=
+// 32767 (1 + 2^-24)^2 < 32767.5), so step * wq_r - u_r = u_r ((1 + d_1) .. (1 + d_4) - 1) +
+// step * rho_r, and with u_r <= mx, step / 2 >= mx / 65534 (1 - 2^-23):
+// |step * wq_r - u_r| <= e_t with
+//   e_t = step / 2 * (1 + 2^-5)   (4 * 2^-24 * 65534 (1 + 2^-22) < 2^-6; e_t = mx when
+//                                  mx < 2^-100),
+// and the distance from the float form is at most
+//   sum_tiles e_t * sum_r code(r, c) + the fp32 rounding of both forms
+// (float(I_c) rounds once when I_c > 2^24: part of the fp32 rounding).
+// Why 15 bits: the codec's own value error per row is uniform in +-scale / 2, so it moves
+// out_c by an RMS of sqrt(sum_r (w_r scale_r)^2 / 12) >= mx / sqrt(12) per tile. The weight
+// rounding adds sum_r step rho_r code_r, RMS <= step / sqrt(12) * sqrt(sum_r code_r^2) <=
+// (mx / 32767) / sqrt(12) * 15 sqrt(128) (every code 15, one tile of 128 rows): the ratio of
+// the two is at most 170 / 32767 = 0.0052, 2.7e-5 of the codec's error variance, where one u8
+// part (step mx / 255, 64-row tiles: ratio 0.47, 22% of the variance) was the 5-19% measured in
+// the tests.
+void kivi_value_rows_accumulate_q16_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
+                                           const uint8_t* codes, const KiviParams* params,
+                                           size_t n_rows, size_t head_dim, size_t group);
+// True when kivi_value_rows_accumulate runs the 4-bit integer form at the active ISA level for
+// this shape (and weights in [0, 2^100]): AVX-512 VNNI, head_dim 128 or 256, group % 16 == 0,
+// n_groups dividing 16.
+bool kivi_value_accumulate_uses_q16(size_t head_dim, size_t group, int bits);
+// Rows per weight step of the 4-bit integer value form.
+inline constexpr size_t kKiviValueQ16Tile = 128;
+
+}  // namespace snapkv
+// As compiled for each ISA level: kivi_value_rows_accumulate_q16 runs the form (false, nothing
+// written, where the level, shape or weights have none).
+#define SNAPKV_KIVI_Q16_VALUES_DECLARE(NS)                                                     \
+  namespace snapkv::NS {                                                                       \
+  bool kivi_value_rows_accumulate_q16(float* out, const float* w, size_t w_stride, size_t n_q, \
+                                      const uint8_t* codes, const KiviParams* params,          \
+                                      size_t n_rows, size_t head_dim, size_t group, int bits); \
+  bool kivi_value_q16_handles(size_t head_dim, size_t group, int bits);                        \
+  }
+SNAPKV_KIVI_Q16_VALUES_DECLARE(isa_scalar)
+SNAPKV_KIVI_Q16_VALUES_DECLARE(isa_avx2)
+SNAPKV_KIVI_Q16_VALUES_DECLARE(isa_avx512)

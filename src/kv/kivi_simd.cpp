@@ -539,6 +539,10 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
                                     bits)) {
     return;  // integer weighted sums (kivi_q8_simd.cpp)
   }
+  if (kivi_value_rows_accumulate_q16(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group,
+                                     bits)) {
+    return;  // 4-bit rows: int16 weights (kivi_q16_values_simd.cpp)
+  }
 #if SNAPKV_KIVI_AVX2
   // rows ahead of the tile being summed whose codes and params are prefetched
   constexpr size_t kPrefetchRows = 4 * kKiviValueTile;

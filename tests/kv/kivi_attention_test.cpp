@@ -484,6 +484,8 @@ TEST(KiviAttention, IntegerValueKernelMatchesScalarForm) {
           ValueCase v = value_case(sh.hd, sh.group, n_rows, n_q, bits, uint32_t(n_rows + sh.hd));
           if (negative) v.w[2 * n_rows + n_rows / 2] = -0.25f;
           const bool q8 = !negative && kivi_value_accumulate_uses_q8(sh.hd, sh.group, bits);
+          // 4-bit rows: the int16 form's twin (kivi_values4_test holds it bit for bit)
+          const bool q16 = !negative && kivi_value_accumulate_uses_q16(sh.hd, sh.group, bits);
           std::vector<float> fast(n_q * sh.hd, 0.5f), slow(n_q * sh.hd, 0.5f);
           kivi_value_rows_accumulate(fast.data(), v.w.data(), n_rows, n_q, v.codes.data(),
                                      v.params.data(), n_rows, sh.hd, sh.group, bits);
@@ -491,6 +493,10 @@ TEST(KiviAttention, IntegerValueKernelMatchesScalarForm) {
             kivi_value_rows_accumulate_q8_scalar(slow.data(), v.w.data(), n_rows, n_q,
                                                  v.codes.data(), v.params.data(), n_rows, sh.hd,
                                                  sh.group, bits);
+          } else if (q16) {
+            kivi_value_rows_accumulate_q16_scalar(slow.data(), v.w.data(), n_rows, n_q,
+                                                  v.codes.data(), v.params.data(), n_rows, sh.hd,
+                                                  sh.group);
           } else {
             kivi_value_rows_accumulate_scalar(slow.data(), v.w.data(), n_rows, n_q, v.codes.data(),
                                               v.params.data(), n_rows, sh.hd, sh.group, bits);
