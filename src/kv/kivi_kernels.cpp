@@ -29,11 +29,14 @@ struct KiviKernels {
   bool (*value_q8_handles)(size_t, size_t, int);
   bool (*key_block_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
                                size_t, size_t, int, float*);
+  bool (*key_blocks_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
+                                size_t, size_t, size_t, int, float*);
 };
 #define SNAPKV_KIVI_TABLE(NS)                                                           \
   KiviKernels {                                                                         \
     &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles, \
-        &NS::kivi_value_q8_handles, &NS::kivi_key_block_dot_q8_f16                      \
+        &NS::kivi_value_q8_handles, &NS::kivi_key_block_dot_q8_f16,                     \
+        &NS::kivi_key_blocks_dot_q8_f16                                                 \
   }
 const KiviKernels kTables[kIsaLevelCount] = {SNAPKV_KIVI_TABLE(isa_scalar),
                                              SNAPKV_KIVI_TABLE(SNAPKV_ISA_NS_AVX2),
@@ -139,6 +142,23 @@ void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_
   float* p32 = scratch.data() + kernel_floats;
   fp16_to_fp32_n(p32, params, 2 * head_dim);
   kivi_key_block_dot(out, out_stride, q, n_q, p32, p32 + head_dim, words, n_rows, head_dim, bits);
+}
+
+void kivi_key_blocks_dot_f16(float* out, size_t out_stride, const float* q, size_t n_q,
+                             const fp16_t* params, const uint8_t* words, size_t n_blocks,
+                             size_t block_rows, size_t head_dim, int bits) {
+  thread_local std::vector<float> scratch;  // as in kivi_key_block_dot
+  scratch.resize(kivi_key_scratch_floats(n_q, head_dim));
+  if (bits != 3 &&
+      isa_select(kTables).key_blocks_dot_q8_f16(out, out_stride, q, n_q, params, words, n_blocks,
+                                                block_rows, head_dim, bits, scratch.data())) {
+    return;
+  }
+  const size_t block_bytes = block_rows / kKiviOctet * head_dim * kivi_word_bytes(bits);
+  for (size_t b = 0; b < n_blocks; ++b) {
+    kivi_key_block_dot_f16(out + b * block_rows, out_stride, q, n_q, params + b * 2 * head_dim,
+                           words + b * block_bytes, block_rows, head_dim, bits);
+  }
 }
 
 void kivi_key_block_decode(float* out, const float* scales, const float* zeros,

@@ -60,6 +60,15 @@ void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_
                             const fp16_t* params, const uint8_t* words, size_t n_rows,
                             size_t head_dim, int bits);
 
+// kivi_key_block_dot_f16 on n_blocks consecutive blocks of block_rows rows each (a multiple of
+// 8): params: [n_blocks][2][head_dim] fp16, words: [n_blocks][block_rows / 8][head_dim] code
+// words, out rows b * block_rows + r (r < block_rows) for block b. The same results as the
+// per-block calls; the integer form of 2-bit keys prepares each block's query operands inside the
+// previous block's dot loop (kivi_q8_simd.cpp).
+void kivi_key_blocks_dot_f16(float* out, size_t out_stride, const float* q, size_t n_q,
+                             const fp16_t* params, const uint8_t* words, size_t n_blocks,
+                             size_t block_rows, size_t head_dim, int bits);
+
 // Decodes rows [row_begin, row_end) of one key block into out: [row_end - row_begin][head_dim].
 void kivi_key_block_decode(float* out, const float* scales, const float* zeros,
                            const uint8_t* words, size_t row_begin, size_t row_end, size_t head_dim,
@@ -143,6 +152,9 @@ constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
   bool kivi_key_block_dot_q8_f16(float* out, size_t out_stride, const float* q, size_t n_q,      \
                                  const fp16_t* params, const uint8_t* words, size_t n_rows,      \
                                  size_t head_dim, int bits, float* scratch);                     \
+  bool kivi_key_blocks_dot_q8_f16(float* out, size_t out_stride, const float* q, size_t n_q,     \
+                                  const fp16_t* params, const uint8_t* words, size_t n_blocks,   \
+                                  size_t block_rows, size_t head_dim, int bits, float* scratch); \
   bool kivi_key_q8_handles(size_t head_dim, int bits);                                           \
   void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,       \
                                   const uint8_t* codes, const KiviParams* params, size_t n_rows, \

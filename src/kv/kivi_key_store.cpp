@@ -53,6 +53,13 @@ class KiviKeyStore final : public KiviStore {
     params.resize(2 * head_dim_);
     size_t row0 = 0;
     for (size_t b = 0; b < blocks_.size(); ++b) {
+      const size_t run = full_run(b, blocks_.size());
+      if (run > 0) {
+        run_dot(out + row0, stride, q, n_q, b, run);
+        b += run - 1;
+        row0 = blocks_[b].row_end;
+        continue;
+      }
       const size_t n = blocks_[b].row_end - row0;
       if (b + kPrefetchBlocks < blocks_.size()) prefetch_block(b + kPrefetchBlocks);
       block_dot(out + row0, stride, q, n_q, params.data(), b, n);
@@ -72,6 +79,16 @@ class KiviKeyStore final : public KiviStore {
     for (size_t b = block_of(begin); b < blocks_.size(); ++b) {
       const size_t first = b == 0 ? 0 : blocks_[b - 1].row_end, stop = blocks_[b].row_end;
       if (first >= end) break;
+      if (first >= begin) {  // whole full blocks that end by end: one call
+        size_t stop_b = b;
+        while (stop_b < blocks_.size() && blocks_[stop_b].row_end <= end) ++stop_b;
+        const size_t run = full_run(b, stop_b);
+        if (run > 0) {
+          run_dot(out + (first - begin), stride, q, n_q, b, run);
+          b += run - 1;
+          continue;
+        }
+      }
       if (b + kPrefetchBlocks < blocks_.size()) prefetch_block(b + kPrefetchBlocks);
       if (first >= begin && stop <= end) {
         float* dst = out + (first - begin);
@@ -89,6 +106,27 @@ class KiviKeyStore final : public KiviStore {
               dot(q + j * head_dim_, rows.data() + (r - lo) * head_dim_, head_dim_);
         }
       }
+    }
+  }
+
+  // The number of blocks from b (before stop) that hold group_ rows each, where the integer form
+  // runs them in one kivi_key_blocks_dot_f16 call (no kivimix pass, whole octets); 0 if none.
+  size_t full_run(size_t b, size_t stop) const {
+    if (wide_ > 0 || group_ % kKiviOctet != 0 || !kivi_key_dot_uses_q8(head_dim_, bits_)) return 0;
+    size_t e = b;
+    while (e < stop && blocks_[e].row_end - (e == 0 ? 0 : blocks_[e - 1].row_end) == group_) ++e;
+    return e - b;
+  }
+
+  // Blocks b .. b + run - 1 (full_run) into out (the first block's row 0 at out), then their
+  // Kitty passes; the kernel prefetches the words and params ahead itself.
+  void run_dot(float* out, size_t stride, const float* q, size_t n_q, size_t b, size_t run) const {
+    kivi_key_blocks_dot_f16(out, stride, q, n_q, params_.data() + b * 2 * head_dim_, block_words(b),
+                            run, group_, head_dim_, bits_);
+    if (boost_ == 0) return;
+    const size_t row0 = b == 0 ? 0 : blocks_[b - 1].row_end;
+    for (size_t i = 0; i < run; ++i) {
+      boost_dot(out + i * group_, stride, q, n_q, b + i, row0 + i * group_, group_);
     }
   }
 

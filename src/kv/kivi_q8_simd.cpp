@@ -150,9 +150,11 @@ struct F16Params {
   }
 };
 
+// qs_buf: [4][head_dim] 64-byte aligned scratch that keeps q' between the two passes (the
+// second reads it back instead of converting the scales and multiplying again).
 template <int Parts, int NQ, typename Params>
-void prepare_queries(int8_t* ops, QueryParams& qp, const float* q, size_t nq, const Params& params,
-                     size_t head_dim) {
+void prepare_queries(int8_t* ops, float* qs_buf, QueryParams& qp, const float* q, size_t nq,
+                     const Params& params, size_t head_dim) {
   // two partial maxima and zero sums per query (even / odd chunks): shorter dependency chains
   __m512 mx[2][4], z[2][4];
   SNAPKV_UNROLL
@@ -163,7 +165,9 @@ void prepare_queries(int8_t* ops, QueryParams& qp, const float* q, size_t nq, co
     for (int j = 0; j < NQ; ++j) {
       if (static_cast<size_t>(j) >= nq) continue;
       const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
-      m[j] = _mm512_range_ps(m[j], _mm512_mul_ps(qv, s), 0x0B);  // max |.|, sign cleared
+      const __m512 qs = _mm512_mul_ps(qv, s);
+      _mm512_store_ps(qs_buf + j * head_dim + c, qs);
+      m[j] = _mm512_range_ps(m[j], qs, 0x0B);  // max |.|, sign cleared
       zs[j] = _mm512_fmadd_ps(qv, zr, zs[j]);
     }
   };
@@ -199,13 +203,12 @@ void prepare_queries(int8_t* ops, QueryParams& qp, const float* q, size_t nq, co
       inv2[j] = _mm512_set1_ps(qp.inv2[j]), sv[j] = _mm512_set1_ps(qp.step[j]);
   }
   for (size_t c = 0; c < head_dim; c += 16) {
-    const __m512 s = params.scale(c);
     __m512i hi[4], lo[4];
     SNAPKV_UNROLL
     for (int j = 0; j < 4; ++j) {
       hi[j] = lo[j] = _mm512_setzero_si512();
       if (j >= NQ || static_cast<size_t>(j) >= nq) continue;
-      const __m512 qs = _mm512_mul_ps(_mm512_loadu_ps(q + j * head_dim + c), s);
+      const __m512 qs = _mm512_load_ps(qs_buf + j * head_dim + c);
       hi[j] = _mm512_cvtps_epi32(_mm512_mul_ps(qs, inv[j]));
       if constexpr (Parts == 2) {
         // the residual q' - step * hi, |.| <= step / 2 (up to rounding), in steps of step2
@@ -389,16 +392,19 @@ template <int Bits, typename Params>
 void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, const Params& params,
                   const uint8_t* words, size_t n_rows, size_t head_dim, float* scratch) {
   constexpr int kParts = Bits == 4 ? 2 : 1;
-  // scratch: 64-byte aligned int8 operands [head_dim / 16][kParts][64] (prepare_queries)
+  // scratch (64-byte aligned): int8 operands [head_dim / 16][kParts][64], then q' [4][head_dim]
+  // (prepare_queries): at most 15 + (kParts + 4) * head_dim floats, within
+  // kivi_key_scratch_floats
   auto* ops = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
                                         ~static_cast<uintptr_t>(63));
+  float* qs_buf = reinterpret_cast<float*>(ops + head_dim / 16 * 64 * kParts);
   for (size_t j0 = 0; j0 < n_q; j0 += 4) {
     const size_t nq = std::min<size_t>(4, n_q - j0);
     float* o = out + j0 * out_stride;
     const auto run = [&](auto nq_tag) {
       constexpr int kNq = decltype(nq_tag)::value;
       QueryParams qp;
-      prepare_queries<kParts, kNq>(ops, qp, q + j0 * head_dim, nq, params, head_dim);
+      prepare_queries<kParts, kNq>(ops, qs_buf, qp, q + j0 * head_dim, nq, params, head_dim);
       if constexpr (Bits == 2) {
         key_block_2bit<kNq>(o, out_stride, nq, ops, qp, words, n_rows, head_dim);
       } else {
@@ -412,6 +418,53 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
     } else {
       run(std::integral_constant<int, 4>{});
     }
+  }
+}
+
+// Blocks ahead whose params key_span_q8 prefetches (as kivi_key_store.cpp did per block; the
+// kernels prefetch the words).
+constexpr size_t kPrefetchBlocks = 4;
+
+// n_blocks blocks of block_rows rows (a multiple of 8) each, params [n_blocks][2][head_dim] fp16,
+// words [n_blocks][block_rows / 8][head_dim] words, out rows b * block_rows + r: key_block_q8 per
+// block, with one dispatch and scratch for all of them and the groups of 4 queries (the decode
+// case) calling their kernels directly.
+template <int Bits>
+void key_span_q8(float* out, size_t out_stride, const float* q, size_t n_q, const fp16_t* params,
+                 const uint8_t* words, size_t n_blocks, size_t block_rows, size_t head_dim,
+                 float* scratch) {
+  constexpr int kParts = Bits == 4 ? 2 : 1;
+  auto* ops = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
+                                        ~static_cast<uintptr_t>(63));
+  float* qs_buf = reinterpret_cast<float*>(ops + head_dim / 16 * 64 * kParts);
+  const size_t block_bytes = block_rows / 8 * Bits * head_dim, full = n_q / 4 * 4;
+  for (size_t j0 = 0; j0 < full; j0 += 4) {
+    const float* qj = q + j0 * head_dim;
+    float* o = out + j0 * out_stride;
+    for (size_t b = 0; b < n_blocks; ++b) {
+      if (b + kPrefetchBlocks < n_blocks) {  // the params kPrefetchBlocks blocks ahead
+        const fp16_t* ahead = params + (b + kPrefetchBlocks) * 2 * head_dim;
+        for (size_t i = 0; i < 2 * head_dim; i += 32) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T2);
+        }
+      }
+      QueryParams qp;
+      prepare_queries<kParts, 4>(ops, qs_buf, qp, qj, 4,
+                                 F16Params{params + b * 2 * head_dim, head_dim}, head_dim);
+      if constexpr (Bits == 2) {
+        key_block_2bit<4>(o + b * block_rows, out_stride, 4, ops, qp, words + b * block_bytes,
+                          block_rows, head_dim);
+      } else {
+        key_block_4bit<4>(o + b * block_rows, out_stride, 4, ops, qp, words + b * block_bytes,
+                          block_rows, head_dim);
+      }
+    }
+  }
+  if (full == n_q) return;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    key_block_q8<Bits>(out + full * out_stride + b * block_rows, out_stride, q + full * head_dim,
+                       n_q - full, F16Params{params + b * 2 * head_dim, head_dim},
+                       words + b * block_bytes, block_rows, head_dim, scratch);
   }
 }
 
@@ -463,6 +516,24 @@ bool kivi_key_block_dot_q8_f16(float* out, size_t out_stride, const float* q, si
 #else
   (void)out, (void)out_stride, (void)q, (void)n_q, (void)params, (void)words, (void)n_rows;
   (void)head_dim, (void)bits, (void)scratch;
+  return false;
+#endif
+}
+
+bool kivi_key_blocks_dot_q8_f16(float* out, size_t out_stride, const float* q, size_t n_q,
+                                const fp16_t* params, const uint8_t* words, size_t n_blocks,
+                                size_t block_rows, size_t head_dim, int bits, float* scratch) {
+#if SNAPKV_KIVI_VNNI
+  if (!kivi_key_q8_handles(head_dim, bits) || block_rows % 8 != 0) return false;
+  if (bits == 2) {
+    key_span_q8<2>(out, out_stride, q, n_q, params, words, n_blocks, block_rows, head_dim, scratch);
+  } else {
+    key_span_q8<4>(out, out_stride, q, n_q, params, words, n_blocks, block_rows, head_dim, scratch);
+  }
+  return true;
+#else
+  (void)out, (void)out_stride, (void)q, (void)n_q, (void)params, (void)words, (void)n_blocks;
+  (void)block_rows, (void)head_dim, (void)bits, (void)scratch;
   return false;
 #endif
 }

@@ -1,7 +1,8 @@
 // The integer key kernel (kv/kivi_q8_simd.cpp, levels with AVX-512 VNNI) against its scalar twin
 // on every shape the stores hand it: blocks longer than one 32-row pass, partial octets, any
 // number of queries (groups of 4 and a remainder), strided outputs; and the fp16-params entry
-// point (kivi_key_block_dot_f16) against the fp32 one, which it must equal exactly.
+// point (kivi_key_block_dot_f16) against the fp32 one, and the entry for runs of blocks
+// (kivi_key_blocks_dot_f16) against per-block calls, which they must equal exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +93,47 @@ TEST(KiviKeyQ8, Fp16ParamsEntryEqualsFp32Entry) {
           for (size_t i = 0; i < a.size(); ++i) {
             ASSERT_EQ(a[i], b[i]) << "bits " << bits << " hd " << hd << " rows " << n_rows
                                   << " n_q " << n_q << " at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(KiviKeyQ8, BlocksEntryEqualsPerBlockCalls) {
+  // kivi_key_blocks_dot_f16 (one call for a run of blocks: the stores' decode path) against
+  // kivi_key_block_dot_f16 per block, which it must equal exactly at every ISA level, for groups
+  // of 4 queries and remainders, one or more passes per block, strided outputs.
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int bits : {2, 3, 4}) {
+    for (size_t hd : {size_t{32}, size_t{48}, size_t{128}}) {
+      for (size_t rows : {size_t{8}, size_t{32}, size_t{64}}) {
+        for (size_t n_blocks : {size_t{1}, size_t{3}, size_t{6}}) {
+          for (size_t n_q : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {
+            const size_t block_bytes = rows / 8 * hd * kivi_word_bytes(bits);
+            std::vector<uint8_t> words(n_blocks * block_bytes);
+            for (auto& b : words) b = static_cast<uint8_t>(rng());
+            std::vector<fp16_t> params(n_blocks * 2 * hd);
+            for (size_t i = 0; i < params.size(); ++i) {
+              params[i] = fp32_to_fp16(i % (2 * hd) < hd ? std::fabs(u(rng)) : u(rng));
+            }
+            std::vector<float> q(n_q * hd);
+            for (float& v : q) v = u(rng);
+            q[hd / 2] *= 40.0f;  // an outlier channel
+            const size_t stride = n_blocks * rows + 3;
+            std::vector<float> a(n_q * stride, kSentinel), b(n_q * stride, kSentinel);
+            kivi_key_blocks_dot_f16(a.data(), stride, q.data(), n_q, params.data(), words.data(),
+                                    n_blocks, rows, hd, bits);
+            for (size_t k = 0; k < n_blocks; ++k) {
+              kivi_key_block_dot_f16(b.data() + k * rows, stride, q.data(), n_q,
+                                     params.data() + k * 2 * hd, words.data() + k * block_bytes,
+                                     rows, hd, bits);
+            }
+            for (size_t i = 0; i < a.size(); ++i) {
+              ASSERT_EQ(a[i], b[i]) << "bits " << bits << " hd " << hd << " rows " << rows
+                                    << " blocks " << n_blocks << " n_q " << n_q << " at " << i;
+            }
           }
         }
       }
