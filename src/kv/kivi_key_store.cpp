@@ -53,7 +53,7 @@ class KiviKeyStore final : public KiviStore {
     params.resize(2 * head_dim_);
     size_t row0 = 0;
     for (size_t b = 0; b < blocks_.size(); ++b) {
-      const size_t run = full_run(b, blocks_.size());
+      const size_t run = full_run(b, blocks_.back().row_end);
       if (run > 0) {
         run_dot(out + row0, stride, q, n_q, b, run);
         b += run - 1;
@@ -80,9 +80,7 @@ class KiviKeyStore final : public KiviStore {
       const size_t first = b == 0 ? 0 : blocks_[b - 1].row_end, stop = blocks_[b].row_end;
       if (first >= end) break;
       if (first >= begin) {  // whole full blocks that end by end: one call
-        size_t stop_b = b;
-        while (stop_b < blocks_.size() && blocks_[stop_b].row_end <= end) ++stop_b;
-        const size_t run = full_run(b, stop_b);
+        const size_t run = full_run(b, end);
         if (run > 0) {
           run_dot(out + (first - begin), stride, q, n_q, b, run);
           b += run - 1;
@@ -109,12 +107,16 @@ class KiviKeyStore final : public KiviStore {
     }
   }
 
-  // The number of blocks from b (before stop) that hold group_ rows each, where the integer form
-  // runs them in one kivi_key_blocks_dot_f16 call (no kivimix pass, whole octets); 0 if none.
-  size_t full_run(size_t b, size_t stop) const {
+  // The number of blocks from b on that hold group_ rows each and end by row_limit, where the
+  // integer form runs them in one kivi_key_blocks_dot_f16 call (no kivimix pass, whole octets);
+  // 0 if none.
+  size_t full_run(size_t b, size_t row_limit) const {
     if (wide_ > 0 || group_ % kKiviOctet != 0 || !kivi_key_dot_uses_q8(head_dim_, bits_)) return 0;
     size_t e = b;
-    while (e < stop && blocks_[e].row_end - (e == 0 ? 0 : blocks_[e - 1].row_end) == group_) ++e;
+    while (e < blocks_.size() && blocks_[e].row_end <= row_limit &&
+           blocks_[e].row_end - (e == 0 ? 0 : blocks_[e - 1].row_end) == group_) {
+      ++e;
+    }
     return e - b;
   }
 
