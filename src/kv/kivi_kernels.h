@@ -102,10 +102,10 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
 // error (IntegerValueFormAddsLittleToCodecError) the rounding of the weights adds at most
 // kKiviValueQ8Tile * 9 / 255^2 = 0.89% of its variance while the roundings are independent
 // (peaked weights: 0.04% measured), about 4% for near-uniform weights over 2048 rows (equal
-// u_r round alike: their errors add coherently while the codec's average out). 4-bit values keep
-// the float kernel: one u8 part there added 5-19% to the attention error against fp16 in the same
-// tests, and two int8 parts (about 15 bits, as the keys use) measured no faster than the float
-// kernel (twice the vpdpbusd of one part, on codes of 4 bits).
+// u_r round alike: their errors add coherently while the codec's average out). 4-bit values do not
+// use this form: one u8 part there added 5-19% to the attention error against fp16 in the same
+// tests, and two int8 parts measured no faster than the float kernel (twice the vpdpbusd of one
+// part); they run the int16 form below (kivi_value_rows_accumulate_q16_scalar).
 void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                           const uint8_t* codes, const KiviParams* params,
                                           size_t n_rows, size_t head_dim, size_t group, int bits);

@@ -66,6 +66,7 @@ class KiviValueStore final : public KiviStore {
 
   void accumulate_quantized_span(float* out, const float* w, size_t stride, size_t n_q,
                                  size_t begin, size_t end) const override {
+    prefetch_rows(end, std::min(n_quant(), end + kNextSpanPrefetchRows));
     kivi_value_rows_accumulate(out, w, stride, n_q, codes_.data() + begin * row_bytes(),
                                params_.data() + begin * groups_per_row_, end - begin, head_dim_,
                                group_, bits_);
@@ -82,6 +83,20 @@ class KiviValueStore final : public KiviStore {
   }
 
   size_t row_bytes() const { return words_per_row_ * word_bytes_; }
+
+  // The first rows of the next span (LayerCache::attend reads the rows span by span, keys then
+  // values): their codes and params are requested while this span's values are summed, so the
+  // next call does not start on a cold stream (the kernels prefetch ahead only inside a call).
+  static constexpr size_t kNextSpanPrefetchRows = 128;
+  void prefetch_rows(size_t begin, size_t end) const {
+    if (begin >= end) return;
+    const uint8_t* codes = codes_.data() + begin * row_bytes();
+    const size_t code_bytes = (end - begin) * row_bytes();
+    for (size_t i = 0; i < code_bytes; i += 64) __builtin_prefetch(codes + i, 0, 1);
+    const auto* params = reinterpret_cast<const uint8_t*>(params_.data() + begin * groups_per_row_);
+    const size_t param_bytes = (end - begin) * groups_per_row_ * sizeof(KiviParams);
+    for (size_t i = 0; i < param_bytes; i += 64) __builtin_prefetch(params + i, 0, 1);
+  }
 
   // row: [head_dim] -> codes [words_per_row_] words + params [groups_per_row_].
   void quantize_row(const float* row) {

@@ -34,8 +34,9 @@
 // 2-bit codes: src/kv/kivi_kernels.h bounds the difference and weighs it against the codec's own
 // error.)
 // A value row stores its channels in octets (where the CPU has AVX-512 VNNI, attention sums
-// 2-bit value rows in integers: the weights times scales rounded to u8 per 64 rows and group,
-// src/kv/kivi_kernels.h bounds the difference):
+// value rows of head_dim 128 or 256 in integers: the weights times scales rounded per group to
+// u8 per 64 rows for 2-bit rows, to int16 per 128 rows for 4-bit rows; src/kv/kivi_kernels.h
+// bounds the difference):
 //   value row codes  [ceil(head_dim/8)] words       (channels past head_dim: code 0)
 //   value row params [ceil(head_dim/G)] KiviParams
 //
