@@ -706,7 +706,7 @@ TEST(KiviAttention, IntegerValueFormAddsLittleToCodecError) {
                                       hd, group, bits);
     kivi_value_rows_accumulate_q8_scalar(q8.data(), w.data(), n, n_q, codes.data(), params.data(),
                                          n, hd, group, bits);
-    double codec2 = 0, int2 = 0, total2 = 0;
+    double codec2 = 0, int2 = 0;
     for (size_t j = 0; j < n_q; ++j) {
       for (size_t c = 0; c < hd; ++c) {
         double exact = 0;
@@ -714,14 +714,16 @@ TEST(KiviAttention, IntegerValueFormAddsLittleToCodecError) {
         const double f = flt[j * hd + c], o = q8[j * hd + c];
         codec2 += (f - exact) * (f - exact);
         int2 += (o - f) * (o - f);
-        total2 += (o - exact) * (o - exact);
       }
     }
     const double ratio = double(kKiviValueQ8Tile) * 9.0 / (255.0 * 255.0);
+    // The model bound holds while the weights' roundings are independent (peaked weights); with
+    // near-uniform weights equal u_r round alike and their errors add coherently, so that case is
+    // measured and printed only (the element-wise worst case is asserted by
+    // IntegerValueFormWithinDerivedBound).
     if (sharpness == 1.0f) {
       EXPECT_LE(int2, ratio * codec2);
     }
-    EXPECT_LE(total2, codec2 + int2 + 2 * std::sqrt(codec2 * int2));
     std::printf(
         "[kivi] 2-bit values, one u8 weight part (tiles of %zu rows), query scale %.1f: added "
         "error variance %.3f%% of the codec's (model bound %.2f%%)\n",
