@@ -655,9 +655,10 @@ void LayerCache::attend(float* out, Tensor3 q, Tensor3 k, Tensor3 v) const {
         const size_t visible = s0 + r % m + 1;  // causal inside the chunk
         float* acc_row = acc.data() + r * head_dim;
         for (size_t j = 0; j < visible; ++j) {
-          logits[j] = scale * dot(q_rows.data() + r * head_dim, k_new + j * head_dim, head_dim);
+          logits[j] = dot(q_rows.data() + r * head_dim, k_new + j * head_dim, head_dim);
         }
-        online_softmax_merge(logits.data(), visible, acc_row, head_dim, row_max[r], row_sum[r]);
+        online_softmax_merge(logits.data(), visible, scale, acc_row, head_dim, row_max[r],
+                             row_sum[r]);
         for (size_t j = 0; j < visible; ++j) {
           axpy(acc_row, logits[j], v_new + j * head_dim, head_dim);
         }

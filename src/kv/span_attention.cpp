@@ -21,10 +21,11 @@ size_t span_rows(size_t n_q) {
 
 }  // namespace
 
-float online_softmax_merge(float* logits, size_t n, float* acc, size_t head_dim, float& row_max,
-                           float& row_sum) {
+float online_softmax_merge(float* logits, size_t n, float scale, float* acc, size_t head_dim,
+                           float& row_max, float& row_sum) {
+  SNAPKV_CHECK(scale > 0.0f && std::isfinite(scale));
   if (n == 0) return 1.0f;
-  const float span_max = max_value(logits, n);
+  const float span_max = scale * max_value(logits, n);
   float factor = 1.0f;
   if (span_max > row_max) {
     // exp(-inf) is 0: nothing was summed before the first span
@@ -34,7 +35,7 @@ float online_softmax_merge(float* logits, size_t n, float* acc, size_t head_dim,
     row_sum *= factor;
     row_max = span_max;
   }
-  row_sum += exp_shift_sum(logits, n, row_max);
+  row_sum += exp_scale_shift_sum(logits, n, scale, row_max);
   return factor;
 }
 
@@ -54,9 +55,8 @@ void span_attention(float* acc, float* row_max, float* row_sum, const float* q, 
     scores.resize(n_q * n);
     keys.dot_span(scores.data(), n, q, n_q, begin, end);
     for (size_t j = 0; j < n_q; ++j) {
-      float* s = scores.data() + j * n;
-      for (size_t i = 0; i < n; ++i) s[i] *= scale;
-      online_softmax_merge(s, n, acc + j * head_dim, head_dim, row_max[j], row_sum[j]);
+      online_softmax_merge(scores.data() + j * n, n, scale, acc + j * head_dim, head_dim,
+                           row_max[j], row_sum[j]);
     }
     values.accumulate_span(acc, scores.data(), n, n_q, begin, end);
     begin = end;

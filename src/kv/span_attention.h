@@ -21,10 +21,12 @@ namespace snapkv {
 void span_attention(float* acc, float* row_max, float* row_sum, const float* q, size_t n_q,
                     const RowStore& keys, const RowStore& values, float scale);
 
-// One query row's online-softmax step with new logits: logits [n] (finite; overwritten with
-// exp(logit - new max)), acc [head_dim] and row_sum rescaled to the new maximum. Returns the
-// factor the old sums were multiplied by.
-float online_softmax_merge(float* logits, size_t n, float* acc, size_t head_dim, float& row_max,
-                           float& row_sum);
+// One query row's online-softmax step with new raw logits: logits [n] (finite, q.k unscaled;
+// overwritten with exp_fma(fma(logit, scale, -new max)), softmax.h), scale > 0; row_max, the
+// running maximum of the scaled logits, becomes max(row_max, scale * max logit) (the largest of
+// the rounded products: rounding keeps their order), and acc [head_dim] and row_sum are rescaled
+// to it. Returns the factor the old sums were multiplied by.
+float online_softmax_merge(float* logits, size_t n, float scale, float* acc, size_t head_dim,
+                           float& row_max, float& row_sum);
 
 }  // namespace snapkv

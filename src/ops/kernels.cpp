@@ -7,12 +7,12 @@
 
 namespace snapkv::ops_internal {
 
-#define SNAPKV_OPS_TABLE(NS)                                                                       \
-  OpsKernels {                                                                                     \
-    &NS::dot, &NS::dot_f16, &NS::axpy, &NS::axpy_f16, &NS::exp_n, &NS::max_value,                  \
-        &NS::exp_shift_sum, &NS::softmax, &NS::decode_block, &NS::decode_block, &NS::decode_block, \
-        &NS::decode_block, &NS::decode_block, &NS::decode_block, &NS::gemv_rows,                   \
-        &NS::dequantize_rows, &NS::gemv_rows_f16                                                   \
+#define SNAPKV_OPS_TABLE(NS)                                                           \
+  OpsKernels {                                                                         \
+    &NS::dot, &NS::dot_f16, &NS::axpy, &NS::axpy_f16, &NS::exp_n, &NS::max_value,      \
+        &NS::exp_shift_sum, &NS::exp_scale_shift_sum, &NS::softmax, &NS::decode_block, \
+        &NS::decode_block, &NS::decode_block, &NS::decode_block, &NS::decode_block,    \
+        &NS::decode_block, &NS::gemv_rows, &NS::dequantize_rows, &NS::gemv_rows_f16    \
   }
 
 const OpsKernels kOpsTables[kIsaLevelCount] = {SNAPKV_OPS_TABLE(isa_scalar),

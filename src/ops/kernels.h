@@ -52,6 +52,7 @@ inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::by_width;
   void exp_n(float* y, const float* x, size_t n);                                            \
   float max_value(const float* x, size_t n);                                                 \
   float exp_shift_sum(float* x, size_t n, float shift);                                      \
+  float exp_scale_shift_sum(float* x, size_t n, float scale, float shift);                   \
   void softmax(float* x, size_t n);                                                          \
   void decode_block(float* out, const BlockQ4_0& b);                                         \
   void decode_block(float* out, const BlockQ2_K& b);                                         \
@@ -82,6 +83,7 @@ struct OpsKernels {
   void (*exp_n)(float*, const float*, size_t);
   float (*max_value)(const float*, size_t);
   float (*exp_shift_sum)(float*, size_t, float);
+  float (*exp_scale_shift_sum)(float*, size_t, float, float);
   void (*softmax)(float*, size_t);
   void (*decode_q4_0)(float*, const BlockQ4_0&);
   void (*decode_q2_K)(float*, const BlockQ2_K&);

@@ -36,8 +36,29 @@ float exp_approx(float x) {
   return x < kLow ? 0.0f : (x > kHigh ? HUGE_VALF : y);
 }
 
+float exp_fma(float x) {
+  const float xc = std::min(std::max(x, kLow), kHigh);
+  const float n = std::nearbyint(xc * kLog2e);  // rne (the default rounding mode)
+  float r = std::fma(-n, kLn2Hi, xc);
+  r = std::fma(-n, kLn2Lo, r);
+  float p = kP0;
+  p = std::fma(p, r, kP1);
+  p = std::fma(p, r, kP2);
+  p = std::fma(p, r, kP3);
+  p = std::fma(p, r, kP4);
+  p = std::fma(p, r, kP5);
+  const float y = std::fma(p, r * r, r) + 1.0f;
+  // n in [-126, 128]: y * 2^n is one rounding (exact unless the result leaves the normal range)
+  const float e = std::ldexp(y, static_cast<int>(n));
+  return x < kLow ? 0.0f : (x > kHigh ? HUGE_VALF : e);
+}
+
 void exp_n(float* y, const float* x, size_t n) {
   ops_kernels().exp_n(y, x, n);
+}
+
+float exp_scale_shift_sum(float* x, size_t n, float scale, float shift) {
+  return ops_kernels().exp_scale_shift_sum(x, n, scale, shift);
 }
 
 float max_value(const float* x, size_t n) {

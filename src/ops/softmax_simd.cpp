@@ -3,6 +3,8 @@
 // (no FMA contraction: CMakeLists.txt builds every target with -ffp-contract=off), so the bulk
 // results are bit-identical to the scalar ones at every level and tests compare them exactly. The
 // AVX-512 path (exp16) does the same on sixteen lanes, its 2^n in one exact step (see exp16).
+// exp8_fma / exp16_fma are exp_fma's operations (fused multiply-adds, rounded once each: the same
+// bits as std::fma), behind exp_scale_shift_sum.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -87,7 +89,100 @@ __m512 exp16(__m512 x) {
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// exp_fma (softmax.cpp) on eight lanes: the same operations, 2^n applied in two halves as in exp8
+// (y * 2^n1 exact, one rounding in * 2^n2).
+__m256 exp8_fma(__m256 x) {
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kLow)), _mm256_set1_ps(kHigh));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kP0), r, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i ni = _mm256_cvttps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
+  const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
+  return _mm256_andnot_ps(under, _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), over));
+}
+#endif
+
+#if defined(__AVX512F__)
+// exp_fma on sixteen lanes, 2^n by scalef (one rounding of p * 2^n, as exp16).
+__m512 exp16_fma(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kLow)), _mm512_set1_ps(kHigh));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(kP0), r, _mm512_set1_ps(kP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP5));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_LT_OQ);
+  const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kHigh), _CMP_GT_OQ);
+  const __m512 y = _mm512_maskz_scalef_ps(static_cast<__mmask16>(~under), p, n);
+  return _mm512_mask_blend_ps(over, y, _mm512_set1_ps(HUGE_VALF));
+}
+#endif
+
 }  // namespace
+
+float exp_scale_shift_sum(float* x, size_t n, float scale, float shift) {
+  alignas(64) float partial[16] = {};
+  size_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp16_fma(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), vscale, vshift));
+    _mm512_storeu_ps(x + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {  // the tail's lanes; the others add +0 (a partial sum is >= +0: unchanged)
+    const auto m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 e = _mm512_maskz_mov_ps(
+        m, exp16_fma(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + i), vscale, vshift)));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    acc = _mm512_add_ps(acc, e);
+    i = n;
+  }
+  _mm512_store_ps(partial, acc);
+#elif defined(__AVX2__)
+  const __m256 vscale = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(shift);
+  __m256 lo = _mm256_setzero_ps(), hi = lo;  // partial sums 0..7 and 8..15
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = exp8_fma(_mm256_fmsub_ps(_mm256_loadu_ps(x + i), vscale, vshift));
+    const __m256 b = exp8_fma(_mm256_fmsub_ps(_mm256_loadu_ps(x + i + 8), vscale, vshift));
+    _mm256_storeu_ps(x + i, a);
+    _mm256_storeu_ps(x + i + 8, b);
+    lo = _mm256_add_ps(lo, a);
+    hi = _mm256_add_ps(hi, b);
+  }
+  _mm256_store_ps(partial, lo);
+  _mm256_store_ps(partial + 8, hi);
+#endif
+  for (; i < n; ++i) {  // i % 16 is the partial sum of element i (the body ended at a multiple)
+    x[i] = exp_fma(std::fma(x[i], scale, -shift));
+    partial[i % 16] += x[i];
+  }
+  for (size_t w = 8; w >= 1; w /= 2) {
+    for (size_t l = 0; l < w; ++l) partial[l] += partial[l + w];
+  }
+  return partial[0];
+}
 
 void exp_n(float* y, const float* x, size_t n) {
   size_t i = 0;

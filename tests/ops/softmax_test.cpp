@@ -95,6 +95,69 @@ TEST(ExpShiftSum, MatchesTheDocumentedScalarOrderExactly) {
   }
 }
 
+TEST(ExpFma, RelativeErrorWithinFourUlpsOverTheNormalRange) {
+  double worst = 0.0;
+  for (double x = -87.0; x <= 88.5; x += 0.0013) {
+    const float xf = static_cast<float>(x);
+    const double ref = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::fabs(exp_fma(xf) - ref) / ref);
+  }
+  EXPECT_LE(worst, 4 * kU);
+  EXPECT_EQ(exp_fma(0.0f), 1.0f);
+  EXPECT_EQ(exp_fma(-88.0f), 0.0f);
+  EXPECT_EQ(exp_fma(-1e30f), 0.0f);
+  EXPECT_EQ(exp_fma(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isinf(exp_fma(89.0f)));
+  EXPECT_GT(exp_fma(88.7f), 1e38f);
+  EXPECT_GT(exp_fma(-87.3f), 0.0f);
+}
+
+// exp_scale_shift_sum with scale 1 and shift 0 is exp_fma element by element (fma(x, 1, -0) is
+// x): every float in [-88, -80] and [80, 89], where the result leaves the normal range, and odd
+// lengths that leave 16-, 8- and 1-wide tails.
+TEST(ExpFma, BulkMatchesScalarOnEveryFloatNearTheRangeEnds) {
+  for (const auto& [lo, hi] : {std::pair{-88.0f, -80.0f}, std::pair{80.0f, 89.0f}}) {
+    std::vector<float> x;
+    for (float v = lo; v <= hi; v = std::nextafter(v, hi + 1.0f)) x.push_back(v);
+    x.push_back(1.0f);
+    std::vector<float> y = x;
+    exp_scale_shift_sum(y.data(), y.size(), 1.0f, 0.0f);
+    size_t mismatches = 0;
+    for (size_t i = 0; i < x.size(); ++i) mismatches += y[i] != exp_fma(x[i]) ? 1 : 0;
+    EXPECT_EQ(mismatches, 0u) << lo << " .. " << hi << ", " << x.size() << " values";
+  }
+}
+
+TEST(ExpScaleShiftSum, MatchesTheDocumentedScalarOrderExactly) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 40.0f);
+  for (const size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 33u, 64u, 1003u}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    const float scale = 0.0883883f;  // 1 / sqrt(128), rounded
+    const float shift = scale * max_value(x.data(), n);
+    std::vector<float> want(n);
+    float partial[16] = {};
+    for (size_t i = 0; i < n; ++i) {
+      want[i] = exp_fma(std::fma(x[i], scale, -shift));
+      partial[i % 16] += want[i];
+    }
+    for (size_t w = 8; w >= 1; w /= 2) {
+      for (size_t l = 0; l < w; ++l) partial[l] += partial[l + w];
+    }
+    std::vector<float> got = x;
+    EXPECT_EQ(exp_scale_shift_sum(got.data(), n, scale, shift), partial[0]) << n;
+    EXPECT_EQ(got, want) << n;
+    double ref = 0.0;  // the sum against double exps of the double products
+    for (size_t i = 0; i < n; ++i) {
+      ref += std::exp(static_cast<double>(x[i]) * scale - static_cast<double>(shift));
+    }
+    // per term: the fma's rounding (|arg| u, |arg| <= 2 * 40 * 5 * scale < 40) and exp's 4u;
+    // the sum adds at most n u of the total
+    EXPECT_NEAR(partial[0], ref, ref * kU * (40.0 + 4.0 + static_cast<double>(n) + 2.0)) << n;
+  }
+}
+
 void expect_close_to_reference(const std::vector<float>& input, bool fast) {
   std::vector<float> p = input;
   if (fast)
