@@ -63,8 +63,7 @@ void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_
 // kivi_key_block_dot_f16 on n_blocks consecutive blocks of block_rows rows each (a multiple of
 // 8): params: [n_blocks][2][head_dim] fp16, words: [n_blocks][block_rows / 8][head_dim] code
 // words, out rows b * block_rows + r (r < block_rows) for block b. The same results as the
-// per-block calls; the integer form of 2-bit keys prepares each block's query operands inside the
-// previous block's dot loop (kivi_q8_simd.cpp).
+// per-block calls, with one dispatch and scratch set-up for the run (kivi_q8_simd.cpp).
 void kivi_key_blocks_dot_f16(float* out, size_t out_stride, const float* q, size_t n_q,
                              const fp16_t* params, const uint8_t* words, size_t n_blocks,
                              size_t block_rows, size_t head_dim, int bits);
