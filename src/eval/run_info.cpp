@@ -1,9 +1,9 @@
-// What a result file records about its run: model file hash, git commit, machine, date
+// What a result file records about its run: model file hash, the git commit the binary was built
+// from, machine, date
 // (eval/report.h). SHA-256 is util/sha256.h (libcrypto; checked against FIPS 180-4 vectors in
 // report_test).
 #include <unistd.h>
 
-#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -14,28 +14,9 @@
 #include "snapkv/eval/report.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/sha256.h"
+#include "snapkv_git_info.h"  // generated: SNAPKV_BUILD_GIT_COMMIT, SNAPKV_BUILD_GIT_DIRTY
 
 namespace snapkv::eval {
-namespace {
-
-// First line of a shell command's stdout ("" when it fails). Only fixed command strings are run
-// (no user input reaches the shell); see collect_run_info for what the git lines record.
-std::string command_output(const char* command) {
-  FILE* pipe = popen(command, "r");
-  if (pipe == nullptr) return "";
-  std::string out;
-  char buffer[256];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  const int rc = pclose(pipe);
-  if (rc != 0) return "";
-  return out;
-}
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
-
-}  // namespace
 
 std::string sha256_hex(std::span<const uint8_t> bytes) {
   return to_hex(snapkv::sha256(bytes));
@@ -63,11 +44,11 @@ RunInfo collect_run_info(const std::string& model_path, int threads, const std::
   info.model_bytes = std::filesystem::file_size(model_path, ec);
   if (ec) throw_runtime("eval", "cannot stat model file", model_path, "an existing file");
   info.model_sha256 = sha256_file(model_path);
-  const std::string commit = first_line(command_output("git rev-parse HEAD 2>/dev/null"));
+  // the commit this binary was built from (cmake/git_info.cmake), not the working directory's
+  const std::string commit = SNAPKV_BUILD_GIT_COMMIT;
   if (commit.size() == 40) {
     info.git_commit = commit;
-    info.git_dirty =
-        !command_output("git status --porcelain --untracked-files=no 2>/dev/null").empty();
+    info.git_dirty = SNAPKV_BUILD_GIT_DIRTY != 0;
   }
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
   info.nproc = n > 0 ? static_cast<size_t>(n) : std::thread::hardware_concurrency();

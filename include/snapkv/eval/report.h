@@ -40,8 +40,9 @@ struct RunInfo {
   std::string command;  // the command line, for the record
 };
 
-// Reads the file size and sha256 of the model, `git rev-parse HEAD` (and whether tracked files are
-// modified) from the current directory, /proc/cpuinfo's model name, nproc, and the date.
+// Reads the file size and sha256 of the model, the git commit the binary was built from (and
+// whether tracked files differed from it then; cmake/git_info.cmake), /proc/cpuinfo's model
+// name, nproc, and the date.
 // Missing pieces become "unknown"; only an unreadable model file throws RuntimeError.
 RunInfo collect_run_info(const std::string& model_path, int threads, const std::string& command);
 
