@@ -28,6 +28,9 @@
 //
 // Run: build/bench/bench_kivi_attention --benchmark_repetitions=3
 //        --benchmark_report_aggregates_only=true   (medians are the figures to quote)
+// The decode benchmarks set their own minimum times (0.3 s; BM_DecodeHalf 0.2 s), which the
+// library lets take precedence over --benchmark_min_time: that flag changes only
+// BM_MemcpyBandwidth. Repeat with --benchmark_repetitions instead.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
