@@ -158,6 +158,26 @@ void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][
   }
 }
 
+// Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
+// kv/fp16_rows_simd.cpp does for fp16 rows).
+constexpr size_t kVPrefetchRows = 2 * kVTile;
+inline void prefetch_t2(const void* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) {
+    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
+  }
+}
+
+// The next tile's code vectors, built a step at a time inside dot_quad's first pass (whose
+// vpdpbusd stream leaves vector slots free) when that tile is whole; with the prefetches of its
+// steps' rows kVPrefetchRows ahead (pf_codes, pf_params: null for none).
+struct NextTile {
+  const uint8_t* src = nullptr;  // its rows, 256 bytes a step; null: nothing to build
+  __m512i* dst = nullptr;        // [steps][4] vectors V_v
+  const uint8_t* pf_codes = nullptr;
+  const uint8_t* pf_params = nullptr;
+  size_t pf_param_step = 0;  // param bytes per step
+};
+
 // dot_tile for the 4 queries of a GQA group at once, one code vector V_v at a time: its 4 masked
 // vectors are computed once per step and serve the 4 queries (16 accumulators: 4 queries x 4
 // codes), where dot_tile masks every V_v again for each query (the masks took half of its
@@ -166,7 +186,8 @@ void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][
 // query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK].
 template <int U1, int U2, int U3, bool Pair>
 void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_idx)[4][16],
-              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4]) {
+              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4],
+              const NextTile& next) {
   const CodeMasks cm;
   for (size_t v = 0; v < 4; ++v) {
     const int u = v == 0 ? 0 : v == 1 ? U1 : v == 2 ? U2 : U3;
@@ -179,6 +200,13 @@ void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_i
       const __m512i td0 = tabs[3][sub][0], td1 = tabs[3][sub][1];
       const size_t sub_end = std::min(n_steps, st + sub_steps);
       for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
+        if (v == 0 && next.src != nullptr) {
+          if (next.pf_codes != nullptr) {
+            prefetch_t2(next.pf_codes + st * 256, 256);
+            prefetch_t2(next.pf_params + st * next.pf_param_step, next.pf_param_step);
+          }
+          build_step(next.dst + st * 4, next.src + st * 256);
+        }
         const __m512i x = _mm512_load_si512(codes + st * 4 + v);
         const __m512i k0 = _mm512_and_si512(x, cm.m03), k1 = _mm512_and_si512(x, cm.m0c);
         const __m512i k2 = _mm512_and_si512(x, cm.m30);
@@ -229,15 +257,6 @@ inline __m512 max_per_group(const __m512* m) {
                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512 d = _mm512_max_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2)));
   return _mm512_max_ps(d, _mm512_permute_ps(d, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-
-// Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
-// kv/fp16_rows_simd.cpp does for fp16 rows).
-constexpr size_t kVPrefetchRows = 2 * kVTile;
-inline void prefetch_t2(const void* p, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
-  }
 }
 
 // A step is 8 rows of 32 bytes (head_dim 128) or 4 rows of 64 (head_dim 256): value_q8_shape.
@@ -336,10 +355,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
   thread_local ValueQ8Scratch sc;
-  sc.codes.resize(max_steps * 4);
+  sc.codes.resize(2 * max_steps * 4);  // two tiles: the one summed, the next one
   sc.sums.assign(n_q * kVK, Bytes64{});
   sc.zsum.assign(n_q * 4, Bytes64{});
-  auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
   const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
@@ -359,11 +377,15 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       scale_t[g * kQuarters + h] = zero_t[g * kQuarters + h] = _mm512_setzero_ps();
     }
   }
+  bool built = false;  // the tile's code vectors built (during the previous tile's sums)
   for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
+    auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data()) + (r0 / kVTile % 2) * max_steps * 4;
+    auto* next_v =
+        reinterpret_cast<__m512i*>(sc.codes.data()) + (r0 / kVTile % 2 == 0) * max_steps * 4;
     const uint8_t* tile = codes + r0 * row_bytes;
-    for (size_t st = 0; st < n_steps; ++st) {
+    for (size_t st = 0; !built && st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
       // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
       // work rather than 48 prefetches in a burst)
@@ -379,6 +401,20 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         src = sc.pad;
       }
       build_step(codes_v + st * 4, src);
+    }
+    built = false;
+    // a whole next tile: built in the first dot_quad's first pass (with its prefetches when
+    // they stay inside the rows)
+    NextTile next;
+    if (r0 + 2 * kVTile <= n_rows) {
+      next.src = tile + kVTile * row_bytes;
+      next.dst = next_v;
+      if (r0 + kVTile + kVPrefetchRows + kVTile <= n_rows) {
+        next.pf_codes = next.src + kVPrefetchRows * row_bytes;
+        next.pf_params =
+            reinterpret_cast<const uint8_t*>(params + (r0 + kVTile + kVPrefetchRows) * n_groups);
+        next.pf_param_step = s.step_rows * n_groups * sizeof(KiviParams);
+      }
     }
     __mmask16 mask[kQuarters];
     for (size_t h = 0; h < kQuarters; ++h) {
@@ -469,7 +505,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
                                       : (pattern == 0   ? dot_quad<0, 0, 0, false>
                                          : pattern == 1 ? dot_quad<0, 1, 1, false>
                                                         : dot_quad<1, 2, 3, false>);
-        quad(sums_v + j0 * kVK, qtabs, w_idx, codes_v, n_steps, sub_steps, step_v);
+        quad(sums_v + j0 * kVK, qtabs, w_idx, codes_v, n_steps, sub_steps, step_v, next);
+        built = built || next.src != nullptr;
+        next.src = nullptr;  // once
         continue;
       }
       for (size_t jb = 0; jb < nb; ++jb) {
