@@ -31,14 +31,15 @@ namespace snapkv::SNAPKV_ISA {
 //
 // 2-bit value rows only (4-bit keeps the float kernel: kivi_kernels.h says why). A row is
 // [head_dim / 8] words of 8 channels, byte b holding channels 4 b .. 4 b + 3. Four rows' bytes
-// are interleaved so that a dword holds byte position p of 4 consecutive rows (unpack epi8 then
+// are interleaved so that a dword holds byte position p of 4 rows (unpack epi8 then
 // epi16, per 128-bit lane); masking bits 2 i, 2 i + 1 of every byte leaves code(row, 4 p + i)
 // (times kCodeMul[i]) in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums
 // 4 rows of one channel per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows
-// x 64 byte positions; rows of 32 bytes (head_dim 128) put rows r .. r + 3 in the low half and
-// r + 4 .. r + 7 in the high half (two lanes per byte position, added in int32 at the end of each
-// tile). The interleaved vectors of a tile are built once and serve every query of the group,
-// which masks them in its sums; the float sums stay in lane order until the end of the call.
+// x 64 byte positions; rows of 32 bytes (head_dim 128) put rows r, r + 2, r + 4, r + 6 in the
+// low half and r + 1, r + 3, r + 5, r + 7 in the high half (two rows to a 64-byte load; two lanes
+// per byte position, added in int32 at the end of each tile). The interleaved vectors of a tile
+// are built once and serve every query; a whole group of 4 queries masks them once per step
+// for its 4 sums (dot_quad); the float sums stay in lane order until the end of the call.
 namespace {
 
 // acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
@@ -83,19 +84,11 @@ size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
 // result is bit for bit that of unscaled codes (every sum below 2^24: exact in fp32).
 constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
 
-// The 4 vectors V_v of one step starting at `rows` (row_bytes apart, all readable) into dst.
-void build_step(__m512i* dst, const uint8_t* rows, size_t row_bytes, const ValueQ8Shape& s) {
+// The 4 vectors V_v of one step starting at `rows` (256 bytes, all readable) into dst.
+void build_step(__m512i* dst, const uint8_t* rows) {
+  // 64 bytes each: rows 2 t, 2 t + 1 of 32 bytes (the halves of a vector), or row t of 64
   __m512i x[4];
-  for (size_t t = 0; t < 4; ++t) {
-    if (s.pair_rows) {
-      const auto* lo = reinterpret_cast<const __m256i*>(rows + t * row_bytes);
-      const auto* hi = reinterpret_cast<const __m256i*>(rows + (4 + t) * row_bytes);
-      x[t] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
-                                _mm256_loadu_si256(hi), 1);
-    } else {
-      x[t] = _mm512_loadu_si512(rows + t * row_bytes);
-    }
-  }
+  for (size_t t = 0; t < 4; ++t) x[t] = _mm512_loadu_si512(rows + 64 * t);
   // V_v lane L dword d <- byte 16 L + 4 v + d of the 4 rows
   const __m512i ab_lo = _mm512_unpacklo_epi8(x[0], x[1]), ab_hi = _mm512_unpackhi_epi8(x[0], x[1]);
   const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
@@ -165,6 +158,93 @@ void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][
   }
 }
 
+// Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
+// kv/fp16_rows_simd.cpp does for fp16 rows).
+constexpr size_t kVPrefetchRows = 2 * kVTile;
+inline void prefetch_t2(const void* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) {
+    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
+  }
+}
+
+// The next tile's code vectors, built a step at a time inside dot_quad's first pass (whose
+// vpdpbusd stream leaves vector slots free) when that tile is whole; with the prefetches of its
+// steps' rows kVPrefetchRows ahead (pf_codes, pf_params: null for none).
+struct NextTile {
+  const uint8_t* src = nullptr;  // its rows, 256 bytes a step; null: nothing to build
+  __m512i* dst = nullptr;        // [steps][4] vectors V_v
+  const uint8_t* pf_codes = nullptr;
+  const uint8_t* pf_params = nullptr;
+  size_t pf_param_step = 0;  // param bytes per step
+};
+
+// dot_tile for the 4 queries of a GQA group at once, one code vector V_v at a time: its 4 masked
+// vectors are computed once per step and serve the 4 queries (16 accumulators: 4 queries x 4
+// codes), where dot_tile masks every V_v again for each query (the masks took half of its
+// vector slots beside the vpdpbusd). The same integer sums and float updates as 4 calls of
+// dot_tile; a weight vector shared by several V_v is picked again for each (one permute per
+// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK].
+template <int U1, int U2, int U3, bool Pair>
+void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_idx)[4][16],
+              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4],
+              const NextTile& next) {
+  const CodeMasks cm;
+  for (size_t v = 0; v < 4; ++v) {
+    const int u = v == 0 ? 0 : v == 1 ? U1 : v == 2 ? U2 : U3;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0,
+            b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
+    for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
+      const __m512i ta0 = tabs[0][sub][0], ta1 = tabs[0][sub][1];
+      const __m512i tb0 = tabs[1][sub][0], tb1 = tabs[1][sub][1];
+      const __m512i tc0 = tabs[2][sub][0], tc1 = tabs[2][sub][1];
+      const __m512i td0 = tabs[3][sub][0], td1 = tabs[3][sub][1];
+      const size_t sub_end = std::min(n_steps, st + sub_steps);
+      for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
+        if (v == 0 && next.src != nullptr) {
+          if (next.pf_codes != nullptr) {
+            prefetch_t2(next.pf_codes + st * 256, 256);
+            prefetch_t2(next.pf_params + st * next.pf_param_step, next.pf_param_step);
+          }
+          build_step(next.dst + st * 4, next.src + st * 256);
+        }
+        const __m512i x = _mm512_load_si512(codes + st * 4 + v);
+        const __m512i k0 = _mm512_and_si512(x, cm.m03), k1 = _mm512_and_si512(x, cm.m0c);
+        const __m512i k2 = _mm512_and_si512(x, cm.m30);
+        const __m512i k3 = _mm512_and_si512(_mm512_srli_epi16(x, 2), cm.m30);
+        const __m512i idx = _mm512_load_si512(wi[u]);
+        const __m512i ha = _mm512_permutex2var_epi32(ta0, idx, ta1);
+        dpbusd(a0, ha, k0), dpbusd(a1, ha, k1), dpbusd(a2, ha, k2), dpbusd(a3, ha, k3);
+        const __m512i hb = _mm512_permutex2var_epi32(tb0, idx, tb1);
+        dpbusd(b0, hb, k0), dpbusd(b1, hb, k1), dpbusd(b2, hb, k2), dpbusd(b3, hb, k3);
+        const __m512i hc = _mm512_permutex2var_epi32(tc0, idx, tc1);
+        dpbusd(c0, hc, k0), dpbusd(c1, hc, k1), dpbusd(c2, hc, k2), dpbusd(c3, hc, k3);
+        const __m512i hd = _mm512_permutex2var_epi32(td0, idx, td1);
+        dpbusd(d0, hd, k0), dpbusd(d1, hd, k1), dpbusd(d2, hd, k2), dpbusd(d3, hd, k3);
+      }
+    }
+    const __m512i acc[4][4] = {
+        {a0, a1, a2, a3}, {b0, b1, b2, b3}, {c0, c1, c2, c3}, {d0, d1, d2, d3}};
+    for (size_t q = 0; q < 4; ++q) {
+      __m512* sq = sums + q * kVK;
+      if (Pair) {  // sums[2 v + i / 2] from acc[4 v + i] (i even) and acc[4 v + i + 1]
+        for (size_t i = 0; i < 4; i += 2) {
+          const __m512i x = acc[q][i], y = acc[q][i + 1];
+          const __m512i both =
+              _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+          const size_t p = 2 * v + i / 2;
+          sq[p] = _mm512_fmadd_ps(step_v[q][v], _mm512_cvtepi32_ps(both), sq[p]);
+        }
+      } else {
+        for (size_t i = 0; i < 4; ++i) {
+          sq[4 * v + i] =
+              _mm512_fmadd_ps(step_v[q][v], _mm512_cvtepi32_ps(acc[q][i]), sq[4 * v + i]);
+        }
+      }
+    }
+  }
+}
+
 // The maxima of four vectors: lanes 4 g .. 4 g + 3 of the result hold max(m[g]) (a transposed
 // tree: 13 operations for the four, against 4 horizontal reductions of 8 and their scalar trips).
 inline __m512 max_per_group(const __m512* m) {
@@ -177,15 +257,6 @@ inline __m512 max_per_group(const __m512* m) {
                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   const __m512 d = _mm512_max_ps(c, _mm512_permute_ps(c, _MM_SHUFFLE(1, 0, 3, 2)));
   return _mm512_max_ps(d, _mm512_permute_ps(d, _MM_SHUFFLE(2, 3, 0, 1)));
-}
-
-// Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
-// kv/fp16_rows_simd.cpp does for fp16 rows).
-constexpr size_t kVPrefetchRows = 2 * kVTile;
-inline void prefetch_t2(const void* p, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
-  }
 }
 
 // A step is 8 rows of 32 bytes (head_dim 128) or 4 rows of 64 (head_dim 256): value_q8_shape.
@@ -209,8 +280,8 @@ struct ValueQ8Scratch {
 // weight vector v, lane -> 4 * group (the group's lanes in max_per_group); the pattern of
 // distinct weight vectors (dot kernel: all one, {0, 0, 1, 1}, else four picks, a repeated one
 // picked again); per step of a sub-tile and pick u, lane -> the dword of the weights of (group
-// g, rows 4 qd .. 4 qd + 3) in the packed tables: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd / 4;
-// per group, lane i -> dword (i % 8) * n_groups + g of 8 rows' params; channel -> group.
+// g, quad qd: 4 rows, see low_words) in the packed tables: 16 (g / 2) + 4 (qd % 4) + 2 (g % 2) + qd
+// / 4; per group, lane i -> dword (i % 8) * n_groups + g of 8 rows' params; channel -> group.
 constexpr size_t kMaxSubSteps = 8;  // steps per weight table (32 rows, steps of 4 or 8 rows)
 struct ValueQ8Plan {
   size_t head_dim = 0, group = 0;
@@ -263,8 +334,11 @@ const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t 
   }
   for (size_t c = 0; c < head_dim; ++c) p.group_of[c] = static_cast<int32_t>(c / group);
   for (int j = 0; j < 32; ++j) {
-    const int lane = j / 8, k = j % 8;
-    p.low_words[j] = static_cast<int16_t>((k < 4 ? 0 : 32) + 2 * (4 * lane + k % 4));
+    // word j = 8 L + 4 m + k: row k of quad 4 m + L, rows 4 qd + k (4-row steps) or
+    // 8 (qd / 2) + qd % 2 + 2 k (8-row steps: their even and odd rows, build_step)
+    const int lane = j / 8, m = j % 8 / 4, k = j % 4, qd = 4 * m + lane;
+    const int row = s.pair_rows ? 8 * (qd / 2) + qd % 2 + 2 * k : 4 * qd + k;
+    p.low_words[j] = static_cast<int16_t>((row < 16 ? 0 : 32) + 2 * (row % 16));
   }
   p.head_dim = head_dim, p.group = group;
   return p;
@@ -281,10 +355,9 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
   thread_local ValueQ8Scratch sc;
-  sc.codes.resize(max_steps * 4);
+  sc.codes.resize(2 * max_steps * 4);  // two tiles: the one summed, the next one
   sc.sums.assign(n_q * kVK, Bytes64{});
   sc.zsum.assign(n_q * 4, Bytes64{});
-  auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data());
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
   const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
@@ -304,11 +377,15 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       scale_t[g * kQuarters + h] = zero_t[g * kQuarters + h] = _mm512_setzero_ps();
     }
   }
+  bool built = false;  // the tile's code vectors built (during the previous tile's sums)
   for (size_t r0 = 0; r0 < n_rows; r0 += kVTile) {
     const size_t nr = std::min(kVTile, n_rows - r0);
     const size_t n_steps = (nr + s.step_rows - 1) / s.step_rows;
+    auto* codes_v = reinterpret_cast<__m512i*>(sc.codes.data()) + (r0 / kVTile % 2) * max_steps * 4;
+    auto* next_v =
+        reinterpret_cast<__m512i*>(sc.codes.data()) + (r0 / kVTile % 2 == 0) * max_steps * 4;
     const uint8_t* tile = codes + r0 * row_bytes;
-    for (size_t st = 0; st < n_steps; ++st) {
+    for (size_t st = 0; !built && st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
       // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
       // work rather than 48 prefetches in a burst)
@@ -323,7 +400,21 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         std::memcpy(sc.pad, src, (nr - row) * row_bytes);
         src = sc.pad;
       }
-      build_step(codes_v + st * 4, src, row_bytes, s);
+      build_step(codes_v + st * 4, src);
+    }
+    built = false;
+    // a whole next tile: built in the first dot_quad's first pass (with its prefetches when
+    // they stay inside the rows)
+    NextTile next;
+    if (r0 + 2 * kVTile <= n_rows) {
+      next.src = tile + kVTile * row_bytes;
+      next.dst = next_v;
+      if (r0 + kVTile + kVPrefetchRows + kVTile <= n_rows) {
+        next.pf_codes = next.src + kVPrefetchRows * row_bytes;
+        next.pf_params =
+            reinterpret_cast<const uint8_t*>(params + (r0 + kVTile + kVPrefetchRows) * n_groups);
+        next.pf_param_step = s.step_rows * n_groups * sizeof(KiviParams);
+      }
     }
     __mmask16 mask[kQuarters];
     for (size_t h = 0; h < kQuarters; ++h) {
@@ -394,7 +485,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         }
         for (size_t sub = 0; sub < kVTile / kSub; ++sub) {
           // two groups' 32 rows as bytes: dword (lane L, m) of a pair's table holds group
-          // 2 p + m / 2, rows 16 (m % 2) + 4 L .. + 3 of the sub-tile (quad 4 (m % 2) + L);
+          // 2 p + m / 2, the 4 rows of quad 4 (m % 2) + L of the sub-tile (plan.low_words);
           // the weights are the low bytes of 2^23 + rne(u * inv) (exact: below 2^23 + 256)
           const auto words = [&](size_t g) {  // group g's 32 rows as words
             const __m512 q0 = _mm512_fmadd_ps(u[g][2 * sub], inv_g[g], magic);
@@ -405,6 +496,19 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
           tabs[jb][sub][0] = _mm512_packus_epi16(words(0), words(1));
           tabs[jb][sub][1] = _mm512_packus_epi16(words(2), words(3));
         }
+      }
+      if (nb == kQBatch) {  // a whole GQA group: the masked codes serve its 4 queries
+        const __m512i(*const qtabs[kQBatch])[2] = {tabs[0], tabs[1], tabs[2], tabs[3]};
+        const auto quad = s.pair_rows ? (pattern == 0   ? dot_quad<0, 0, 0, true>
+                                         : pattern == 1 ? dot_quad<0, 1, 1, true>
+                                                        : dot_quad<1, 2, 3, true>)
+                                      : (pattern == 0   ? dot_quad<0, 0, 0, false>
+                                         : pattern == 1 ? dot_quad<0, 1, 1, false>
+                                                        : dot_quad<1, 2, 3, false>);
+        quad(sums_v + j0 * kVK, qtabs, w_idx, codes_v, n_steps, sub_steps, step_v, next);
+        built = built || next.src != nullptr;
+        next.src = nullptr;  // once
+        continue;
       }
       for (size_t jb = 0; jb < nb; ++jb) {
         const auto dot = s.pair_rows ? (pattern == 0   ? dot_tile<0, 0, 0, true>
