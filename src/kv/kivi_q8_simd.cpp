@@ -225,6 +225,74 @@ void prepare_queries(int8_t* ops, float* qs_buf, QueryParams& qp, const float* q
   }
 }
 
+// prepare_queries<1, 4> for two blocks at once (the decode case of 2-bit keys, 4 queries):
+// both blocks' chains (param loads, q', maxima, zero sums, the reductions and divisions) are in
+// flight together, so their latency, which the dot loop after them cannot hide, is paid once per
+// two blocks. The arithmetic is prepare_queries' own (the same even / odd zero sums and trees;
+// the maxima are exact in any order), so the operands are bit for bit those of two calls. q' is
+// not kept: the quantizing pass recomputes it (q and the params are in L1), which replaces the
+// store and reload of q' per query and chunk by one conversion of the scales per chunk and a
+// multiply. ops: [2][head_dim / 16][64] bytes, qp: [2].
+template <typename Params>
+void prepare_pair(int8_t* ops, QueryParams* qp, const float* q, const Params& p0, const Params& p1,
+                  size_t head_dim) {
+  __m512 mx[2][4], z[2][2][4];  // [block][query], [block][even / odd chunks][query]
+  SNAPKV_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    mx[0][j] = mx[1][j] = _mm512_setzero_ps();
+    z[0][0][j] = z[0][1][j] = z[1][0][j] = z[1][1][j] = _mm512_setzero_ps();
+  }
+  const auto chunk = [&](size_t c, int par) {
+    const __m512 s0 = p0.scale(c), s1 = p1.scale(c), zr0 = p0.zero(c), zr1 = p1.zero(c);
+    SNAPKV_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
+      mx[0][j] = _mm512_range_ps(mx[0][j], _mm512_mul_ps(qv, s0), 0x0B);
+      mx[1][j] = _mm512_range_ps(mx[1][j], _mm512_mul_ps(qv, s1), 0x0B);
+      z[0][par][j] = _mm512_fmadd_ps(qv, zr0, z[0][par][j]);
+      z[1][par][j] = _mm512_fmadd_ps(qv, zr1, z[1][par][j]);
+    }
+  };
+  size_t c1 = 0;
+  for (; c1 + 32 <= head_dim; c1 += 32) {
+    chunk(c1, 0);
+    chunk(c1 + 16, 1);
+  }
+  if (c1 < head_dim) chunk(c1, 0);
+  __m512 inv[2][4];
+  SNAPKV_UNROLL
+  for (int b = 0; b < 2; ++b) {
+    SNAPKV_UNROLL
+    for (int j = 0; j < 4; ++j) z[b][0][j] = _mm512_add_ps(z[b][0][j], z[b][1][j]);
+    const __m128 m = totals4(mx[b], [](__m512 a, __m512 x) { return _mm512_max_ps(a, x); });
+    const __m128 zero = _mm_setzero_ps();
+    _mm_store_ps(qp[b].step, _mm_div_ps(m, _mm_set1_ps(127.0f)));
+    _mm_store_ps(qp[b].qz,
+                 totals4(z[b][0], [](__m512 a, __m512 x) { return _mm512_add_ps(a, x); }));
+    const __m128 iv =
+        _mm_mask_div_ps(zero, _mm_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm_set1_ps(127.0f), m);
+    _mm_store_ps(qp[b].inv, iv);
+    const __m512 iv4 = _mm512_broadcast_f32x4(iv);
+    SNAPKV_UNROLL
+    for (int j = 0; j < 4; ++j) inv[b][j] = _mm512_permute_ps(iv4, 0x55 * j);
+  }
+  const auto pack = [](const __m512i* x) {
+    return _mm512_packs_epi16(_mm512_packs_epi32(x[0], x[1]), _mm512_packs_epi32(x[2], x[3]));
+  };
+  for (size_t c = 0; c < head_dim; c += 16) {
+    const __m512 s0 = p0.scale(c), s1 = p1.scale(c);
+    __m512i hi0[4], hi1[4];
+    SNAPKV_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
+      hi0[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(qv, s0), inv[0][j]));
+      hi1[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(qv, s1), inv[1][j]));
+    }
+    _mm512_store_si512(ops + c / 16 * 64, pack(hi0));
+    _mm512_store_si512(ops + head_dim / 16 * 64 + c / 16 * 64, pack(hi1));
+  }
+}
+
 // The octet addresses of a pass over rows r0 .. r0 + 31 (octets past the block repeat its last
 // one; their rows are never stored) and the store masks of its two halves of 16 rows.
 struct Pass {
@@ -449,6 +517,25 @@ void key_span_q8(float* out, size_t out_stride, const float* q, size_t n_q, cons
         const fp16_t* ahead = params + (b + kPrefetchBlocks) * 2 * head_dim;
         for (size_t i = 0; i < 2 * head_dim; i += 32) {
           _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
+        }
+      }
+      if constexpr (Bits == 2) {
+        if (b + 1 < n_blocks) {  // two blocks: prepare_pair
+          if (b + 1 + kPrefetchBlocks < n_blocks) {
+            const fp16_t* ahead = params + (b + 1 + kPrefetchBlocks) * 2 * head_dim;
+            for (size_t i = 0; i < 2 * head_dim; i += 32) {
+              _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
+            }
+          }
+          QueryParams qp[2];
+          prepare_pair(ops, qp, qj, F16Params{params + b * 2 * head_dim, head_dim},
+                       F16Params{params + (b + 1) * 2 * head_dim, head_dim}, head_dim);
+          key_block_2bit<4>(o + b * block_rows, out_stride, 4, ops, qp[0], words + b * block_bytes,
+                            block_rows, head_dim);
+          key_block_2bit<4>(o + (b + 1) * block_rows, out_stride, 4, ops + head_dim / 16 * 64,
+                            qp[1], words + (b + 1) * block_bytes, block_rows, head_dim);
+          ++b;
+          continue;
         }
       }
       QueryParams qp;
