@@ -279,6 +279,9 @@ void prepare_pair(int8_t* ops, QueryParams* qp, const float* q, const Params& p0
   const auto pack = [](const __m512i* x) {
     return _mm512_packs_epi16(_mm512_packs_epi32(x[0], x[1]), _mm512_packs_epi32(x[2], x[3]));
   };
+  // dword 4 n + j (quad n, query j; pack's order) -> 8 p + 2 j + n' (quad 2 p + n')
+  const __m512i pair_order =
+      _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   for (size_t c = 0; c < head_dim; c += 16) {
     const __m512 s0 = p0.scale(c), s1 = p1.scale(c);
     __m512i hi0[4], hi1[4];
@@ -288,8 +291,9 @@ void prepare_pair(int8_t* ops, QueryParams* qp, const float* q, const Params& p0
       hi0[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(qv, s0), inv[0][j]));
       hi1[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(qv, s1), inv[1][j]));
     }
-    _mm512_store_si512(ops + c / 16 * 64, pack(hi0));
-    _mm512_store_si512(ops + head_dim / 16 * 64 + c / 16 * 64, pack(hi1));
+    _mm512_store_si512(ops + c / 16 * 64, _mm512_permutexvar_epi32(pair_order, pack(hi0)));
+    _mm512_store_si512(ops + head_dim / 16 * 64 + c / 16 * 64,
+                       _mm512_permutexvar_epi32(pair_order, pack(hi1)));
   }
 }
 
@@ -369,6 +373,75 @@ SNAPKV_NOINLINE void key_block_2bit(float* out, size_t out_stride, size_t nq, co
       const __m512i a01 = _mm512_inserti64x4(_mm512_castsi256_si512(acc[f]), acc[NQ + f], 1);
       const __m512i a23 =
           _mm512_inserti64x4(_mm512_castsi256_si512(acc[2 * NQ + f]), acc[3 * NQ + f], 1);
+      const __m512 sv = _mm512_set1_ps(qp.step[f]), zv = _mm512_set1_ps(qp.qz[f]);
+      SNAPKV_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m512i rows =
+            _mm512_srav_epi32(_mm512_permutex2var_epi32(a01, pick[h], a23), shifts);
+        _mm512_mask_storeu_ps(out + f * out_stride + r0 + 16 * h, pass.mask[h],
+                              _mm512_fmadd_ps(_mm512_cvtepi32_ps(rows), sv, zv));
+      }
+    }
+  }
+}
+
+// 2-bit keys, 4 queries, 512-bit vectors (the decode pairs: prepare_pair's operand order): per 8
+// channels (step t) one code vector holds both quads, lane o = octet o, dword 4 o + 2 h + n <-
+// byte h of quad n's 4 channels, against a query operand with quad 2 t in the even and 2 t + 1 in
+// the odd dwords (one qword broadcast). Each accumulator dword is then one row slot (k = 2 o + h,
+// row 4 k + i) and quad parity; the two parities are added (exact in int32) at the end, which
+// leaves the sums of key_block_2bit.
+SNAPKV_NOINLINE void key_block_2bit_pair(float* out, size_t out_stride, const int8_t* ops,
+                                         const QueryParams& qp, const uint8_t* words, size_t n_rows,
+                                         size_t head_dim) {
+  const size_t oct_bytes = 2 * head_dim;
+  const __m512i shuffle =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  // the even / odd dwords of two accumulators: [a's 8][b's 8]
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i pick[2] = {
+      _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27),
+      _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31)};
+  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
+  for (size_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
+    const Pass pass(words, oct_bytes, r0, n_rows);
+    __m512i acc[16];  // [i][query]
+    SNAPKV_UNROLL
+    for (int a = 0; a < 16; ++a) acc[a] = _mm512_setzero_si512();
+    for (size_t t = 0; t < head_dim / 8; ++t) {
+      _mm_prefetch(
+          reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * t),
+          _MM_HINT_T0);
+      const auto lane = [t](const uint8_t* p) {
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * t));
+      };
+      __m512i x = _mm512_castsi128_si512(lane(pass.oct[0]));
+      x = _mm512_inserti32x4(x, lane(pass.oct[1]), 1);
+      x = _mm512_inserti32x4(x, lane(pass.oct[2]), 2);
+      x = _mm512_inserti32x4(x, lane(pass.oct[3]), 3);
+      x = _mm512_shuffle_epi8(x, shuffle);
+      const int8_t* qb = ops + t / 2 * 64 + t % 2 * 32;
+      __m512i qv[4];
+      SNAPKV_UNROLL
+      for (int f = 0; f < 4; ++f) {
+        int64_t w;
+        std::memcpy(&w, qb + 8 * f, 8);
+        qv[f] = _mm512_set1_epi64(w);
+      }
+      SNAPKV_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const __m512i m = _mm512_and_si512(x, _mm512_set1_epi8(static_cast<char>(3 << (2 * i))));
+        SNAPKV_UNROLL
+        for (int f = 0; f < 4; ++f) dpbusd(acc[i * 4 + f], m, qv[f]);
+      }
+    }
+    SNAPKV_UNROLL
+    for (int f = 0; f < 4; ++f) {
+      const __m512i a01 = _mm512_add_epi32(_mm512_permutex2var_epi32(acc[f], even, acc[4 + f]),
+                                           _mm512_permutex2var_epi32(acc[f], odd, acc[4 + f]));
+      const __m512i a23 = _mm512_add_epi32(_mm512_permutex2var_epi32(acc[8 + f], even, acc[12 + f]),
+                                           _mm512_permutex2var_epi32(acc[8 + f], odd, acc[12 + f]));
       const __m512 sv = _mm512_set1_ps(qp.step[f]), zv = _mm512_set1_ps(qp.qz[f]);
       SNAPKV_UNROLL
       for (int h = 0; h < 2; ++h) {
@@ -530,10 +603,10 @@ void key_span_q8(float* out, size_t out_stride, const float* q, size_t n_q, cons
           QueryParams qp[2];
           prepare_pair(ops, qp, qj, F16Params{params + b * 2 * head_dim, head_dim},
                        F16Params{params + (b + 1) * 2 * head_dim, head_dim}, head_dim);
-          key_block_2bit<4>(o + b * block_rows, out_stride, 4, ops, qp[0], words + b * block_bytes,
-                            block_rows, head_dim);
-          key_block_2bit<4>(o + (b + 1) * block_rows, out_stride, 4, ops + head_dim / 16 * 64,
-                            qp[1], words + (b + 1) * block_bytes, block_rows, head_dim);
+          key_block_2bit_pair(o + b * block_rows, out_stride, ops, qp[0], words + b * block_bytes,
+                              block_rows, head_dim);
+          key_block_2bit_pair(o + (b + 1) * block_rows, out_stride, ops + head_dim / 16 * 64, qp[1],
+                              words + (b + 1) * block_bytes, block_rows, head_dim);
           ++b;
           continue;
         }
