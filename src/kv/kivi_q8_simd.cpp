@@ -228,14 +228,17 @@ void prepare_queries(int8_t* ops, float* qs_buf, QueryParams& qp, const float* q
 // prepare_queries<1, 4> for two blocks at once (the decode case of 2-bit keys, 4 queries):
 // both blocks' chains (param loads, q', maxima, zero sums, the reductions and divisions) are in
 // flight together, so their latency, which the dot loop after them cannot hide, is paid once per
-// two blocks. The arithmetic is prepare_queries' own (the same even / odd zero sums and trees;
-// the maxima are exact in any order), so the operands are bit for bit those of two calls. q' is
-// not kept: the quantizing pass recomputes it (q and the params are in L1), which replaces the
-// store and reload of q' per query and chunk by one conversion of the scales per chunk and a
-// multiply. ops: [2][head_dim / 16][64] bytes, qp: [2].
+// two blocks, and the loads of q serve both. The arithmetic is prepare_queries' own (the same
+// even / odd zero sums and trees; the maxima are exact in any order), so the operands are bit for
+// bit those of two calls. The preparation competes with the dot loops for the multiply pipes, so
+// its stores and multiplies are balanced: q' of the first block is kept in qs_buf ([4][head_dim]
+// floats, 64-byte aligned), the second block's is recomputed in the quantizing pass (alternated
+// A/B, one thread, 16K rows, key half: keeping both 3.5% slower, recomputing both 3% slower). The
+// operands are stored in key_block_2bit_pair's order: per chunk of 16 channels, qword 4 p + j
+// holds quads 2 p, 2 p + 1 of query j. ops: [2][head_dim / 16][64] bytes, qp: [2].
 template <typename Params>
-void prepare_pair(int8_t* ops, QueryParams* qp, const float* q, const Params& p0, const Params& p1,
-                  size_t head_dim) {
+void prepare_pair(int8_t* ops, float* qs_buf, QueryParams* qp, const float* q, const Params& p0,
+                  const Params& p1, size_t head_dim) {
   __m512 mx[2][4], z[2][2][4];  // [block][query], [block][even / odd chunks][query]
   SNAPKV_UNROLL
   for (int j = 0; j < 4; ++j) {
@@ -247,7 +250,9 @@ void prepare_pair(int8_t* ops, QueryParams* qp, const float* q, const Params& p0
     SNAPKV_UNROLL
     for (int j = 0; j < 4; ++j) {
       const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
-      mx[0][j] = _mm512_range_ps(mx[0][j], _mm512_mul_ps(qv, s0), 0x0B);
+      const __m512 a = _mm512_mul_ps(qv, s0);
+      _mm512_store_ps(qs_buf + j * head_dim + c, a);
+      mx[0][j] = _mm512_range_ps(mx[0][j], a, 0x0B);
       mx[1][j] = _mm512_range_ps(mx[1][j], _mm512_mul_ps(qv, s1), 0x0B);
       z[0][par][j] = _mm512_fmadd_ps(qv, zr0, z[0][par][j]);
       z[1][par][j] = _mm512_fmadd_ps(qv, zr1, z[1][par][j]);
@@ -283,12 +288,13 @@ void prepare_pair(int8_t* ops, QueryParams* qp, const float* q, const Params& p0
   const __m512i pair_order =
       _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   for (size_t c = 0; c < head_dim; c += 16) {
-    const __m512 s0 = p0.scale(c), s1 = p1.scale(c);
+    const __m512 s1 = p1.scale(c);
     __m512i hi0[4], hi1[4];
     SNAPKV_UNROLL
     for (int j = 0; j < 4; ++j) {
       const __m512 qv = _mm512_loadu_ps(q + j * head_dim + c);
-      hi0[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(qv, s0), inv[0][j]));
+      hi0[j] =
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(qs_buf + j * head_dim + c), inv[0][j]));
       hi1[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(qv, s1), inv[1][j]));
     }
     _mm512_store_si512(ops + c / 16 * 64, _mm512_permutexvar_epi32(pair_order, pack(hi0)));
@@ -601,7 +607,9 @@ void key_span_q8(float* out, size_t out_stride, const float* q, size_t n_q, cons
             }
           }
           QueryParams qp[2];
-          prepare_pair(ops, qp, qj, F16Params{params + b * 2 * head_dim, head_dim},
+          // scratch: two blocks' operands, then q' of one block (within kivi_key_scratch_floats)
+          prepare_pair(ops, reinterpret_cast<float*>(ops + head_dim / 16 * 128), qp, qj,
+                       F16Params{params + b * 2 * head_dim, head_dim},
                        F16Params{params + (b + 1) * 2 * head_dim, head_dim}, head_dim);
           key_block_2bit_pair(o + b * block_rows, out_stride, ops, qp[0], words + b * block_bytes,
                               block_rows, head_dim);
