@@ -403,12 +403,12 @@ SNAPKV_NOINLINE void key_block_2bit_pair(float* out, size_t out_stride, const in
   const size_t oct_bytes = 2 * head_dim;
   const __m512i shuffle =
       _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
-  // the even / odd dwords of two accumulators: [a's 8][b's 8]
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  // row p of a half of 16 rows (row 4 k + i) <- slot k of accumulator i in the joined pairs
+  // (joined: 128-bit lane l of a pair holds slots 2 l, 2 l + 1 of its first accumulator, then of
+  // its second; the second pair at 16 ..)
   const __m512i pick[2] = {
-      _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27),
-      _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31)};
+      _mm512_setr_epi32(0, 2, 16, 18, 1, 3, 17, 19, 4, 6, 20, 22, 5, 7, 21, 23),
+      _mm512_setr_epi32(8, 10, 24, 26, 9, 11, 25, 27, 12, 14, 28, 30, 13, 15, 29, 31)};
   const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
   for (size_t r0 = 0; r0 < n_rows; r0 += kRowsPerPass) {
     const Pass pass(words, oct_bytes, r0, n_rows);
@@ -444,10 +444,13 @@ SNAPKV_NOINLINE void key_block_2bit_pair(float* out, size_t out_stride, const in
     }
     SNAPKV_UNROLL
     for (int f = 0; f < 4; ++f) {
-      const __m512i a01 = _mm512_add_epi32(_mm512_permutex2var_epi32(acc[f], even, acc[4 + f]),
-                                           _mm512_permutex2var_epi32(acc[f], odd, acc[4 + f]));
-      const __m512i a23 = _mm512_add_epi32(_mm512_permutex2var_epi32(acc[8 + f], even, acc[12 + f]),
-                                           _mm512_permutex2var_epi32(acc[8 + f], odd, acc[12 + f]));
+      // the two quad parities of each slot added (in-lane shuffles of the even and odd dwords)
+      const auto join = [](__m512i a, __m512i b) {
+        const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+        return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
+                                _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xDD)));
+      };
+      const __m512i a01 = join(acc[f], acc[4 + f]), a23 = join(acc[8 + f], acc[12 + f]);
       const __m512 sv = _mm512_set1_ps(qp.step[f]), zv = _mm512_set1_ps(qp.qz[f]);
       SNAPKV_UNROLL
       for (int h = 0; h < 2; ++h) {
