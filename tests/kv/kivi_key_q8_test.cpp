@@ -141,5 +141,52 @@ TEST(KiviKeyQ8, BlocksEntryEqualsPerBlockCalls) {
   }
 }
 
+TEST(KiviKeyQ8, BlocksEntryPairsOfBlocksEqualPerBlockCalls) {
+  // The decode path of 2-bit keys prepares the operands of two blocks at once and runs them on
+  // 512-bit vectors (kivi_q8_simd.cpp: prepare_pair, key_block_2bit_pair); it must equal the
+  // per-block calls exactly over many pairs (and an odd block after them), with queries that are
+  // zero on one block's channels or all through (no step), params of different magnitudes per
+  // block, and blocks of one to three 32-row passes.
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int bits = 2;
+  for (size_t hd : {size_t{64}, size_t{128}}) {
+    for (size_t rows : {size_t{32}, size_t{40}, size_t{96}}) {
+      for (size_t n_blocks : {size_t{2}, size_t{9}, size_t{16}}) {
+        const size_t n_q = 8;
+        const size_t block_bytes = rows / 8 * hd * kivi_word_bytes(bits);
+        std::vector<uint8_t> words(n_blocks * block_bytes);
+        for (auto& b : words) b = static_cast<uint8_t>(rng());
+        std::vector<fp16_t> params(n_blocks * 2 * hd);
+        for (size_t k = 0; k < n_blocks; ++k) {
+          const float mag = std::ldexp(1.0f, static_cast<int>(k % 7) - 3);
+          for (size_t c = 0; c < 2 * hd; ++c) {
+            const float v = c < hd ? std::fabs(u(rng)) * mag : u(rng) * mag;
+            params[k * 2 * hd + c] = fp32_to_fp16(v);
+          }
+        }
+        std::vector<float> q(n_q * hd);
+        for (float& v : q) v = u(rng);
+        for (size_t c = 0; c < hd; ++c) q[2 * hd + c] = 0.0f;  // query 2: no step
+        for (size_t c = hd / 2; c < hd; ++c) q[5 * hd + c] = 0.0f;
+        q[6 * hd + 3] *= 1000.0f;  // an outlier channel
+        const size_t stride = n_blocks * rows + 5;
+        std::vector<float> a(n_q * stride, kSentinel), b(n_q * stride, kSentinel);
+        kivi_key_blocks_dot_f16(a.data(), stride, q.data(), n_q, params.data(), words.data(),
+                                n_blocks, rows, hd, bits);
+        for (size_t k = 0; k < n_blocks; ++k) {
+          kivi_key_block_dot_f16(b.data() + k * rows, stride, q.data(), n_q,
+                                 params.data() + k * 2 * hd, words.data() + k * block_bytes, rows,
+                                 hd, bits);
+        }
+        for (size_t i = 0; i < a.size(); ++i) {
+          ASSERT_EQ(a[i], b[i]) << "hd " << hd << " rows " << rows << " blocks " << n_blocks
+                                << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace snapkv
