@@ -278,8 +278,10 @@ void prepare_pair(int8_t* ops, float* qs_buf, QueryParams* qp, const float* q, c
         _mm_mask_div_ps(zero, _mm_cmp_ps_mask(m, zero, _CMP_GT_OQ), _mm_set1_ps(127.0f), m);
     _mm_store_ps(qp[b].inv, iv);
     const __m512 iv4 = _mm512_broadcast_f32x4(iv);
-    SNAPKV_UNROLL
-    for (int j = 0; j < 4; ++j) inv[b][j] = _mm512_permute_ps(iv4, 0x55 * j);
+    inv[b][0] = _mm512_permute_ps(iv4, 0x00);  // immediates: clang wants literal constants
+    inv[b][1] = _mm512_permute_ps(iv4, 0x55);
+    inv[b][2] = _mm512_permute_ps(iv4, 0xAA);
+    inv[b][3] = _mm512_permute_ps(iv4, 0xFF);
   }
   const auto pack = [](const __m512i* x) {
     return _mm512_packs_epi16(_mm512_packs_epi32(x[0], x[1]), _mm512_packs_epi32(x[2], x[3]));
