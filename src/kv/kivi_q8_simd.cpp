@@ -25,6 +25,8 @@
 // only a shift, an interleave of the P accumulators into row order and the conversion at the end.
 // 2-bit: 8 dwords (4 octets x 2 bytes) per 256-bit vector, row 4 k + i in dword k of accumulator
 // i; 4-bit: 16 dwords (4 octets x 4 bytes) per 512-bit vector, row 2 k + i.
+// The decode case of 2-bit keys (4 queries, runs of blocks) prepares two blocks at once
+// (prepare_pair) and puts both quads of 8 channels in one 512-bit vector (key_block_2bit_pair).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
