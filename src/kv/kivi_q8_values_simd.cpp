@@ -53,6 +53,18 @@ inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
 #endif
 }
 
+// p, its origin hidden from the optimizer. The library is built position-independent, where a
+// thread_local's address is a call to __tls_get_addr: GCC 12 recomputed the scratch's and the
+// plan's addresses inside the tile loop (a call per query and tile, with vzeroupper and every
+// live vector spilled around it); through an opaque pointer it keeps the address in a register.
+template <class T>
+T* opaque(T* p) {
+#if defined(__GNUC__)
+  __asm__("" : "+r"(p));
+#endif
+  return p;
+}
+
 constexpr size_t kVTile = kKiviValueQ8Tile;  // rows per tile: one weight step per (query, group)
 constexpr size_t kVK = 16;                   // code vectors per step = accumulators per query
 
@@ -374,7 +386,8 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
-  thread_local ValueQ8Scratch sc;
+  thread_local ValueQ8Scratch tls_scratch;
+  ValueQ8Scratch& sc = *opaque(&tls_scratch);
   sc.codes.resize(2 * max_steps * 4);  // two tiles: the one summed, the next one
   // the sums of whole GQA groups are set by their first tile (dot_quad's `first`); the rest
   // start at 0 (so do the zero sums: set by the first tile, they were slower, 1.20x)
@@ -387,7 +400,7 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   __m512i w_top = _mm512_setzero_si512();
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
-  const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
+  const ValueQ8Plan& plan = *opaque(&value_q8_plan(s, head_dim, group));
   const int pattern = plan.pattern;
   const int32_t(*w_idx)[4][16] = plan.w_idx;
   __m512i param_idx[4];
