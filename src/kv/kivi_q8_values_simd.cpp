@@ -195,7 +195,9 @@ struct NextTile {
 // codes), where dot_tile masks every V_v again for each query (the masks took half of its
 // vector slots beside the vpdpbusd). The same integer sums and float updates as 4 calls of
 // dot_tile; a weight vector shared by several V_v is picked again for each (one permute per
-// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK].
+// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK]; first:
+// the call's first tile, whose products set the sums (step * isum, as fma(step, isum, 0) of the
+// twin: both are >= 0, so no -0 arises) instead of adding to them (no zeroing per call).
 template <int U1, int U2, int U3, bool Pair>
 void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4],
