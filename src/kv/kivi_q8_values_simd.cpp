@@ -53,6 +53,18 @@ inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
 #endif
 }
 
+// p, its origin hidden from the optimizer. The library is built position-independent, where a
+// thread_local's address is a call to __tls_get_addr: GCC 12 recomputed the scratch's and the
+// plan's addresses inside the tile loop (a call per query and tile, with vzeroupper and every
+// live vector spilled around it); through an opaque pointer it keeps the address in a register.
+template <class T>
+T* opaque(T* p) {
+#if defined(__GNUC__)
+  __asm__("" : "+r"(p));
+#endif
+  return p;
+}
+
 constexpr size_t kVTile = kKiviValueQ8Tile;  // rows per tile: one weight step per (query, group)
 constexpr size_t kVK = 16;                   // code vectors per step = accumulators per query
 
@@ -183,11 +195,13 @@ struct NextTile {
 // codes), where dot_tile masks every V_v again for each query (the masks took half of its
 // vector slots beside the vpdpbusd). The same integer sums and float updates as 4 calls of
 // dot_tile; a weight vector shared by several V_v is picked again for each (one permute per
-// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK].
+// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK]; first:
+// the call's first tile, whose products set the sums (step * isum, as fma(step, isum, 0) of the
+// twin: both are >= 0, so no -0 arises) instead of adding to them (no zeroing per call).
 template <int U1, int U2, int U3, bool Pair>
 void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4],
-              const NextTile& next) {
+              const NextTile& next, bool first) {
   const CodeMasks cm;
   for (size_t v = 0; v < 4; ++v) {
     const int u = v == 0 ? 0 : v == 1 ? U1 : v == 2 ? U2 : U3;
@@ -233,12 +247,14 @@ void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_i
               _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
                                _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
           const size_t p = 2 * v + i / 2;
-          sq[p] = _mm512_fmadd_ps(step_v[q][v], _mm512_cvtepi32_ps(both), sq[p]);
+          const __m512 f = _mm512_cvtepi32_ps(both);
+          sq[p] = first ? _mm512_mul_ps(step_v[q][v], f) : _mm512_fmadd_ps(step_v[q][v], f, sq[p]);
         }
       } else {
         for (size_t i = 0; i < 4; ++i) {
-          sq[4 * v + i] =
-              _mm512_fmadd_ps(step_v[q][v], _mm512_cvtepi32_ps(acc[q][i]), sq[4 * v + i]);
+          const __m512 f = _mm512_cvtepi32_ps(acc[q][i]);
+          sq[4 * v + i] = first ? _mm512_mul_ps(step_v[q][v], f)
+                                : _mm512_fmadd_ps(step_v[q][v], f, sq[4 * v + i]);
         }
       }
     }
@@ -344,7 +360,25 @@ const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t 
   return p;
 }
 
-void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
+// Every weight in [0, 2^64] (-0 included), none NaN: the ordered compares (value_rows_q8 runs
+// them when a weight's bits exceed those of 2^64).
+bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p64f);
+  for (size_t j = 0; j < n_q; ++j) {
+    for (size_t r = 0; r < n_rows; r += 16) {
+      const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
+      const __m512 x = _mm512_maskz_loadu_ps(m, w + j * w_stride + r);
+      // NaN fails both ordered compares
+      const __mmask16 ok =
+          _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
+      if ((ok & m) != m) return false;
+    }
+  }
+  return true;
+}
+
+// false (out untouched) when a weight is outside [0, 2^64] or NaN (weights_in_q8_range)
+bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
                    const KiviParams* params, size_t n_rows, size_t head_dim, size_t group,
                    const ValueQ8Shape& s) {
   constexpr size_t kSub = 32;  // rows per weight table (two vectors: 4 groups x 32 rows)
@@ -354,13 +388,21 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   const size_t n_groups = (head_dim + group - 1) / group;  // <= 4 (value_q8_shape)
   const size_t row_bytes = head_dim / 4;
   const size_t max_steps = kVTile / s.step_rows, sub_steps = kSub / s.step_rows;
-  thread_local ValueQ8Scratch sc;
+  thread_local ValueQ8Scratch tls_scratch;
+  ValueQ8Scratch& sc = *opaque(&tls_scratch);
   sc.codes.resize(2 * max_steps * 4);  // two tiles: the one summed, the next one
-  sc.sums.assign(n_q * kVK, Bytes64{});
+  // the sums of whole GQA groups are set by their first tile (dot_quad's `first`); the rest
+  // start at 0 (so do the zero sums: set by the first tile, they were slower, 1.20x)
+  const size_t n_quad = n_rows == 0 ? 0 : n_q / kQBatch * kQBatch;
+  sc.sums.resize(n_q * kVK);
+  std::fill(sc.sums.begin() + static_cast<std::ptrdiff_t>(n_quad * kVK), sc.sums.end(), Bytes64{});
   sc.zsum.assign(n_q * 4, Bytes64{});
+  // the bits of every weight, unsigned, folded by max (the range check of
+  // kivi_value_rows_accumulate_q8 on the weights as they are loaded)
+  __m512i w_top = _mm512_setzero_si512();
   auto* sums_v = reinterpret_cast<__m512*>(sc.sums.data());
   auto* zsum_v = reinterpret_cast<__m512*>(sc.zsum.data());
-  const ValueQ8Plan& plan = value_q8_plan(s, head_dim, group);
+  const ValueQ8Plan& plan = *opaque(&value_q8_plan(s, head_dim, group));
   const int pattern = plan.pattern;
   const int32_t(*w_idx)[4][16] = plan.w_idx;
   __m512i param_idx[4];
@@ -458,17 +500,21 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         const size_t j = j0 + jb;
         const float* wj = w + j * w_stride + r0;
         __m512 wr[kQuarters];
-        for (size_t h = 0; h < kQuarters; ++h) wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
+        for (size_t h = 0; h < kQuarters; ++h) {
+          wr[h] = _mm512_maskz_loadu_ps(mask[h], wj + 16 * h);
+          w_top = _mm512_max_epu32(w_top, _mm512_castps_si512(wr[h]));
+        }
         // the arithmetic of kivi_value_rows_accumulate_q8_scalar: u = w * scale per group, the
         // groups' maxima in one vector (lanes 4 g .. 4 g + 3 hold group g's), one division
         __m512 u[4][kQuarters], m[4];
+        // (m starts at the first u, not at 0 as the twin's mx: they differ only where that u
+        // is negative, and a maximum below 0x1p-100 gives the same zero weights and step)
         for (size_t g = 0; g < 4; ++g) {
           __m512 z = zsum_v[j * 4 + g];
-          m[g] = _mm512_setzero_ps();
           for (size_t h = 0; h < kQuarters; ++h) {
             u[g][h] = _mm512_mul_ps(wr[h], scale_t[g * kQuarters + h]);
             z = _mm512_fmadd_ps(wr[h], zero_t[g * kQuarters + h], z);
-            m[g] = _mm512_max_ps(m[g], u[g][h]);
+            m[g] = h == 0 ? u[g][h] : _mm512_max_ps(m[g], u[g][h]);
           }
           zsum_v[j * 4 + g] = z;
         }
@@ -505,7 +551,7 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
                                       : (pattern == 0   ? dot_quad<0, 0, 0, false>
                                          : pattern == 1 ? dot_quad<0, 1, 1, false>
                                                         : dot_quad<1, 2, 3, false>);
-        quad(sums_v + j0 * kVK, qtabs, w_idx, codes_v, n_steps, sub_steps, step_v, next);
+        quad(sums_v + j0 * kVK, qtabs, w_idx, codes_v, n_steps, sub_steps, step_v, next, r0 == 0);
         built = built || next.src != nullptr;
         next.src = nullptr;  // once
         continue;
@@ -520,6 +566,12 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
         dot(sums_v + (j0 + jb) * kVK, tabs[jb], w_idx, codes_v, n_steps, sub_steps, step_v[jb]);
       }
     }
+  }
+  // every weight's bits at most those of 2^64 (non-negative, no NaN), else the exact check:
+  // out is written only below, so a weight out of range leaves it untouched
+  if (_mm512_reduce_max_epu32(w_top) > 0x5F800000u &&
+      !weights_in_q8_range(w, w_stride, n_q, n_rows)) {
+    return false;
   }
   // back to channel order, 16 channels at a time (value_q8_channel): channel
   // 64 L + 16 v + 4 d + i is lane 4 L + d of sums[4 v + i] (plus lane 4 L + 8 + d when
@@ -570,33 +622,6 @@ void value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       }
     }
   }
-}
-
-bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
-  // fast pass: every weight's bits, unsigned, at most those of 2^64 (non-negative, no NaN)
-  __m512i top = _mm512_setzero_si512();
-  for (size_t j = 0; j < n_q; ++j) {
-    const float* wj = w + j * w_stride;
-    size_t r = 0;
-    for (; r + 16 <= n_rows; r += 16) top = _mm512_max_epu32(top, _mm512_loadu_si512(wj + r));
-    if (r < n_rows) {
-      const auto m = static_cast<__mmask16>((1u << (n_rows - r)) - 1u);
-      top = _mm512_max_epu32(top, _mm512_maskz_loadu_epi32(m, wj + r));
-    }
-  }
-  if (_mm512_reduce_max_epu32(top) <= 0x5F800000u) return true;
-  // else the ordered compares (-0 is in range)
-  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p64f);
-  for (size_t j = 0; j < n_q; ++j) {
-    for (size_t r = 0; r < n_rows; r += 16) {
-      const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
-      const __m512 x = _mm512_maskz_loadu_ps(m, w + j * w_stride + r);
-      // NaN fails both ordered compares
-      const __mmask16 ok =
-          _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
-      if ((ok & m) != m) return false;
-    }
-  }
   return true;
 }
 
@@ -618,11 +643,8 @@ bool kivi_value_rows_accumulate_q8(float* out, const float* w, size_t w_stride, 
                                    size_t head_dim, size_t group, int bits) {
 #if SNAPKV_KIVI_VNNI
   ValueQ8Shape s;
-  if (!value_q8_shape(s, head_dim, group, bits) || !weights_in_q8_range(w, w_stride, n_q, n_rows)) {
-    return false;
-  }
-  value_rows_q8(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group, s);
-  return true;
+  return value_q8_shape(s, head_dim, group, bits) &&
+         value_rows_q8(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group, s);
 #else
   (void)out, (void)w, (void)w_stride, (void)n_q, (void)codes, (void)params, (void)n_rows;
   (void)head_dim, (void)group, (void)bits;

@@ -105,5 +105,54 @@ TEST(KiviValues2, QueriesInGroupsOfFourMatchSingleQueries) {
   EXPECT_GT(checked, size_t{0});
 }
 
+// The integer kernel checks the weights' range as it loads them, after the sums of every tile
+// have been taken: a weight outside [0, 2^64] (or NaN) in the last rows of the last query must
+// still leave the output to the float kernel alone (not added twice, not the integer form's), and
+// -0 stays in range (bit for bit the result of +0).
+TEST(KiviValues2, WeightsOutOfRangeInTheLastTileFallBackToTheFloatKernel) {
+  if (!kivi_value_accumulate_uses_q8(128, 32, 2)) {
+    GTEST_SKIP() << "no 2-bit integer value kernel at this ISA level";
+  }
+  const size_t hd = 128, group = 32, n_rows = 1031, n_q = 8;
+  size_t checked = 0;
+  for (const float bad : {-0.25f, 0x1p65f, std::nanf(""), -0.0f}) {
+    Values2 v = random_values(hd, group, n_rows, n_q, 77);
+    float& x = v.w[(n_q - 1) * n_rows + n_rows - 2];
+    x = 0.0f;
+    std::vector<float> plus_zero(n_q * hd, 0.25f);
+    kivi_value_rows_accumulate(plus_zero.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                               v.params.data(), n_rows, hd, group, 2);
+    x = bad;
+    std::vector<float> fast(n_q * hd, 0.25f), slow(n_q * hd, 0.25f);
+    kivi_value_rows_accumulate(fast.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                               v.params.data(), n_rows, hd, group, 2);
+    if (bad == 0.0f) {  // -0
+      EXPECT_EQ(std::memcmp(fast.data(), plus_zero.data(), fast.size() * 4), 0);
+      ++checked;
+      continue;
+    }
+    kivi_value_rows_accumulate_scalar(slow.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                                      v.params.data(), n_rows, hd, group, 2);
+    for (size_t j = 0; j < n_q; ++j) {
+      for (size_t c = 0; c < hd; ++c) {
+        const float f = fast[j * hd + c], s = slow[j * hd + c];
+        ASSERT_EQ(std::isnan(f), std::isnan(s)) << "weight " << bad << " query " << j;
+        if (std::isnan(s)) continue;
+        // the float forms: every product and sum rounds once, <= 4 (n_rows + 4) u * magnitude
+        double mag = 0.25;
+        for (size_t r = 0; r < n_rows; ++r) {
+          const KiviParams& p = v.params[r * v.n_groups() + c / group];
+          mag += std::fabs(v.w[j * n_rows + r]) *
+                 (fp16_to_fp32(p.scale) * 3.0 * 1.01 + 2 * std::fabs(fp16_to_fp32(p.zero)));
+        }
+        ASSERT_NEAR(f, s, 4.0 * double(n_rows + 4) * kU32 * mag)
+            << "weight " << bad << " query " << j << " channel " << c;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, size_t{0});
+}
+
 }  // namespace
 }  // namespace snapkv
