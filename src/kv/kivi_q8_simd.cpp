@@ -323,6 +323,22 @@ struct Pass {
   }
 };
 
+// Bytes 16 step .. 16 step + 15 of the pass's 4 octets in the 4 lanes of one vector (lane o:
+// octet o), after a prefetch of one line of the words kPrefetchPasses passes ahead (a step per
+// line: spread over the loop, not a burst per block).
+inline __m512i octet_lanes(const Pass& pass, size_t oct_bytes, size_t step) {
+  _mm_prefetch(
+      reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * step),
+      _MM_HINT_T0);
+  const auto lane = [step](const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * step));
+  };
+  __m512i x = _mm512_castsi128_si512(lane(pass.oct[0]));
+  x = _mm512_inserti32x4(x, lane(pass.oct[1]), 1);
+  x = _mm512_inserti32x4(x, lane(pass.oct[2]), 2);
+  return _mm512_inserti32x4(x, lane(pass.oct[3]), 3);
+}
+
 // 2-bit keys, one int8 part, NQ queries (1, 2 or 4; absent ones have zero operands).
 template <int NQ>
 SNAPKV_NOINLINE void key_block_2bit(float* out, size_t out_stride, size_t nq, const int8_t* ops,
@@ -420,17 +436,7 @@ SNAPKV_NOINLINE void key_block_2bit_pair(float* out, size_t out_stride, const in
     SNAPKV_UNROLL
     for (int a = 0; a < 16; ++a) acc[a] = _mm512_setzero_si512();
     for (size_t t = 0; t < head_dim / 8; ++t) {
-      _mm_prefetch(
-          reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * t),
-          _MM_HINT_T0);
-      const auto lane = [t](const uint8_t* p) {
-        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * t));
-      };
-      __m512i x = _mm512_castsi128_si512(lane(pass.oct[0]));
-      x = _mm512_inserti32x4(x, lane(pass.oct[1]), 1);
-      x = _mm512_inserti32x4(x, lane(pass.oct[2]), 2);
-      x = _mm512_inserti32x4(x, lane(pass.oct[3]), 3);
-      x = _mm512_shuffle_epi8(x, shuffle);
+      const __m512i x = _mm512_shuffle_epi8(octet_lanes(pass, oct_bytes, t), shuffle);
       const int8_t* qb = ops + t / 2 * 64 + t % 2 * 32;
       __m512i qv[4];
       SNAPKV_UNROLL
@@ -490,20 +496,8 @@ SNAPKV_NOINLINE void key_block_4bit(float* out, size_t out_stride, size_t nq, co
         acc[2 * (i * NQ + f)] = acc[2 * (i * NQ + f) + 1] = _mm512_setzero_si512();
     }
     for (size_t g = 0; g < head_dim / 4; ++g) {
-      // one line of the words kPrefetchPasses passes ahead per iteration (a pass is 32 lines at
-      // head_dim 128)
-      _mm_prefetch(
-          reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * g),
-          _MM_HINT_T0);
-      const auto lane = [g](const uint8_t* p) {
-        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * g));
-      };
-      __m512i x = _mm512_castsi128_si512(lane(pass.oct[0]));
-      x = _mm512_inserti32x4(x, lane(pass.oct[1]), 1);
-      x = _mm512_inserti32x4(x, lane(pass.oct[2]), 2);
-      x = _mm512_inserti32x4(x, lane(pass.oct[3]), 3);
       // dword k = 4 o + h: byte h of octet o (rows 8 o + 2 h + i)
-      x = _mm512_shuffle_epi8(x, shuffle);
+      const __m512i x = _mm512_shuffle_epi8(octet_lanes(pass, oct_bytes, g), shuffle);
       const int8_t* qb = ops + quad_offset<2>(g);
       __m512i qv[2 * NQ];  // [query][part]
       SNAPKV_UNROLL

@@ -34,6 +34,22 @@ namespace {
 using namespace ops_internal;  // the exp constants
 
 #if defined(__AVX2__)
+// The end of exp8 and exp8_fma: p * 2^n as p * 2^n1 * 2^n2 with n1 = n / 2 truncated toward zero
+// (as C++ int division; the first product exact, one rounding in the second), then 0 where
+// x < kLow and +inf where x > kHigh.
+__m256 exp8_finish(__m256 p, __m256 n, __m256 x) {
+  const __m256i ni = _mm256_cvttps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
+  const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
+  return _mm256_andnot_ps(under, _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), over));
+}
+
 __m256 exp8(__m256 x) {
   const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kLow)), _mm256_set1_ps(kHigh));
   const __m256 n = _mm256_floor_ps(
@@ -47,18 +63,7 @@ __m256 exp8(__m256 x) {
   p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP4));
   p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kP5));
   p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), _mm256_set1_ps(1.0f));
-  // 2^n as 2^n1 * 2^n2 with n1 = n / 2 truncated toward zero (as C++ int division).
-  const __m256i ni = _mm256_cvttps_epi32(n);
-  const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
-  const __m256i n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
-  const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
-  const __m256 with_inf = _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), over);
-  return _mm256_andnot_ps(under, with_inf);
+  return exp8_finish(p, n, x);
 }
 #endif
 
@@ -90,8 +95,7 @@ __m512 exp16(__m512 x) {
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
-// exp_fma (softmax.cpp) on eight lanes: the same operations, 2^n applied in two halves as in exp8
-// (y * 2^n1 exact, one rounding in * 2^n2).
+// exp_fma (softmax.cpp) on eight lanes: the same operations, 2^n applied as in exp8.
 __m256 exp8_fma(__m256 x) {
   const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kLow)), _mm256_set1_ps(kHigh));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
@@ -104,16 +108,7 @@ __m256 exp8_fma(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
   p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i ni = _mm256_cvttps_epi32(n);
-  const __m256i n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);
-  const __m256i n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ);
-  const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(kHigh), _CMP_GT_OQ);
-  return _mm256_andnot_ps(under, _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), over));
+  return exp8_finish(p, n, x);
 }
 #endif
 
