@@ -178,7 +178,7 @@ template <int NQ, int H>
 void pass(float (*sums)[kMaxHeadDim], size_t sum_at,
           const int32_t (*tab)[kTile / 2 * kMaxGroups + 16], const uint8_t* rows, size_t row_bytes,
           size_t off, size_t nr, const uint8_t* zero_row, size_t n_groups, __m512i widx,
-          const __m512* step_v, const KiviParams* par, size_t rows_left) {
+          const __m512* step_v, const KiviParams* par, bool prefetch) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0,
           b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
   const __m512i nib = _mm512_set1_epi16(15);
@@ -206,20 +206,26 @@ void pass(float (*sums)[kMaxHeadDim], size_t sum_at,
     }
   };
   const size_t full = nr / 2;
-  // pass h = 0 also prefetches (T2) the codes kAheadRows ahead and the params of the next tile,
-  // while they exist: spread over the loop (a burst of prefetches per tile stalled on the misses)
+  // pass h = 0 also prefetches (T2) the codes kAheadRows ahead and the params of the next tile:
+  // spread over the loop (a burst of prefetches per tile stalled on the misses), and past the
+  // call's rows too, as kivi_q8_values_simd.cpp does (a store's spans follow each other;
+  // prefetches never fault). Addresses as integers: past the rows, pointer arithmetic would
+  // leave the array.
   const size_t pair_param_bytes = 2 * n_groups * sizeof(KiviParams);
+  const uintptr_t codes_at = reinterpret_cast<uintptr_t>(rows) + kAheadRows * row_bytes + off;
+  const uintptr_t params_at =
+      reinterpret_cast<uintptr_t>(par) + kTile * n_groups * sizeof(KiviParams);
   for (size_t p = 0; p < full; ++p) {
     const uint8_t* ra = rows + 2 * p * row_bytes;
     if constexpr (H == 0) {
-      if (2 * p + kAheadRows + 1 < rows_left) {
-        const auto* f = reinterpret_cast<const char*>(ra + kAheadRows * row_bytes + off);
+      if (prefetch) {
+        const auto* f = reinterpret_cast<const char*>(codes_at + 2 * p * row_bytes);
         _mm_prefetch(f, _MM_HINT_T2), _mm_prefetch(f + row_bytes, _MM_HINT_T2);
-      }
-      if (off == 0 && 2 * p + kTile + 1 < rows_left) {
-        const auto* q = reinterpret_cast<const char*>(par + (2 * p + kTile) * n_groups);
-        _mm_prefetch(q, _MM_HINT_T2);
-        if (pair_param_bytes > 64) _mm_prefetch(q + 64, _MM_HINT_T2);
+        if (off == 0) {
+          const auto* q = reinterpret_cast<const char*>(params_at + p * pair_param_bytes);
+          _mm_prefetch(q, _MM_HINT_T2);
+          if (pair_param_bytes > 64) _mm_prefetch(q + 64, _MM_HINT_T2);
+        }
       }
     }
     body(ra, ra + row_bytes, p);
@@ -270,10 +276,10 @@ void batch_q16(Q16Scratch& sc, float* out, const float* w, size_t w_stride, cons
       const size_t off = 64 * (kh / 2), sum_at = 64 * kh;
       if (kh % 2 == 0) {
         pass<NQ, 0>(sc.sums, sum_at, sc.tab, tile, row_bytes, off, nr, sc.zero_row, n_groups,
-                    widx[kh], step_v, params + r0 * n_groups, prefetch ? n_rows - r0 : 0);
+                    widx[kh], step_v, params + r0 * n_groups, prefetch);
       } else {
         pass<NQ, 1>(sc.sums, sum_at, sc.tab, tile, row_bytes, off, nr, sc.zero_row, n_groups,
-                    widx[kh], step_v, params + r0 * n_groups, 0);
+                    widx[kh], step_v, params + r0 * n_groups, false);
       }
     }
   }

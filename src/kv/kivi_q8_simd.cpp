@@ -60,7 +60,8 @@ namespace {
 constexpr size_t kRowsPerPass = 32;  // 4 octets
 // Passes ahead whose code words the kernels prefetch, one line per channel step: the words of
 // a store's blocks follow each other, so this runs into the next blocks (a prefetch past the
-// end of the words is harmless); spread over the loop, unlike a burst per block.
+// end of the words is harmless: it never faults; the address is formed as an integer); spread
+// over the loop, unlike a burst per block.
 constexpr size_t kPrefetchPasses = 4;
 
 // The loops over accumulators must unroll completely, or the accumulators live in memory.
@@ -327,9 +328,9 @@ struct Pass {
 // octet o), after a prefetch of one line of the words kPrefetchPasses passes ahead (a step per
 // line: spread over the loop, not a burst per block).
 inline __m512i octet_lanes(const Pass& pass, size_t oct_bytes, size_t step) {
-  _mm_prefetch(
-      reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * step),
-      _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(pass.oct[0]) +
+                                             kPrefetchPasses * 4 * oct_bytes + 64 * step),
+               _MM_HINT_T0);
   const auto lane = [step](const uint8_t* p) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * step));
   };
@@ -366,9 +367,9 @@ SNAPKV_NOINLINE void key_block_2bit(float* out, size_t out_stride, size_t nq, co
     for (size_t t = 0; t < head_dim / 8; ++t) {  // 8 channels: quads 2 t, 2 t + 1
       // one line of the words kPrefetchPasses passes ahead per iteration (a pass is 16 lines at
       // head_dim 128)
-      _mm_prefetch(
-          reinterpret_cast<const char*>(pass.oct[0] + kPrefetchPasses * 4 * oct_bytes + 64 * t),
-          _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(pass.oct[0]) +
+                                                 kPrefetchPasses * 4 * oct_bytes + 64 * t),
+                   _MM_HINT_T0);
       const auto join = [t](const uint8_t* lo, const uint8_t* hi) {
         return _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + 16 * t))),
@@ -570,8 +571,19 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
 }
 
 // Blocks ahead whose params key_span_q8 prefetches (as kivi_key_store.cpp did per block; the
-// kernels prefetch the words).
+// kernels prefetch the words), past the call's blocks too: a store's blocks follow each other, so
+// a span's last blocks request the next span's first params (prefetches never fault; past the
+// store's end they fetch kPrefetchBlocks blocks' worth of unused lines). Stopped at the call's
+// end, every span's first blocks loaded their params from memory on demand.
 constexpr size_t kPrefetchBlocks = 4;
+// Prefetches one block's params (2 head_dim fp16) into L1 (addresses as integers: past the
+// blocks, pointer arithmetic would leave the array).
+inline void prefetch_params(const fp16_t* params, size_t block, size_t head_dim) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(params) + block * 2 * head_dim * sizeof(fp16_t);
+  for (size_t i = 0; i < 2 * head_dim * sizeof(fp16_t); i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(at + i), _MM_HINT_T0);
+  }
+}
 
 // n_blocks blocks of block_rows rows (a multiple of 8) each, params [n_blocks][2][head_dim] fp16,
 // words [n_blocks][block_rows / 8][head_dim] words, out rows b * block_rows + r: key_block_q8 per
@@ -593,20 +605,10 @@ void key_span_q8(float* out, size_t out_stride, const float* q, size_t n_q, cons
       // the params kPrefetchBlocks blocks ahead, into L1: fetched into L2 only, the preparation's
       // first loads (vcvtph2ps) held a fifth of its samples (alternated A/B, one thread, 16K
       // rows: the key half 0.786 -> 0.751 ms)
-      if (b + kPrefetchBlocks < n_blocks) {
-        const fp16_t* ahead = params + (b + kPrefetchBlocks) * 2 * head_dim;
-        for (size_t i = 0; i < 2 * head_dim; i += 32) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
-        }
-      }
+      prefetch_params(params, b + kPrefetchBlocks, head_dim);
       if constexpr (Bits == 2) {
         if (b + 1 < n_blocks) {  // two blocks: prepare_pair
-          if (b + 1 + kPrefetchBlocks < n_blocks) {
-            const fp16_t* ahead = params + (b + 1 + kPrefetchBlocks) * 2 * head_dim;
-            for (size_t i = 0; i < 2 * head_dim; i += 32) {
-              _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
-            }
-          }
+          prefetch_params(params, b + 1 + kPrefetchBlocks, head_dim);
           QueryParams qp[2];
           // scratch: two blocks' operands, then q' of one block (within kivi_key_scratch_floats)
           prepare_pair(ops, reinterpret_cast<float*>(ops + head_dim / 16 * 128), qp, qj,

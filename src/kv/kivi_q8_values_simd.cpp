@@ -171,22 +171,33 @@ void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][
 }
 
 // Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
-// kv/fp16_rows_simd.cpp does for fp16 rows).
+// kv/fp16_rows_simd.cpp does for fp16 rows). The prefetches run past the call's last row: a
+// store's rows follow each other, so a span's last tiles request the next span's first rows
+// (LayerCache::attend reads the store span by span); prefetch instructions never fault, and
+// past the store's end they fetch at most kVPrefetchRows rows' worth of unused lines. Stopped at
+// the call's end, a span's last three tiles requested nothing, and the next span's first two
+// tiles came only from the store's one burst of prefetches (kivi_value_store.cpp) a span before:
+// at 64K rows on two threads, the first tiles' code and param loads held a sixth of
+// value_rows_q8's samples.
 constexpr size_t kVPrefetchRows = 2 * kVTile;
-inline void prefetch_t2(const void* p, size_t bytes) {
+// (Addresses as integers: past the rows, pointer arithmetic would leave the array.)
+inline uintptr_t address(const void* p) {
+  return reinterpret_cast<uintptr_t>(p);
+}
+inline void prefetch_t2(uintptr_t at, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T2);
+    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T2);
   }
 }
 
 // The next tile's code vectors, built a step at a time inside dot_quad's first pass (whose
 // vpdpbusd stream leaves vector slots free) when that tile is whole; with the prefetches of its
-// steps' rows kVPrefetchRows ahead (pf_codes, pf_params: null for none).
+// steps' rows kVPrefetchRows ahead (pf_codes, pf_params: addresses, 0 for none).
 struct NextTile {
   const uint8_t* src = nullptr;  // its rows, 256 bytes a step; null: nothing to build
   __m512i* dst = nullptr;        // [steps][4] vectors V_v
-  const uint8_t* pf_codes = nullptr;
-  const uint8_t* pf_params = nullptr;
+  uintptr_t pf_codes = 0;
+  uintptr_t pf_params = 0;
   size_t pf_param_step = 0;  // param bytes per step
 };
 
@@ -215,7 +226,7 @@ void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_i
       const size_t sub_end = std::min(n_steps, st + sub_steps);
       for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
         if (v == 0 && next.src != nullptr) {
-          if (next.pf_codes != nullptr) {
+          if (next.pf_codes != 0) {
             prefetch_t2(next.pf_codes + st * 256, 256);
             prefetch_t2(next.pf_params + st * next.pf_param_step, next.pf_param_step);
           }
@@ -430,12 +441,10 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     for (size_t st = 0; !built && st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
       // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
-      // work rather than 48 prefetches in a burst)
-      if (r0 + row + kVPrefetchRows + s.step_rows <= n_rows) {
-        prefetch_t2(tile + (row + kVPrefetchRows) * row_bytes, s.step_rows * row_bytes);
-        prefetch_t2(params + (r0 + row + kVPrefetchRows) * n_groups,
-                    s.step_rows * n_groups * sizeof(KiviParams));
-      }
+      // work rather than 48 prefetches in a burst), past the call's rows too (kVPrefetchRows)
+      prefetch_t2(address(tile) + (row + kVPrefetchRows) * row_bytes, s.step_rows * row_bytes);
+      prefetch_t2(address(params) + (r0 + row + kVPrefetchRows) * n_groups * sizeof(KiviParams),
+                  s.step_rows * n_groups * sizeof(KiviParams));
       const uint8_t* src = tile + row * row_bytes;
       if (row + s.step_rows > nr) {  // a partial last step: its rows, then zeros
         std::memset(sc.pad, 0, s.step_rows * row_bytes);
@@ -445,18 +454,16 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
       build_step(codes_v + st * 4, src);
     }
     built = false;
-    // a whole next tile: built in the first dot_quad's first pass (with its prefetches when
-    // they stay inside the rows)
+    // a whole next tile: built in the first dot_quad's first pass, with its prefetches (past
+    // the call's rows too: kVPrefetchRows)
     NextTile next;
     if (r0 + 2 * kVTile <= n_rows) {
       next.src = tile + kVTile * row_bytes;
       next.dst = next_v;
-      if (r0 + kVTile + kVPrefetchRows + kVTile <= n_rows) {
-        next.pf_codes = next.src + kVPrefetchRows * row_bytes;
-        next.pf_params =
-            reinterpret_cast<const uint8_t*>(params + (r0 + kVTile + kVPrefetchRows) * n_groups);
-        next.pf_param_step = s.step_rows * n_groups * sizeof(KiviParams);
-      }
+      next.pf_codes = address(next.src) + kVPrefetchRows * row_bytes;
+      next.pf_params =
+          address(params) + (r0 + kVTile + kVPrefetchRows) * n_groups * sizeof(KiviParams);
+      next.pf_param_step = s.step_rows * n_groups * sizeof(KiviParams);
     }
     __mmask16 mask[kQuarters];
     for (size_t h = 0; h < kQuarters; ++h) {
