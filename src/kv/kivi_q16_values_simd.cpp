@@ -37,6 +37,7 @@
 #pragma GCC diagnostic pop
 #endif
 #define SNAPKV_KIVI_Q16 1
+#include "kv/kivi_weights_range.h"
 #endif
 
 namespace snapkv::SNAPKV_ISA {
@@ -343,21 +344,6 @@ void value_rows_q16(float* out, const float* w, size_t w_stride, size_t n_q, con
   }
 }
 
-bool weights_in_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
-  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p100f);
-  for (size_t j = 0; j < n_q; ++j) {
-    for (size_t r = 0; r < n_rows; r += 16) {
-      const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
-      const __m512 x = _mm512_maskz_loadu_ps(m, w + j * w_stride + r);
-      // NaN fails both ordered compares
-      const __mmask16 ok =
-          _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
-      if ((ok & m) != m) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 #endif  // SNAPKV_KIVI_Q16
 
@@ -374,7 +360,7 @@ bool kivi_value_rows_accumulate_q16(float* out, const float* w, size_t w_stride,
                                     const uint8_t* codes, const KiviParams* params, size_t n_rows,
                                     size_t head_dim, size_t group, int bits) {
 #if SNAPKV_KIVI_Q16
-  if (!q16_shape(head_dim, group, bits) || !weights_in_range(w, w_stride, n_q, n_rows)) {
+  if (!q16_shape(head_dim, group, bits) || !weights_in_range(w, w_stride, n_q, n_rows, 0x1p100f)) {
     return false;
   }
   value_rows_q16(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group);

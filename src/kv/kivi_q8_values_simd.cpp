@@ -22,6 +22,7 @@
 #pragma GCC diagnostic pop
 #endif
 #define SNAPKV_KIVI_VNNI 1
+#include "kv/kivi_weights_range.h"
 #endif
 
 namespace snapkv::SNAPKV_ISA {
@@ -371,24 +372,8 @@ const ValueQ8Plan& value_q8_plan(const ValueQ8Shape& s, size_t head_dim, size_t 
   return p;
 }
 
-// Every weight in [0, 2^64] (-0 included), none NaN: the ordered compares (value_rows_q8 runs
-// them when a weight's bits exceed those of 2^64).
-bool weights_in_q8_range(const float* w, size_t w_stride, size_t n_q, size_t n_rows) {
-  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(0x1p64f);
-  for (size_t j = 0; j < n_q; ++j) {
-    for (size_t r = 0; r < n_rows; r += 16) {
-      const auto m = static_cast<__mmask16>(n_rows - r >= 16 ? 0xFFFFu : (1u << (n_rows - r)) - 1u);
-      const __m512 x = _mm512_maskz_loadu_ps(m, w + j * w_stride + r);
-      // NaN fails both ordered compares
-      const __mmask16 ok =
-          _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(x, hi, _CMP_LE_OQ);
-      if ((ok & m) != m) return false;
-    }
-  }
-  return true;
-}
-
-// false (out untouched) when a weight is outside [0, 2^64] or NaN (weights_in_q8_range)
+// false (out untouched) when a weight is outside [0, 2^64] or NaN (weights_in_range, run when a
+// weight's bits exceed those of 2^64)
 bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, const uint8_t* codes,
                    const KiviParams* params, size_t n_rows, size_t head_dim, size_t group,
                    const ValueQ8Shape& s) {
@@ -577,7 +562,7 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   // every weight's bits at most those of 2^64 (non-negative, no NaN), else the exact check:
   // out is written only below, so a weight out of range leaves it untouched
   if (_mm512_reduce_max_epu32(w_top) > 0x5F800000u &&
-      !weights_in_q8_range(w, w_stride, n_q, n_rows)) {
+      !weights_in_range(w, w_stride, n_q, n_rows, 0x1p64f)) {
     return false;
   }
   // back to channel order, 16 channels at a time (value_q8_channel): channel

@@ -122,6 +122,49 @@ TEST(KiviValues4, KernelIsExactTwinOfScalarForm) {
   }
 }
 
+// The range of the integer form is [0, 2^100] (kv/kivi_weights_range.h, run with the 4-bit
+// bound): a weight of exactly 2^100 in the last row of the last query still runs it (bit for bit
+// its scalar twin; a bound below 2^100 fails here), one above it, negative or NaN gives the float
+// form's result (within its fp32 tolerance of the float twin, NaN where the twin has NaN: the
+// output is not summed twice). Above 2^100 the integer form would stay within that tolerance
+// too, so a looser bound is not seen here.
+TEST(KiviValues4, WeightsOutsideTheRangeRunTheFloatForm) {
+  if (!kivi_value_accumulate_uses_q16(128, 32, 4)) {
+    GTEST_SKIP() << "no 4-bit integer value kernel at this ISA level";
+  }
+  const size_t hd = 128, group = 32, n_rows = 300, n_q = 4;
+  for (const float last : {0x1p100f, 0x1p101f, -0.25f, std::nanf("")}) {
+    Values4 v = random_case(hd, group, n_rows, n_q, 91);
+    v.w[(n_q - 1) * n_rows + n_rows - 1] = last;
+    std::vector<float> fast(n_q * hd, 0.5f), slow(n_q * hd, 0.5f);
+    kivi_value_rows_accumulate(fast.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                               v.params.data(), n_rows, hd, group, 4);
+    if (last == 0x1p100f) {
+      kivi_value_rows_accumulate_q16_scalar(slow.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                                            v.params.data(), n_rows, hd, group);
+      EXPECT_EQ(std::memcmp(fast.data(), slow.data(), fast.size() * sizeof(float)), 0);
+      continue;
+    }
+    kivi_value_rows_accumulate_scalar(slow.data(), v.w.data(), n_rows, n_q, v.codes.data(),
+                                      v.params.data(), n_rows, hd, group, 4);
+    for (size_t j = 0; j < n_q; ++j) {
+      for (size_t c = 0; c < hd; ++c) {
+        const float f = fast[j * hd + c], x = slow[j * hd + c];
+        ASSERT_EQ(std::isnan(f), std::isnan(x)) << "weight " << last << " query " << j;
+        if (std::isnan(x)) continue;
+        double mag = 0.5;
+        for (size_t r = 0; r < n_rows; ++r) {
+          const KiviParams& p = v.params[r * v.n_groups() + c / group];
+          mag += std::fabs(v.w[j * n_rows + r]) *
+                 (fp16_to_fp32(p.scale) * 15.0 * 1.01 + 2 * std::fabs(fp16_to_fp32(p.zero)));
+        }
+        ASSERT_NEAR(f, x, 4.0 * double(n_rows + 4) * kU32 * mag)
+            << "weight " << last << " query " << j << " channel " << c;
+      }
+    }
+  }
+}
+
 // The scalar form against the exact weighted sum of the decoded rows: per tile
 // e_t * sum_r code(r, c), e_t = step / 2 (1 + 2^-5) (or mx below 2^-100), plus the fp32
 // rounding of the sums (each product and sum rounds once: 4 (n + 8) u * magnitude).
