@@ -227,13 +227,9 @@ TEST(KiviAttention, FastKernelsMatchScalarTwins) {
         // both within 2 (n_rows + 4) u * (1 + sum_r |w_r| (|s_r| max_code + 2 |z_r|))
         for (size_t j = 0; j < n_q; ++j) {
           for (size_t c = 0; c < hd; ++c) {
-            double mag = 1.0;
-            for (size_t r = 0; r < n_rows; ++r) {
-              const KiviParams& p = params[r * n_groups + c / group];
-              mag += std::fabs(w[j * n_rows + r]) *
-                     (fp16_to_fp32(p.scale) * double(kivi_max_code(bits)) +
-                      2 * std::fabs(fp16_to_fp32(p.zero)));
-            }
+            const double mag =
+                kivi_test::value_sum_magnitude(w.data() + j * n_rows, params.data(), n_rows,
+                                               n_groups, c / group, kivi_max_code(bits), 1.0);
             EXPECT_NEAR(acc_fast[j * hd + c], acc_slow[j * hd + c],
                         4.0 * double(n_rows + 4) * kU32 * mag);
           }
@@ -505,13 +501,9 @@ TEST(KiviAttention, IntegerValueKernelMatchesScalarForm) {
           const size_t n_groups = (sh.hd + sh.group - 1) / sh.group;
           for (size_t j = 0; j < n_q; ++j) {
             for (size_t c = 0; c < sh.hd; ++c) {
-              double mag = 0.5;
-              for (size_t r = 0; r < n_rows; ++r) {
-                const KiviParams& p = v.params[r * n_groups + c / sh.group];
-                mag += std::fabs(v.w[j * n_rows + r]) *
-                       (fp16_to_fp32(p.scale) * double(kivi_max_code(bits)) * 1.01 +
-                        2 * std::fabs(fp16_to_fp32(p.zero)));
-              }
+              const double mag = kivi_test::value_sum_magnitude(
+                  v.w.data() + j * n_rows, v.params.data(), n_rows, n_groups, c / sh.group,
+                  double(kivi_max_code(bits)) * 1.01, 0.5);
               ASSERT_NEAR(fast[j * sh.hd + c], slow[j * sh.hd + c],
                           4.0 * double(n_rows + 4) * kU32 * mag)
                   << "bits " << bits << " hd " << sh.hd << " group " << sh.group << " rows "

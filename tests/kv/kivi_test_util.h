@@ -48,6 +48,22 @@ inline double scale_bound(double range, int bits) {
   return range / levels * (1.0 + 2.0 / 1024.0) + 2.0 * std::ldexp(1.0, -24);
 }
 
+// The magnitude behind the fp32 tolerance of weighted sums of value rows, for one query's
+// weights w [n_rows] and the channels of group g: base + sum_r |w_r| (scale(r, g) * code_factor
+// + 2 |zero(r, g)|), params [n_rows][n_groups]. Every product and sum of the float forms rounds
+// once, so two of them agree within 4 (n_rows + 4) u times it; code_factor is the largest code
+// (times a margin where a form rounds the scale or weight once more).
+inline double value_sum_magnitude(const float* w, const KiviParams* params, size_t n_rows,
+                                  size_t n_groups, size_t g, double code_factor, double base) {
+  double mag = base;
+  for (size_t r = 0; r < n_rows; ++r) {
+    const KiviParams& p = params[r * n_groups + g];
+    mag += std::fabs(w[r]) *
+           (fp16_to_fp32(p.scale) * code_factor + 2 * std::fabs(fp16_to_fp32(p.zero)));
+  }
+  return mag;
+}
+
 // Double-precision attention of one query over rows: softmax(q.k / sqrt(d)) . v
 //   out [head_dim], q [head_dim], keys, values [n][head_dim]
 inline void attention_ref(double* out, const float* q, const float* keys, const float* values,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kv/kivi_kernels.h"
+#include "kv/kivi_test_util.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
@@ -86,12 +87,9 @@ TEST(KiviValues2, QueriesInGroupsOfFourMatchSingleQueries) {
           // the twin: same integer weights and sums; the fp32 sums of the tiles and the zero
           // terms round in another order, each within 4 (n_rows + 4) u * magnitude
           for (size_t c = 0; c < sh.hd; ++c) {
-            double mag = 0.25;
-            for (size_t r = 0; r < n_rows; ++r) {
-              const KiviParams& p = v.params[r * v.n_groups() + c / sh.group];
-              mag += std::fabs(v.w[j * n_rows + r]) *
-                     (fp16_to_fp32(p.scale) * 3.0 * 1.01 + 2 * std::fabs(fp16_to_fp32(p.zero)));
-            }
+            const double mag =
+                kivi_test::value_sum_magnitude(v.w.data() + j * n_rows, v.params.data(), n_rows,
+                                               v.n_groups(), c / sh.group, 3.0 * 1.01, 0.25);
             ASSERT_NEAR(all[j * sh.hd + c], twin[j * sh.hd + c],
                         4.0 * double(n_rows + 4) * kU32 * mag)
                 << "hd " << sh.hd << " group " << sh.group << " rows " << n_rows << " query " << j
@@ -139,12 +137,9 @@ TEST(KiviValues2, WeightsOutOfRangeInTheLastTileFallBackToTheFloatKernel) {
         ASSERT_EQ(std::isnan(f), std::isnan(s)) << "weight " << bad << " query " << j;
         if (std::isnan(s)) continue;
         // the float forms: every product and sum rounds once, <= 4 (n_rows + 4) u * magnitude
-        double mag = 0.25;
-        for (size_t r = 0; r < n_rows; ++r) {
-          const KiviParams& p = v.params[r * v.n_groups() + c / group];
-          mag += std::fabs(v.w[j * n_rows + r]) *
-                 (fp16_to_fp32(p.scale) * 3.0 * 1.01 + 2 * std::fabs(fp16_to_fp32(p.zero)));
-        }
+        const double mag =
+            kivi_test::value_sum_magnitude(v.w.data() + j * n_rows, v.params.data(), n_rows,
+                                           v.n_groups(), c / group, 3.0 * 1.01, 0.25);
         ASSERT_NEAR(f, s, 4.0 * double(n_rows + 4) * kU32 * mag)
             << "weight " << bad << " query " << j << " channel " << c;
         ++checked;

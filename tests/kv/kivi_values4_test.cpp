@@ -105,12 +105,9 @@ TEST(KiviValues4, KernelIsExactTwinOfScalarForm) {
                                             v.params.data(), n_rows, s.hd, s.group, 4);
           for (size_t j = 0; j < n_q; ++j) {
             for (size_t c = 0; c < s.hd; ++c) {
-              double mag = 0.5;
-              for (size_t r = 0; r < n_rows; ++r) {
-                const KiviParams& p = v.params[r * v.n_groups() + c / s.group];
-                mag += std::fabs(v.w[j * n_rows + r]) *
-                       (fp16_to_fp32(p.scale) * 15.0 * 1.01 + 2 * std::fabs(fp16_to_fp32(p.zero)));
-              }
+              const double mag =
+                  kivi_test::value_sum_magnitude(v.w.data() + j * n_rows, v.params.data(), n_rows,
+                                                 v.n_groups(), c / s.group, 15.0 * 1.01, 0.5);
               ASSERT_NEAR(fast[j * s.hd + c], slow[j * s.hd + c],
                           4.0 * double(n_rows + 4) * kU32 * mag)
                   << "float form: hd " << s.hd << " rows " << n_rows << " query " << j;
@@ -152,12 +149,9 @@ TEST(KiviValues4, WeightsOutsideTheRangeRunTheFloatForm) {
         const float f = fast[j * hd + c], x = slow[j * hd + c];
         ASSERT_EQ(std::isnan(f), std::isnan(x)) << "weight " << last << " query " << j;
         if (std::isnan(x)) continue;
-        double mag = 0.5;
-        for (size_t r = 0; r < n_rows; ++r) {
-          const KiviParams& p = v.params[r * v.n_groups() + c / group];
-          mag += std::fabs(v.w[j * n_rows + r]) *
-                 (fp16_to_fp32(p.scale) * 15.0 * 1.01 + 2 * std::fabs(fp16_to_fp32(p.zero)));
-        }
+        const double mag =
+            kivi_test::value_sum_magnitude(v.w.data() + j * n_rows, v.params.data(), n_rows,
+                                           v.n_groups(), c / group, 15.0 * 1.01, 0.5);
         ASSERT_NEAR(f, x, 4.0 * double(n_rows + 4) * kU32 * mag)
             << "weight " << last << " query " << j << " channel " << c;
       }
