@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kv/kivi_kernels.h"
@@ -62,6 +63,33 @@ inline double value_sum_magnitude(const float* w, const KiviParams* params, size
            (fp16_to_fp32(p.scale) * code_factor + 2 * std::fabs(fp16_to_fp32(p.zero)));
   }
   return mag;
+}
+
+// Where two float forms of weighted value sums (out [n_q][head_dim], weights w [n_q][n_rows],
+// params [n_rows][ceil(head_dim / group)]) disagree: a NaN on one side only, or a gap above
+// 4 (n_rows + 4) u * value_sum_magnitude. "" when they agree everywhere, else the first place.
+inline std::string value_sums_disagree(const std::vector<float>& a, const std::vector<float>& b,
+                                       const std::vector<float>& w,
+                                       const std::vector<KiviParams>& params, size_t n_rows,
+                                       size_t n_q, size_t head_dim, size_t group,
+                                       double code_factor, double base) {
+  const size_t n_groups = (head_dim + group - 1) / group;
+  for (size_t j = 0; j < n_q; ++j) {
+    for (size_t c = 0; c < head_dim; ++c) {
+      const float x = a[j * head_dim + c], y = b[j * head_dim + c];
+      const std::string at = "query " + std::to_string(j) + " channel " + std::to_string(c) + ": " +
+                             std::to_string(x) + " vs " + std::to_string(y);
+      if (std::isnan(x) != std::isnan(y)) return at + " (NaN on one side)";
+      if (std::isnan(x)) continue;
+      const double tol = 4.0 * double(n_rows + 4) / 16777216.0 *
+                         value_sum_magnitude(w.data() + j * n_rows, params.data(), n_rows, n_groups,
+                                             c / group, code_factor, base);
+      if (!(std::fabs(double(x) - double(y)) <= tol)) {
+        return at + " (tolerance " + std::to_string(tol) + ")";
+      }
+    }
+  }
+  return "";
 }
 
 // Double-precision attention of one query over rows: softmax(q.k / sqrt(d)) . v
