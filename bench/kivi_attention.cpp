@@ -45,7 +45,7 @@
 #include <utility>
 #include <vector>
 
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/parallel.h"
 
 namespace {

@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "snapkv/kv/config.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/util/parallel.h"
 
 namespace {

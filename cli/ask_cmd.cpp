@@ -6,7 +6,7 @@
 //   snapkv ask --model M.gguf --cache doc.kvc --questions qs.txt --json
 //
 // Text output: "Q: ...", "A: ..." per question; --json: answers, time to first token per
-// question, load time and bytes read. The file is mapped (kv/kvc_file.h read_kvc), not copied;
+// question, load time and bytes read. The file is mapped (kv/file/kvc_file.h read_kvc), not copied;
 // its bytes read are logged on stderr.
 #include <cstdio>
 #include <fstream>

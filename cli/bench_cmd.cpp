@@ -27,7 +27,7 @@
 #include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/methods.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/random_model.h"
 #include "snapkv/model/sampler.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "snapkv/eval/methods.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/ops/gemm.h"

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "snapkv/eval/methods.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 
 namespace snapkv::cli {
 
@@ -79,7 +79,8 @@ struct CacheOptions {
   size_t chunkkv_size = kDefaults.chunk_size;
   size_t decode_budget = kDefaults.decode_budget;  // 0 = no decode-time eviction
   size_t decode_interval = kDefaults.decode_interval;
-  // Codec parameters (kv/zipcache.h, kv/gear.h); checked by CacheConfig::validate and the stores.
+  // Codec parameters (kv/codecs/zipcache.h, kv/codecs/gear.h); checked by CacheConfig::validate and
+  // the stores.
   double zip_salient = kDefaults.zip_salient;
   size_t zip_high = kDefaults.zip_high_bits;
   size_t gear_bits = kDefaults.gear_bits;

@@ -4,7 +4,7 @@
 //
 //   snapkv select --keys K.npy [--queries Q.npy] --budget 256 --window 32 --sinks 4 --pool max
 //
-// Not here: the math (kv/snapkv_score.h, the policy) and the file format (util/npy.h).
+// Not here: the math (kv/core/snapkv_score.h, the policy) and the file format (util/npy.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,8 +19,8 @@
 #include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/methods.h"
-#include "snapkv/kv/config.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"

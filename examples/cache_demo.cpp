@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "snapkv/kv/builder.h"
+#include "snapkv/kv/core/builder.h"
 
 int main() {
   const snapkv::ModelDims dims{4, 8, 2, 64};  // layers, query heads, KV heads, head_dim

@@ -1,5 +1,5 @@
 // Plain (non-libFuzzer) driver for the .kvc reader: runs every file in the directories given
-// through kv/kvc_exercise.h. Files named valid-* must parse and bad-* must be rejected; other
+// through kv/file/kvc_exercise.h. Files named valid-* must parse and bad-* must be rejected; other
 // names only have to not crash. Exit 0 when all hold, 1 otherwise.
 //
 //   kvc_corpus_driver tests/kv/kvc_corpus
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kv/kvc_exercise.h"
+#include "kv/file/kvc_exercise.h"
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;

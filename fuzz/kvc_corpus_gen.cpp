@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/kv/kvc_file.h"
-#include "snapkv/kv/kvc_format.h"
+#include "snapkv/kv/file/kvc_file.h"
+#include "snapkv/kv/file/kvc_format.h"
 
 namespace {
 

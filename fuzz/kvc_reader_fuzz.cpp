@@ -1,6 +1,6 @@
 // libFuzzer target for the .kvc prompt-cache reader: any byte string must either be rejected with
 // a KvcError or parse, and then survive decoding, attention and a re-encode to the same bytes
-// (kv/kvc_exercise.h). The checksum is not verified, so mutations reach the payload checks.
+// (kv/file/kvc_exercise.h). The checksum is not verified, so mutations reach the payload checks.
 //
 //   cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DSNAPKV_BUILD_FUZZ=ON
 //   cmake --build build-fuzz --target fuzz_kvc_reader
@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kv/kvc_exercise.h"
+#include "kv/file/kvc_exercise.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)snapkv::kvc::exercise_reader(data, size);

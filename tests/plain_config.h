@@ -5,7 +5,7 @@
 // tests/cli.
 #pragma once
 
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 
 namespace snapkv::test {
 

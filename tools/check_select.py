@@ -24,7 +24,7 @@ What "agrees" means:
 - kept: the same positions, except that positions whose reference scores are within tolerance of
   the selection threshold may be swapped (a near-tie the float32 code may break differently).
 
-The reference follows the semantics documented in include/snapkv/kv/snapkv_score.h, written
+The reference follows the semantics documented in include/snapkv/kv/core/snapkv_score.h, written
 here from those notes, not from the C++ code: keys rounded to fp16 (the cache stores fp16 and
 scores what it stores), logits q.k/sqrt(d), softmax over all keys with the window row at key
 S - w + r seeing keys <= its own index when causal, mean over window rows and the GQA group's

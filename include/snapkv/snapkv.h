@@ -5,8 +5,8 @@
  *
  * Promises:
  *  - Shapes are row-major fp32, exactly as the C++ cache contract
- * (include/snapkv/kv/layer_cache.h): k, v      [n_kv_heads][n_tokens][head_dim]  rotated by RoPE at
- * positions offset()... q         [n_heads][n_tokens][head_dim] q_window
+ * (include/snapkv/kv/core/layer_cache.h): k, v      [n_kv_heads][n_tokens][head_dim]  rotated by
+ * RoPE at positions offset()... q         [n_heads][n_tokens][head_dim] q_window
  * [n_heads][n_window][head_dim]     the chunk's last n_window rotated queries out
  * [n_heads][n_tokens][head_dim]
  *  - Every function returns a snapkv_status; on failure nothing was changed and
@@ -18,7 +18,7 @@
  *    concurrently.
  *
  * Configuration: a string of key=value pairs separated by spaces, commas or semicolons; unnamed
- * keys keep the library defaults (CacheConfig). Keys and values (see snapkv/kv/config.h):
+ * keys keep the library defaults (CacheConfig). Keys and values (see snapkv/kv/core/config.h):
  *   policy=full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention
  *   codec=fp16|kivi2|kivi4
  *   budget=N window=N sinks=N pool=none|max|avg|causal_max kernel=N keep_window=0|1 causal=0|1

@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "snapkv/kv/builder.h"
-#include "snapkv/kv/config.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/builder.h"
+#include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/error.h"
 
 struct snapkv_caches {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
 #include "snapkv/util/timer.h"

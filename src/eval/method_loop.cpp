@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <map>
 
-#include "snapkv/kv/fork.h"
+#include "snapkv/kv/core/fork.h"
 
 namespace snapkv::eval {
 

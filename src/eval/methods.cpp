@@ -65,7 +65,7 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
   return config.head_allocation != HeadAllocation::ada || policy_scores_rows(config.policy);
 }
 
-// Any codec of kv/config.h but fp16 (the default of every policy, so not a method name).
+// Any codec of kv/core/config.h but fp16 (the default of every policy, so not a method name).
 bool apply_codec(std::string_view name, CacheConfig& config) {
   CodecKind codec = CodecKind::fp16;
   try {

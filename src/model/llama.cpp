@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "snapkv/kv/fork.h"
+#include "snapkv/kv/core/fork.h"
 #include "snapkv/ops/activation.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/ops/rmsnorm.h"
@@ -101,7 +101,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
   }
   caches_ = build_caches(model.config().dims(), cache_config_);
   for (LayerCache& cache : caches_) cache.set_rope(model.rope_params());
-  pass_queries_ = wants_window_queries(cache_config_);  // kv/fork.h: the cache keeps them
+  pass_queries_ = wants_window_queries(cache_config_);  // kv/core/fork.h: the cache keeps them
 }
 
 size_t LlamaSession::n_past() const {

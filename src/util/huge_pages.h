@@ -1,5 +1,5 @@
 // Anonymous memory on 2 MiB boundaries advised for transparent huge pages, for data that is
-// streamed over and over: a KV store's rows (kv/row_buffer.h) and a model's weights
+// streamed over and over: a KV store's rows (kv/codecs/row_buffer.h) and a model's weights
 // (gguf::File's huge_page_copy storage, read once from the file by read_file_to_huge_pages).
 //
 // Promises: huge_page_map() returns a region aligned to kHugePageBytes and advised MADV_HUGEPAGE,

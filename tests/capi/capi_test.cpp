@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/kv/builder.h"
+#include "snapkv/kv/core/builder.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/util/npy.h"
 
 namespace snapkv::clitest {
@@ -90,7 +90,8 @@ TEST(CacheOptionsCli, SameFlagsSameConfigEverywhere) {
     EXPECT_EQ(j["kivi_group"], 16);
     EXPECT_EQ(j["kivi_fp16_sinks"], 3);
   }
-  // kivi42's own default of 4 fp16 sinks (kv/config.h) unless a count is given; 0 turns it off.
+  // kivi42's own default of 4 fp16 sinks (kv/core/config.h) unless a count is given; 0 turns it
+  // off.
   EXPECT_EQ(print_config(kCacheCommands[0], "--method kivi42", dir)["kivi_fp16_sinks"], 4);
   EXPECT_EQ(print_config(kCacheCommands[0], "--method kivi42 --kivi-fp16-sinks 0",
                          dir)["kivi_fp16_sinks"],

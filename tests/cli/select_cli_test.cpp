@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
-#include "snapkv/kv/config.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
 

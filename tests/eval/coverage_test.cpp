@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "plain_config.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/snapkv_score.h"
 
 namespace snapkv::eval {
 namespace {

@@ -1,7 +1,7 @@
-// Budget allocation (kv/allocation.h): PyramidKV layer budgets (exact total over layers,
+// Budget allocation (kv/core/allocation.h): PyramidKV layer budgets (exact total over layers,
 // non-increasing with depth, floors and the token cap held) and AdaKV selection (layer total,
 // per-head floors, sinks and window kept, order kept, the rest strictly by score across heads).
-#include "snapkv/kv/allocation.h"
+#include "snapkv/kv/core/allocation.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/snapkv_score.h"
 
 namespace snapkv {
 namespace {

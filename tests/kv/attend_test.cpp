@@ -9,7 +9,7 @@
 
 #include "kv/kv_test_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 
 namespace snapkv {
 using snapkv::test::plain_config;

@@ -1,6 +1,6 @@
 // build_caches / total_stats: one cache per layer, config and dims propagated, layer index reaches
 // seeded policies, totals add bytes and take the (shared) token counts.
-#include "snapkv/kv/builder.h"
+#include "snapkv/kv/core/builder.h"
 
 #include <gtest/gtest.h>
 

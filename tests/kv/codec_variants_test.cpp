@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/no_drift_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/kivi.h"
-#include "snapkv/kv/rotation.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kv/codecs/rotation.h"
+#include "snapkv/kv/core/row_store.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {
@@ -74,7 +74,7 @@ struct RoundTrip {
 //   e_c = |y_c - fp16(y_c)| + s/2 + 2u (|y_c| + s)       (s: the group's scale bound; kitty's
 //                                                           fp16 channels: s = 0)
 // and the decoded row's error in x coordinates is at most ||e||_2 + (L+3) u (||x|| + ||y'||)
-// for rotated codecs (the two transforms' rounding, kv/rotation.h), ||e||_2 otherwise.
+// for rotated codecs (the two transforms' rounding, kv/codecs/rotation.h), ||e||_2 otherwise.
 RoundTrip round_trip(CodecKind codec, RowRole role, size_t head_dim, size_t group, size_t n) {
   const size_t residual = 4 * group;
   const CacheConfig cfg = codec_config(codec, group, residual);

@@ -1,6 +1,6 @@
 // CacheConfig: SnapKV's defaults, every validation rule (message names the field, the
 // value and the rule), and the enum names round-tripping through parse_*.
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// kv/fork.h: the shared-prefill rules. Which config fields a fork may change (the policy and
+// kv/core/fork.h: the shared-prefill rules. Which config fields a fork may change (the policy and
 // everything that only acts at compression) and which it may not (what decides the stored rows
 // and the kept window queries: chunk mode, codec and its parameters, window); which configs keep
 // window queries; the base config serving every target with a fork key.
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "snapkv/kv/fork.h"
+#include "snapkv/kv/core/fork.h"
 
 namespace snapkv {
 namespace {

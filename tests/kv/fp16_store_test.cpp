@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kv_test_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 namespace {

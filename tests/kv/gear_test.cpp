@@ -1,4 +1,4 @@
-// GEAR codec (include/snapkv/kv/gear.h): the low-rank routine against a planted spectrum in
+// GEAR codec (include/snapkv/kv/codecs/gear.h): the low-rank routine against a planted spectrum in
 // double, the KIVI part left untouched (rank 0, sparse 0 decodes like KIVI bit for bit), the
 // error bound the corrections promise, fused attention against dequantize-then-attend, exact
 // bytes, no drift under repeated eviction, .kvc record round trip, and bad configurations.
@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/no_drift_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/gear.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/codecs/gear.h"
+#include "snapkv/kv/core/row_store.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {

@@ -1,6 +1,6 @@
-// kivi32 (3-bit keys, 2-bit values; include/snapkv/kv/kivi.h): the 3-byte code words, the 3-bit
-// key kernel against its scalar twin within a derived rounding bound, the exact bytes (2.5 code
-// bits per element on average), values identical to kivi2's, snapkv + kivi32 keeping snapkv's
+// kivi32 (3-bit keys, 2-bit values; include/snapkv/kv/codecs/kivi.h): the 3-byte code words, the
+// 3-bit key kernel against its scalar twin within a derived rounding bound, the exact bytes (2.5
+// code bits per element on average), values identical to kivi2's, snapkv + kivi32 keeping snapkv's
 // rows, and clear errors for the widths it does not take. Round-trip bounds, fused attention vs
 // the dequantized reference, no drift and store records: codec_variants_test.cpp (kNewCodecs);
 // .kvc files: kvc_file_test.cpp.
@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "kv/kivi3_kernels.h"
-#include "kv/kivi_kernels.h"
+#include "kv/codecs/kivi/kivi3_kernels.h"
+#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/kivi.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 namespace {

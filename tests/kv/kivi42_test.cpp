@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 namespace {
@@ -27,7 +27,8 @@ CacheConfig mixed(CodecKind codec, size_t group = 8, size_t residual = 16) {
   c.kivi_group = group;
   c.kivi_residual = residual;
   c.rotation_seed = 99;
-  c.kivi_fp16_sinks = 0;  // as the single-width codecs' default (kivi42's own is 4: kv/config.h)
+  c.kivi_fp16_sinks =
+      0;  // as the single-width codecs' default (kivi42's own is 4: kv/core/config.h)
   return c;
 }
 
@@ -78,7 +79,7 @@ TEST(Kivi42, EachRoleIsKiviAtItsWidth) {
   EXPECT_FALSE(codec_is_rotated(CodecKind::kivi42));
 }
 
-// Per-codec defaults (kv/config.h): 0 / kCodecDefaultFraction resolve to the codec's setting,
+// Per-codec defaults (kv/core/config.h): 0 / kCodecDefaultFraction resolve to the codec's setting,
 // explicit values win, and an explicit or default residual that is no multiple of the group is a
 // clear error naming where it came from.
 TEST(Kivi42, PerCodecDefaultsResolveAndCanBeOverridden) {
@@ -197,8 +198,9 @@ TEST(Kivi42Cache, StackingKeepsThePolicysRows) {
               std::vector<int64_t>(pf.begin(), pf.end()));
     ASSERT_EQ(cache.size(h), 84u);
   }
-  // The prompt's kept rows wait in the fp16 residual until the next append packs them (kv/kivi.h):
-  // one decode step, then every cache but fp16 holds 84 quantized rows (+ 1 fp16 row).
+  // The prompt's kept rows wait in the fp16 residual until the next append packs them
+  // (kv/codecs/kivi.h): one decode step, then every cache but fp16 holds 84 quantized rows (+ 1
+  // fp16 row).
   const auto k1 = test::random_normal(dims.n_kv_heads * dims.head_dim, 4);
   const auto v1 = test::random_normal(dims.n_kv_heads * dims.head_dim, 5);
   for (LayerCache* c : {&fp16, &cache, &cache4}) {

@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "kv/kivi_kernels.h"
+#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "kv/kivi_test_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 using snapkv::test::plain_config;
@@ -149,7 +149,8 @@ TEST(KiviCache, StackingKeepsExactlyTheRowsOfFp16) {
 TEST(KiviCache, AttendMatchesReferenceOverDecodedRows) {
   const CacheDims dims{8, 2, 64};
   // The rotated codecs' own rounding (q rotated, the value sum rotated back: 2 (L + 3) u ||q||
-  // ||k|| on a logit, (L + 3) u ||sum|| on the output, kv/rotation.h) is far inside this bound.
+  // ||k|| on a logit, (L + 3) u ||sum|| on the output, kv/codecs/rotation.h) is far inside this
+  // bound.
   for (CodecKind codec : {CodecKind::kivi2, CodecKind::kivi4, CodecKind::kivi2r, CodecKind::kivi4r,
                           CodecKind::kitty}) {
     if (kivi_test::one_part_key_dots(codec, dims.head_dim)) continue;  // see kivi_test_util.h

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/no_drift_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/kivi.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 namespace {
@@ -380,7 +380,8 @@ TEST(KiviStore, BadConfigsAreClearErrors) {
   c.kivi_group = 32;
   c.kivi_residual = 48;
   expect_error([&] { make_row_store(c, RowRole::value, 64); }, "multiple of kivi_group");
-  // kivi_residual 0 in a config is the codec's default (kv/config.h); the store itself refuses 0.
+  // kivi_residual 0 in a config is the codec's default (kv/core/config.h); the store itself refuses
+  // 0.
   expect_error([&] { make_kivi_row_store(RowRole::value, 2, 64, 32, 0, 0); },
                "multiple of kivi_group");
   for (int bits : {0, 1, 5, 8}) {  // 3 is kivi32's key width (kivi32_test.cpp)

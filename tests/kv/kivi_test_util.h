@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/kivi_kernels.h"
-#include "snapkv/kv/config.h"
+#include "kv/codecs/kivi/kivi_kernels.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv::kivi_test {
@@ -113,9 +113,9 @@ inline void attention_ref(double* out, const float* q, const float* keys, const 
 }
 
 // True when the active level's key dots of `codec` at head_dim hd run the one-part integer form
-// (2-bit keys at the AVX-512 VNNI level, kv/kivi_kernels.h): their logits then differ from dots
-// with the decoded rows by the int8 rounding of q o s, not by fp32 rounding alone. That form is
-// held to its scalar twin and to its derived bound against the float form in
+// (2-bit keys at the AVX-512 VNNI level, kv/codecs/kivi/kivi_kernels.h): their logits then differ
+// from dots with the decoded rows by the int8 rounding of q o s, not by fp32 rounding alone. That
+// form is held to its scalar twin and to its derived bound against the float form in
 // kivi_attention_test.cpp (IntegerKey*), and its attention to fp16's in kivi_cache_test.cpp; the
 // tests that compare fused dots with decoded rows at fp32 precision check such codecs at the
 // other ISA levels (ctest -L isa), where their keys run the float form.

@@ -1,8 +1,8 @@
-// The 2-bit integer value kernel (kv/kivi_q8_values_simd.cpp) over many tiles and whole GQA
-// groups: a group of 4 queries shares the masked code vectors of each step (dot_quad) and builds
-// the next tile's vectors inside its sums, single queries take the per-query path; each query's
-// arithmetic is its own, so a query's result must not depend on the queries beside it (bit for
-// bit), and every result stays within the rounding bound of the scalar twin
+// The 2-bit integer value kernel (kv/codecs/kivi/kivi_q8_values_simd.cpp) over many tiles and whole
+// GQA groups: a group of 4 queries shares the masked code vectors of each step (dot_quad) and
+// builds the next tile's vectors inside its sums, single queries take the per-query path; each
+// query's arithmetic is its own, so a query's result must not depend on the queries beside it (bit
+// for bit), and every result stays within the rounding bound of the scalar twin
 // (kivi_value_rows_accumulate_q8_scalar).
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kv/kivi_kernels.h"
+#include "kv/codecs/kivi/kivi_kernels.h"
 #include "kv/kivi_test_util.h"
 #include "snapkv/util/fp16.h"
 

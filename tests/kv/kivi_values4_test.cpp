@@ -1,6 +1,6 @@
-// The 4-bit integer value form (int16 weights, kv/kivi_kernels.h "4-bit value rows in integers"):
-// the active level's kernel against its scalar twin bit for bit, the twin against the exact
-// weighted sum within the derived bound, and attention over realistic quantized values: the
+// The 4-bit integer value form (int16 weights, kv/codecs/kivi/kivi_kernels.h "4-bit value rows in
+// integers"): the active level's kernel against its scalar twin bit for bit, the twin against the
+// exact weighted sum within the derived bound, and attention over realistic quantized values: the
 // integer form's error against fp16 no larger than the float form's.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kv/kivi_kernels.h"
+#include "kv/codecs/kivi/kivi_kernels.h"
 #include "kv/kivi_test_util.h"
 #include "snapkv/util/fp16.h"
 
@@ -119,10 +119,10 @@ TEST(KiviValues4, KernelIsExactTwinOfScalarForm) {
   }
 }
 
-// The range of the integer form is [0, 2^100] (kv/kivi_weights_range.h, run with the 4-bit
-// bound): a weight of exactly 2^100 in the last row of the last query still runs it (bit for bit
-// its scalar twin; a bound below 2^100 fails here), one above it, negative or NaN gives the float
-// form's result (within its fp32 tolerance of the float twin, NaN where the twin has NaN: the
+// The range of the integer form is [0, 2^100] (kv/codecs/kivi/kivi_weights_range.h, run with the
+// 4-bit bound): a weight of exactly 2^100 in the last row of the last query still runs it (bit for
+// bit its scalar twin; a bound below 2^100 fails here), one above it, negative or NaN gives the
+// float form's result (within its fp32 tolerance of the float twin, NaN where the twin has NaN: the
 // output is not summed twice). Above 2^100 the integer form would stay within that tolerance
 // too, so a looser bound is not seen here.
 TEST(KiviValues4, WeightsOutsideTheRangeRunTheFloatForm) {

@@ -1,10 +1,10 @@
-// kivimix's wide-channel pass (kv/kivimix_kernels.h): the scalar reference equals a plain per-row
-// loop over the same products in the same order, and the fast kernel equals the reference bit for
-// bit at every ISA level this CPU runs, over full and partial low words (bytes the rows end inside,
-// codes past `wide` that must be ignored), row tails (n not a multiple of 8 or 16) and query counts
-// that are not a multiple of 4, with out's entries past n left alone. End to end (the store's
-// decode, the evals' predictions: compare `snapkv eval --methods kivimix` before and after). The
-// per-block weights q[channel] * (S / 4) likewise, at every level.
+// kivimix's wide-channel pass (kv/codecs/kivi/kivimix_kernels.h): the scalar reference equals a
+// plain per-row loop over the same products in the same order, and the fast kernel equals the
+// reference bit for bit at every ISA level this CPU runs, over full and partial low words (bytes
+// the rows end inside, codes past `wide` that must be ignored), row tails (n not a multiple of 8 or
+// 16) and query counts that are not a multiple of 4, with out's entries past n left alone. End to
+// end (the store's decode, the evals' predictions: compare `snapkv eval --methods kivimix` before
+// and after). The per-block weights q[channel] * (S / 4) likewise, at every level.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "kv/kivimix_kernels.h"
+#include "kv/codecs/kivi/kivimix_kernels.h"
 #include "snapkv/util/cpu.h"
 #include "util/isa_levels_test.h"
 

@@ -1,4 +1,4 @@
-// kivimix (2/4-bit key channels per block, 2-bit values; include/snapkv/kv/kivi.h "Mixed key
+// kivimix (2/4-bit key channels per block, 2-bit values; include/snapkv/kv/codecs/kivi.h "Mixed key
 // widths"): the wide channels are the block's largest ranges and decode as kivi4 does (within the
 // fp32 rounding of the split code), the narrow ones bit for bit as kivi2; exact bytes (2.5 code
 // bits per element on average), values identical to kivi2's, snapkv + kivimix keeping snapkv's
@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/kivi.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {

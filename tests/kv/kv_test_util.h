@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv::test {

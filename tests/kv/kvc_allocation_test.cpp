@@ -1,7 +1,7 @@
-// .kvc files for the caches that version 2 of the format added (kv/kvc_format.h): AdaKV's ragged
-// heads, PyramidKV's per-layer budgets and the decode-time budget's query window all come back
-// bit for bit (positions, decoded rows, the bytes written again, attention and appends after), on
-// fp16 and KIVI stores; a version-1 file still reads as the same caches; versions outside the
+// .kvc files for the caches that version 2 of the format added (kv/file/kvc_format.h): AdaKV's
+// ragged heads, PyramidKV's per-layer budgets and the decode-time budget's query window all come
+// back bit for bit (positions, decoded rows, the bytes written again, attention and appends after),
+// on fp16 and KIVI stores; a version-1 file still reads as the same caches; versions outside the
 // known range are named errors.
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/kvc_file.h"
-#include "snapkv/kv/kvc_format.h"
+#include "snapkv/kv/file/kvc_file.h"
+#include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/util/sha256.h"
 
 namespace snapkv {

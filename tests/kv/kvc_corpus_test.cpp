@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kv/kvc_exercise.h"
+#include "kv/file/kvc_exercise.h"
 
 namespace snapkv {
 namespace {

@@ -1,5 +1,5 @@
-// .kvc files (kv/kvc_file.h): a written and re-read cache is the saved cache, bit for bit (same
-// positions, same decoded rows, same bytes when written again, and identical attention and
+// .kvc files (kv/file/kvc_file.h): a written and re-read cache is the saved cache, bit for bit
+// (same positions, same decoded rows, same bytes when written again, and identical attention and
 // appends afterwards) for every policy and codec; every class of malformed file is a KvcError of
 // its named kind, generated here from a valid file.
 #include <gtest/gtest.h>
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/kivi.h"
-#include "snapkv/kv/kvc_file.h"
-#include "snapkv/kv/kvc_format.h"
+#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kv/file/kvc_file.h"
+#include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/util/sha256.h"
 
 namespace snapkv {

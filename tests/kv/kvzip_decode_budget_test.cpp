@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/snapkv_score.h"
 
 namespace snapkv {
 namespace {

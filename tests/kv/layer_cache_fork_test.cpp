@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 
 namespace snapkv {
 namespace {

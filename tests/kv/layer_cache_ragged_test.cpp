@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/builder.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/builder.h"
+#include "snapkv/kv/core/layer_cache.h"
 
 namespace snapkv {
 namespace {

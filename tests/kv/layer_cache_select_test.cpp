@@ -1,9 +1,9 @@
-// every_chunk prefill updates on fp16 rows select before they store (kv/layer_cache_select.cpp).
-// Held to two references: (1) the simple loop in this file — keep the stored rows plus the
-// chunk's, rounded through fp16, run the policy (make_policy) on them, keep what it keeps — over
-// several chunks and policies (with and without true queries, one that reads values, a random
-// one); (2) for a single chunk, the general append-then-compress path, which an end_of_prompt
-// cache takes at end_prompt(). Rows, positions and last scores must match exactly.
+// every_chunk prefill updates on fp16 rows select before they store
+// (kv/core/layer_cache_select.cpp). Held to two references: (1) the simple loop in this file — keep
+// the stored rows plus the chunk's, rounded through fp16, run the policy (make_policy) on them,
+// keep what it keeps — over several chunks and policies (with and without true queries, one that
+// reads values, a random one); (2) for a single chunk, the general append-then-compress path, which
+// an end_of_prompt cache takes at end_prompt(). Rows, positions and last scores must match exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/policy.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/policy.h"
 
 namespace snapkv {
 namespace {

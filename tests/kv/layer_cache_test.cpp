@@ -2,7 +2,7 @@
 // the cache object (compressed shape and fp16 storage, budget >= S keeps all, eviction_ratio,
 // keep_rate, decode growth, determinism, offset vs size across chunks and decode), query vs proxy
 // mode, GQA scores vs a double reference, both chunk modes, accounting, every invalid input.
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 
 #include "kv/kv_test_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/snapkv_score.h"
 
 namespace snapkv {
 using snapkv::test::plain_config;

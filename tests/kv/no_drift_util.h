@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kv/kivi_test_util.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv::kv_test {
 

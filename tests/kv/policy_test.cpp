@@ -1,7 +1,7 @@
 // Each policy's invariants on the same candidates: size min(budget, n), strictly increasing,
 // sinks kept; plus what makes each policy itself (streaming's recency, knorm's norm order,
 // random's determinism, chunkkv's whole chunks, snapkv == scoring + selection).
-#include "snapkv/kv/policy.h"
+#include "snapkv/kv/core/policy.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 
 #include "kv/kv_test_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/snapkv_score.h"
 
 namespace snapkv {
 namespace {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "kv/kivi_test_util.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/rotation.h"
+#include "snapkv/kv/codecs/rotation.h"
+#include "snapkv/kv/core/layer_cache.h"
 
 namespace snapkv {
 namespace {

@@ -1,6 +1,6 @@
-// The seeded randomized Hadamard rotation of kv/rotation.h: the fast butterfly against the dense
-// double reference, exact orthogonality of the reference, and q.k and norms preserved by the fp32
-// transform within the (L + 2) u ||x|| bound derived in the header.
+// The seeded randomized Hadamard rotation of kv/codecs/rotation.h: the fast butterfly against the
+// dense double reference, exact orthogonality of the reference, and q.k and norms preserved by the
+// fp32 transform within the (L + 2) u ||x|| bound derived in the header.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "snapkv/kv/rotation.h"
+#include "snapkv/kv/codecs/rotation.h"
 
 namespace snapkv {
 namespace {

@@ -1,7 +1,7 @@
-// RowBuffer (kv/row_buffer.h): large allocations on 2 MiB boundaries, small ones from operator
-// new, contents kept across growth, and geometric growth (one-row appends reallocate O(log n)
-// times, not once per append as an exact reserve did).
-#include "kv/row_buffer.h"
+// RowBuffer (kv/codecs/row_buffer.h): large allocations on 2 MiB boundaries, small ones from
+// operator new, contents kept across growth, and geometric growth (one-row appends reallocate O(log
+// n) times, not once per append as an exact reserve did).
+#include "kv/codecs/row_buffer.h"
 
 #include <gtest/gtest.h>
 

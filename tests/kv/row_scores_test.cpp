@@ -1,8 +1,8 @@
-// KeyDiff and Expected Attention scores (kv/row_scores.h) against their double-precision
+// KeyDiff and Expected Attention scores (kv/policies/row_scores.h) against their double-precision
 // references, with per-row bounds derived from the data (u = 2^-24), and what makes each scorer
 // itself: keydiff ranks an off-direction key first; expected attention follows the query mean,
 // the covariance term and the value norm; sinks sit out of the normalisation.
-#include "snapkv/kv/row_scores.h"
+#include "snapkv/kv/policies/row_scores.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kv/kv_test_util.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/rope.h"
 

@@ -1,7 +1,7 @@
 // SnapKV scoring and selection as pure functions: SnapKV's documented behaviour (shape, dtype,
 // range, window clamp, selection size/order, sinks, planted top rows), GQA averaging and the
 // causal mask against a double-precision reference, proxy mode, pooling.
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/snapkv_score.h"
 
 #include <gtest/gtest.h>
 

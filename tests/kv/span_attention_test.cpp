@@ -9,12 +9,12 @@
 #include <random>
 #include <vector>
 
-#include "kv/fp16_rows.h"
+#include "kv/codecs/fp16_rows.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {
 namespace {

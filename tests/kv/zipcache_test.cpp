@@ -1,4 +1,4 @@
-// ZipCache-adapted codec (include/snapkv/kv/zipcache.h): routing by saliency, round-trip
+// ZipCache-adapted codec (include/snapkv/kv/codecs/zipcache.h): routing by saliency, round-trip
 // distortion within the derived per-element bound, fused attention against dequantize-then-
 // attend, exact bytes, no drift under repeated eviction, .kvc record round trip, LayerCache
 // stacking (the policy's rows kept; the policy's top-scored rows high precision; the full
@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
 #include "kv/no_drift_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/kivi.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/row_store.h"
-#include "snapkv/kv/snapkv_score.h"
-#include "snapkv/kv/zipcache.h"
+#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kv/codecs/zipcache.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
+#include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {

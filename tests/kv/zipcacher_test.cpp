@@ -1,10 +1,11 @@
-// zipcacher: zipcache (include/snapkv/kv/zipcache.h) whose value rows are turned by the rotation
-// of kv/rotation.h (kv/rotated_store.cpp); keys are plain zipcache. The value store is exactly a
-// zipcache store of the rotated rows read back through R^T, the key store a zipcache store;
-// round-trip distortion within the bound derived from the inner store's per-element bound plus the
-// two transforms' rounding; lower distortion than zipcache on values with outlier channels; fused
-// attention against dequantize-then-attend; no drift under repeated eviction; .kvc record round
-// trip; LayerCache stacking keeps the policy's rows; bad configurations are clear errors.
+// zipcacher: zipcache (include/snapkv/kv/codecs/zipcache.h) whose value rows are turned by the
+// rotation of kv/codecs/rotation.h (kv/codecs/rotated_store.cpp); keys are plain zipcache. The
+// value store is exactly a zipcache store of the rotated rows read back through R^T, the key store
+// a zipcache store; round-trip distortion within the bound derived from the inner store's
+// per-element bound plus the two transforms' rounding; lower distortion than zipcache on values
+// with outlier channels; fused attention against dequantize-then-attend; no drift under repeated
+// eviction; .kvc record round trip; LayerCache stacking keeps the policy's rows; bad configurations
+// are clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
 #include "kv/no_drift_util.h"
-#include "kv/stores.h"
-#include "snapkv/kv/layer_cache.h"
-#include "snapkv/kv/rotation.h"
-#include "snapkv/kv/row_store.h"
+#include "snapkv/kv/codecs/rotation.h"
+#include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/row_store.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {

@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "snapkv/gguf/gguf.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/ops/gemm.h"

@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"

@@ -11,7 +11,7 @@
 
 #include "model/golden_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/random_model.h"
 #include "snapkv/model/sampler.h"

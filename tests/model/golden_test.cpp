@@ -24,7 +24,7 @@
 
 #include "model/golden_util.h"
 #include "plain_config.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/ops/gemm.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/golden_util.h"
-#include "snapkv/kv/snapkv_score.h"
+#include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"

@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 
 namespace snapkv::eval {
 

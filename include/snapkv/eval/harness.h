@@ -37,8 +37,8 @@
 
 #include "snapkv/eval/methods.h"
 #include "snapkv/eval/tasks.h"
-#include "snapkv/kv/fork.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/fork.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 
@@ -85,8 +85,9 @@ SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
 
 // One prompt prefilled once for several cache configs (LlamaSession::prefill_shared): the whole
 // prompt when query-aware, the context alone when question-agnostic. The base session uses
-// fork_base_config(config) (kv/fork.h): config with policy snapkv (queries auto, end_of_prompt)
-// and a budget that evicts nothing, so that it keeps every row and the window's queries.
+// fork_base_config(config) (kv/core/fork.h): config with policy snapkv (queries auto,
+// end_of_prompt) and a budget that evicts nothing, so that it keeps every row and the window's
+// queries.
 struct SharedPrefill {
   // Checks the prompt as run_sample does, then prefills its compressed part.
   SharedPrefill(const LlamaModel& model, const PromptTokens& prompt, const CacheConfig& config,
@@ -103,16 +104,16 @@ struct SharedPrefill {
   double seconds = 0.0;                               // prefill wall time
   mutable std::optional<ReconstructionScores> kvzip;  // the pass's scores, once run
 };
-// Runs per fork key (kv/fork.h) among `methods` x `n_keeps` kept fractions (policy-full methods
-// run once; configs without a key, every_chunk, are left out); empty when !share. A key with more
-// than one run is worth a SharedPrefill.
+// Runs per fork key (kv/core/fork.h) among `methods` x `n_keeps` kept fractions (policy-full
+// methods run once; configs without a key, every_chunk, are left out); empty when !share. A key
+// with more than one run is worth a SharedPrefill.
 std::map<ForkKey, size_t> shared_prefill_runs(const std::vector<Method>& methods, size_t n_keeps,
                                               bool share);
 
 // run_sample on a fork of a shared prefill: the same result as the dedicated run_sample above, bit
-// for bit, for any config with the shared prefill's fork key (kv/fork.h can_fork); prefill_seconds
-// counts the shared prefill's time plus the fork's compression, i.e. what a dedicated run spends.
-// `prompt` and `settings` must be those the prefill was built with.
+// for bit, for any config with the shared prefill's fork key (kv/core/fork.h can_fork);
+// prefill_seconds counts the shared prefill's time plus the fork's compression, i.e. what a
+// dedicated run spends. `prompt` and `settings` must be those the prefill was built with.
 SampleRun run_sample(const SharedPrefill& shared, const Tokenizer& tokenizer,
                      const PromptTokens& prompt, const std::vector<std::string>& answers,
                      const CacheConfig& config, const RunSettings& settings);

@@ -8,8 +8,9 @@
 //    max(compressed tokens, config.budget) for the others (the recorded budget is then every
 //    compressed token);
 //  - the shared-prefill decision: with share_prefill, the runs whose config has a fork key
-//    (kv/fork.h) that more than one run of the item shares fork one SharedPrefill per key, built
-//    by the caller's factory at the key's first run; every other run gets none (a dedicated run).
+//    (kv/core/fork.h) that more than one run of the item shares fork one SharedPrefill per key,
+//    built by the caller's factory at the key's first run; every other run gets none (a dedicated
+//    run).
 // Leaves out: what a run does and what it measures (the callback), the averages (run_metrics.h).
 #pragma once
 
@@ -21,7 +22,7 @@
 
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/methods.h"
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 
 namespace snapkv::eval {
 

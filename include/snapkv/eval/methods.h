@@ -4,13 +4,13 @@
 // random, kvzip (context-reconstruction scores, model/kvzip.h), keydiff, expected_attention (true
 // window queries), expected_attention-proxy (keys as the query sample), and the codecs kivi2 /
 // kivi4 (policy full + that codec). "<policy>+<codec>" stacks a codec on a policy (snapkv+kivi2,
-// streaming+kivi4, full+kivi2 == kivi2). Budget allocation prefixes (kv/allocation.h): "ada-"
+// streaming+kivi4, full+kivi2 == kivi2). Budget allocation prefixes (kv/core/allocation.h): "ada-"
 // (AdaKV across the KV heads of a layer; policies that score rows: snapkv, snapkv-proxy, knorm,
 // keydiff, expected_attention[-proxy]), "pyramid-" (PyramidKV across layers; any evicting policy),
 // "ada-pyramid-" (both): ada-snapkv, pyramid-keydiff+kivi2. The budget below is the per-head budget
 // of the uniform allocation; ada and pyramid keep the same total rows (per layer, and over the
 // layers).
-// Every other codec of kv/config.h is a method name too (kivi2r, kivi4r, kitty, ...).
+// Every other codec of kv/core/config.h is a method name too (kivi2r, kivi4r, kitty, ...).
 //
 // Budget rule (per sample): the compressed part of the prompt has T tokens (the whole prompt in the
 // query-aware protocol, the context alone in the question-agnostic one);
@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 
 namespace snapkv::eval {
 
@@ -49,7 +49,7 @@ struct MethodDefaults {
   // method (the full-cache baselines stay full); 0 = off.
   size_t decode_budget = CacheConfig{}.decode_budget;
   size_t decode_interval = CacheConfig{}.decode_interval;
-  // Codec parameters (kv/config.h), copied into every method's config whatever its codec.
+  // Codec parameters (kv/core/config.h), copied into every method's config whatever its codec.
   double zip_salient = CacheConfig{}.zip_salient;
   size_t zip_high_bits = CacheConfig{}.zip_high_bits;
   size_t gear_bits = CacheConfig{}.gear_bits;

@@ -12,7 +12,7 @@
 
 #include <cstddef>
 
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/layer_cache.h"
 
 namespace snapkv::eval {
 

@@ -1,6 +1,6 @@
 // Model fingerprint: the SHA-256 of a GGUF file's header, i.e. its magic, version, metadata and
 // tensor table (names, types, shapes, offsets), every byte before the data section. It identifies
-// which model a persisted cache (kv/kvc_file.h) was made with, without hashing gigabytes of
+// which model a persisted cache (kv/file/kvc_file.h) was made with, without hashing gigabytes of
 // weights: a different architecture, size, tokenizer, quantization or tensor layout changes it.
 // Leaves out: the weights' bytes (two files that differ only in weight values share a fingerprint;
 // re-converting a model with new weights and the same metadata is not detected).

@@ -39,7 +39,7 @@
 #include <string_view>
 #include <vector>
 
-#include "snapkv/kv/config.h"
+#include "snapkv/kv/core/config.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"

@@ -14,12 +14,12 @@
 // the file's frequency factors and linear scaling) at positions taken from cache.offset() ->
 // cache.attend(q, k, v) -> cache.update(k, v, q_window) -> output projection (+ bias) -> residual
 // -> RMSNorm -> SwiGLU FFN -> residual. q_window holds the rotated queries of the chunk's last
-// min(window, S) positions whenever the cache config keeps them (kv/fork.h wants_window_queries: an
-// evicting policy that scores with queries, query_source != keys); the last prefill chunk is
-// always extended backwards so that it holds the prompt's last `window` positions (the SnapKV
-// observation window), so the chunk boundaries depend on the window alone. After the prompt every
-// cache gets end_prompt(). Eviction never shifts positions: RoPE is always applied at the true
-// absolute position.
+// min(window, S) positions whenever the cache config keeps them (kv/core/fork.h
+// wants_window_queries: an evicting policy that scores with queries, query_source != keys); the
+// last prefill chunk is always extended backwards so that it holds the prompt's last `window`
+// positions (the SnapKV observation window), so the chunk boundaries depend on the window alone.
+// After the prompt every cache gets end_prompt(). Eviction never shifts positions: RoPE is always
+// applied at the true absolute position.
 #pragma once
 
 #include <cstddef>
@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "snapkv/gguf/gguf.h"
-#include "snapkv/kv/builder.h"
-#include "snapkv/kv/config.h"
-#include "snapkv/kv/layer_cache.h"
+#include "snapkv/kv/core/builder.h"
+#include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/model_config.h"
 #include "snapkv/ops/gemm.h"
@@ -129,16 +129,16 @@ class LlamaSession {
                              std::vector<float>* all_logits = nullptr);
   // Shared prefill: runs the prompt like prefill() but leaves every cache's prompt open (no
   // end_prompt()), so that fork() can hand the same prefill to several cache configs. Needs a
-  // config that can be a fork base (kv/fork.h can_be_fork_base: chunk_mode end_of_prompt and an
-  // evicting policy; std::invalid_argument otherwise); a config that wants window queries keeps
+  // config that can be a fork base (kv/core/fork.h can_be_fork_base: chunk_mode end_of_prompt and
+  // an evicting policy; std::invalid_argument otherwise); a config that wants window queries keeps
   // them, and every target then shares them. The session itself can then only be forked:
   // decode() and extend() throw.
   std::vector<float> prefill_shared(std::span<const int32_t> tokens);
   // A new session on the same model with `config`, in exactly the state a session built with
   // `config` reaches after prefill() of the same tokens (LayerCache::fork on every layer, then
   // end_prompt(): the prompt is compressed by config's policy). Only after prefill_shared();
-  // config must have this session's fork key (kv/fork.h can_fork: the same window and codec; the
-  // window also fixes the prefill's chunk boundaries) and the session options are copied.
+  // config must have this session's fork key (kv/core/fork.h can_fork: the same window and codec;
+  // the window also fixes the prefill's chunk boundaries) and the session options are copied.
   // Policy kvzip: the fork runs the reconstruction pass on its own (uncompressed) caches, unless
   // `scores` holds the pass's result for this prefill (the pass does not depend on the target
   // config's policy or budget, so one pass serves every kvzip fork of a prefill).

@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <string>
 
-#include "snapkv/kv/builder.h"
+#include "snapkv/kv/core/builder.h"
 #include "snapkv/model/arch.h"
 
 namespace snapkv::gguf {

@@ -1,12 +1,12 @@
 // Compressed prompt caches on disk, model side: a session's caches after its prompt, saved with
-// the model's fingerprint and the prompt's tokens (kv/kvc_file.h writes the bytes), and loaded back
-// into a session that goes on without re-running the prefill. Also the greedy answer loop that
+// the model's fingerprint and the prompt's tokens (kv/file/kvc_file.h writes the bytes), and loaded
+// back into a session that goes on without re-running the prefill. Also the greedy answer loop that
 // `snapkv ask` and the evaluation harness share in spirit (eval/harness.h, finish_run).
 //
 // Promises: load_prompt_cache refuses a file made for another model (KvcError wrong_model: the
 // GGUF fingerprint of gguf/fingerprint.h, then the dimensions) and a prompt longer than the
 // model's context; the loaded session answers bit for bit like the session that was saved.
-// Leaves out: tokenization of the document (the caller's), the file layout (kv/kvc_format.h).
+// Leaves out: tokenization of the document (the caller's), the file layout (kv/file/kvc_format.h).
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/kv/kvc_file.h"
+#include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 

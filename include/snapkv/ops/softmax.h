@@ -31,7 +31,7 @@ float exp_fma(float x);
 // scaled and shifted in one step); returns sum_i x[i], accumulated in sixteen interleaved partial
 // sums p[i % 16] in increasing i, then folded p[l] += p[l + w] for w = 8, 4, 2, 1 (p[0]). The same
 // bits at every ISA level. The online-softmax step of fused decode attention
-// (kv/span_attention.h), where it replaces a scaling pass, a subtraction and exp_approx.
+// (kv/core/span_attention.h), where it replaces a scaling pass, a subtraction and exp_approx.
 float exp_scale_shift_sum(float* x, size_t n, float scale, float shift);
 
 // max_i x[i]; x: [n], n >= 1, no NaN.

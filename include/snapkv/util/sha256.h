@@ -1,6 +1,6 @@
 // SHA-256 from OpenSSL's libcrypto (one seam: nothing else in the project includes OpenSSL).
 // Used for the model fingerprint (gguf/fingerprint.h) and the checksum of .kvc files
-// (kv/kvc_file.h). Promises: the FIPS 180-4 digest of the bytes given, incrementally or in one
+// (kv/file/kvc_file.h). Promises: the FIPS 180-4 digest of the bytes given, incrementally or in one
 // call. Leaves out: keyed hashes, other algorithms.
 #pragma once
 

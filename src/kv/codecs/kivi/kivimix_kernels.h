@@ -1,0 +1,46 @@
+// kivimix's wide-channel pass (kv/codecs/kivi/kivi_key_store.cpp): after the packed 2-bit key
+// kernel has added each wide channel's high half, this adds the low halves, stored apart per row as
+// 2-bit codes. Private to kv/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "snapkv/kv/codecs/kivi.h"
+
+namespace snapkv {
+
+// qk[j * wide + k] = q[j * head_dim + channels[k]] * (0.25f * scales[channels[k]]): query j's
+// weight of wide channel k's low code (a low code counts S / 4 of a 4-bit step). qk: [n_q][wide].
+// The fast kernel (the active ISA level) gathers 8 or 16 channels at a time; *_scalar is its
+// reference (the same two products per weight: equal bit for bit).
+void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
+                          const float* scales, const KittyChannel* channels, size_t wide);
+void kivimix_wide_weights_scalar(float* qk, const float* q, size_t n_q, size_t head_dim,
+                                 const float* scales, const KittyChannel* channels, size_t wide);
+
+// out[j * stride + r] += sum_k qk[j * wide + k] * low(r, k) for r < n, where low(r, k) is the 2-bit
+// code k of row r: bits 2 (k % 4) of byte k / 4 of low + r * row_bytes (row_bytes >= ceil(wide /
+// 4)). Each row's sum starts at 0 and adds qk * code (a product, then a sum: no fma) over k = 0 ..
+// wide - 1 in order; then it is added to out. The fast kernel (kv/codecs/kivi/kivimix_simd.cpp, the
+// active ISA level) runs 8 (avx2) or 16 (avx512) rows per vector, the same operations in the same
+// order, so it equals *_scalar bit for bit.
+void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
+                      const uint8_t* low, size_t row_bytes, size_t n);
+void kivimix_wide_dot_scalar(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
+                             const uint8_t* low, size_t row_bytes, size_t n);
+
+}  // namespace snapkv
+
+// The fast kernels as compiled for each ISA level (kv/codecs/kivi/kivimix_simd.cpp; util/isa.h);
+// the scalar level runs the *_scalar references.
+#define SNAPKV_KIVIMIX_DECLARE(NS)                                                           \
+  namespace snapkv::NS {                                                                     \
+  void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide, \
+                        const uint8_t* low, size_t row_bytes, size_t n);                     \
+  void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,          \
+                            const float* scales, const KittyChannel* channels, size_t wide); \
+  }
+SNAPKV_KIVIMIX_DECLARE(isa_scalar)
+SNAPKV_KIVIMIX_DECLARE(isa_avx2)
+SNAPKV_KIVIMIX_DECLARE(isa_avx512)
