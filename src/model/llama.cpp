@@ -101,7 +101,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
   }
   caches_ = build_caches(model.config().dims(), cache_config_);
   for (LayerCache& cache : caches_) cache.set_rope(model.rope_params());
-  pass_queries_ = wants_window_queries(cache_config_);  // kv/core/fork.h: the cache keeps them
+  plan_ = prefill_plan(cache_config_);
 }
 
 size_t LlamaSession::n_past() const {
@@ -136,7 +136,7 @@ LlamaSession LlamaSession::fork(const CacheConfig& config,
   for (size_t l = 0; l < caches_.size(); ++l) out.caches_[l] = caches_[l].fork(config, l);
   out.prefilled_ = true;
   out.prompt_tokens_ = prompt_tokens_;
-  if (config.policy == PolicyKind::kvzip) {
+  if (out.plan_.scoring_pass) {
     out.compress_kvzip(scores);
   } else {
     for (LayerCache& cache : out.caches_) cache.end_prompt();
@@ -175,15 +175,14 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
   // Chunk boundaries: every prefill_chunk tokens, except that the last chunk is extended backwards
   // to hold the prompt's last min(window, n) positions (the observation window's queries).
   const size_t chunk = options_.prefill_chunk;
-  const size_t last_start =
-      std::min(((n - 1) / chunk) * chunk, n - std::min(cache_config_.window, n));
+  const size_t last_start = std::min(((n - 1) / chunk) * chunk, n - std::min(plan_.window_rows, n));
   if (all_logits != nullptr) all_logits->assign(n * c.n_vocab, 0.0f);
   std::vector<float> last(c.n_vocab);
   size_t start = 0;
   while (start < n) {
     const size_t end = start >= last_start ? n : std::min(start + chunk, last_start);
     const size_t s = end - start;
-    const size_t window_rows = pass_queries_ ? std::min(cache_config_.window, s) : 0;
+    const size_t window_rows = plan_.window_queries ? std::min(plan_.window_rows, s) : 0;
     const bool is_last = end == n;
     if (all_logits != nullptr) {
       forward(tokens.subspan(start, s), UpdateKind::prefill, window_rows,
@@ -194,7 +193,7 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
     }
     start = end;
   }
-  if (end_prompt && cache_config_.policy == PolicyKind::kvzip) {
+  if (end_prompt && plan_.scoring_pass) {
     compress_kvzip(nullptr);
   } else if (end_prompt) {
     for (LayerCache& cache : caches_) cache.end_prompt();
@@ -219,7 +218,7 @@ std::vector<float> LlamaSession::decode(int32_t token) {
   }
   std::vector<float> logits(c.n_vocab);
   // With a decode-time budget the step's query joins the cache's recent-query window.
-  const size_t window_rows = cache_config_.decode_budget > 0 ? 1 : 0;
+  const size_t window_rows = plan_.decode_query_rows;
   forward(std::span<const int32_t>(&token, 1), UpdateKind::decode, window_rows, logits.data(),
           false);
   return logits;

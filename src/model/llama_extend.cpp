@@ -31,17 +31,14 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
   const size_t n = tokens.size();
   // Under a decode-time budget, forwards of at most decode_interval tokens: the cache re-selects
   // between them as it would during step-by-step generation (every decode_interval tokens).
-  const size_t chunk = cache_config_.decode_budget > 0
-                           ? std::min(options_.prefill_chunk, cache_config_.decode_interval)
-                           : options_.prefill_chunk;
+  const size_t chunk = std::min(options_.prefill_chunk, plan_.extend_chunk);
   if (all_logits != nullptr) all_logits->assign(n * c.n_vocab, 0.0f);
   std::vector<float> last(c.n_vocab);
   for (size_t start = 0; start < n; start += chunk) {
     const size_t s = std::min(chunk, n - start);
     const bool is_last = start + s == n;
     // With a decode-time budget the newest queries join the cache's recent-query window.
-    const size_t window_rows =
-        cache_config_.decode_budget > 0 ? std::min(cache_config_.window, s) : 0;
+    const size_t window_rows = std::min(plan_.extend_window, s);
     if (all_logits != nullptr) {
       forward(tokens.subspan(start, s), UpdateKind::decode, window_rows,
               all_logits->data() + start * c.n_vocab, true);

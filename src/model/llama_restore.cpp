@@ -49,7 +49,7 @@ LlamaSession LlamaSession::clone() const {
   LlamaSession copy(*model_, cache_config_, options_);
   for (size_t l = 0; l < caches_.size(); ++l) copy.caches_[l] = caches_[l].clone();
   copy.prefilled_ = prefilled_;
-  copy.pass_queries_ = pass_queries_;
+  copy.plan_ = plan_;
   copy.shared_prompt_ = shared_prompt_;
   return copy;
 }

@@ -35,6 +35,7 @@
 #include "snapkv/kv/core/builder.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/prefill_plan.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/model_config.h"
 #include "snapkv/ops/gemm.h"
@@ -196,8 +197,8 @@ class LlamaSession {
   SessionOptions options_;
   std::vector<LayerCache> caches_;
   bool prefilled_ = false;
-  bool pass_queries_ = false;
-  bool shared_prompt_ = false;          // prefill_shared(): prompt left open for fork()
+  PrefillPlan plan_;            // what the caches need from the forwards (kv/core/prefill_plan.h)
+  bool shared_prompt_ = false;  // prefill_shared(): prompt left open for fork()
   std::vector<int32_t> prompt_tokens_;  // [n_prompt] (the reconstruction pass repeats them)
   // Set only during reconstruction_scores(): forward() then calls it per layer with the rotated
   // queries [n_heads][S][hd] and keys [n_kv_heads][S][hd] instead of updating the cache.

@@ -1,0 +1,20 @@
+// The engine's side of a cache configuration (kv/core/prefill_plan.h).
+#include "snapkv/kv/core/prefill_plan.h"
+
+#include "snapkv/kv/core/fork.h"
+
+namespace snapkv {
+
+PrefillPlan prefill_plan(const CacheConfig& config) {
+  PrefillPlan plan;
+  plan.window_rows = config.window;
+  plan.window_queries = wants_window_queries(config);
+  plan.scoring_pass = config.policy == PolicyKind::kvzip;
+  const bool decode_budget = config.decode_budget > 0;
+  plan.decode_query_rows = decode_budget ? 1 : 0;
+  if (decode_budget) plan.extend_chunk = config.decode_interval;
+  plan.extend_window = decode_budget ? config.window : 0;
+  return plan;
+}
+
+}  // namespace snapkv
