@@ -26,8 +26,8 @@
 #include "bench_model.h"
 #include "cache_options.h"
 #include "command.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/random_model.h"
 #include "snapkv/model/sampler.h"
@@ -58,7 +58,7 @@ struct BenchOptions {
   std::vector<CLI::Option*> random_only;  // shape and --types: meaningless with --model
 };
 
-using snapkv::eval::split_list;
+using snapkv::split_list;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -106,7 +106,7 @@ int run_model_mode(BenchOptions& o) {
   m.warmup = !o.no_warmup;
   m.seed = o.seed;
   m.quiet = o.quiet;
-  o.cache.seed = o.seed;
+  o.cache.knobs.seed = o.seed;
   if (o.methods_option->count() == 0) o.cache.methods = "full";  // llama-bench's only cache
   m.cache = &o.cache;
   m.json = &o.json;
@@ -134,10 +134,10 @@ int run_bench(BenchOptions& o) {
   if (lengths.empty()) throw_invalid("bench", "--lengths", "empty", "at least one length");
   // Method names and their CacheConfig come from the shared cache options (eval's grammar).
   cli::CacheOptions cache_options = o.cache;
-  cache_options.seed = o.seed;
-  const std::vector<eval::Method> methods = cache_options.parsed_methods();
+  cache_options.knobs.seed = o.seed;
+  const std::vector<Method> methods = cache_options.parsed_methods();
   for (size_t length : lengths) {
-    for (const eval::Method& m : methods) (void)cache_options.config_for(m, length);
+    for (const Method& m : methods) (void)cache_options.config_for(m, length);
   }
   o.json.open("bench");
 
@@ -174,7 +174,7 @@ int run_bench(BenchOptions& o) {
         t = static_cast<int32_t>((state >> 33) % o.vocab);
       }
       Measurement full_m;
-      for (const eval::Method& method : methods) {
+      for (const Method& method : methods) {
         const CacheConfig config = cache_options.config_for(method, length);
         std::vector<double> prefill_tps, decode_tps;
         Measurement m;

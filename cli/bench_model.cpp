@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/ops/gemm.h"
@@ -189,7 +189,7 @@ size_t file_bytes(const std::string& path) {
 
 std::vector<int> parse_thread_list(const std::string& text) {
   std::vector<int> out;
-  for (const std::string& s : eval::split_list(text)) {
+  for (const std::string& s : split_list(text)) {
     size_t used = 0;
     int v = 0;
     try {
@@ -210,11 +210,11 @@ std::vector<int> parse_thread_list(const std::string& text) {
 int run_model_bench(const ModelBenchOptions& o) {
   const CacheOptions& cache = *o.cache;
   if (o.repetitions == 0) throw_invalid(kComponent, "-r/--repetitions", "0", ">= 1");
-  const std::vector<eval::Method> methods = cache.parsed_methods();
+  const std::vector<Method> methods = cache.parsed_methods();
   const LlamaModel model = LlamaModel::load(o.model);
   const LlamaConfig& c = model.config();
   check_options(o, c);
-  for (const eval::Method& m : methods) {
+  for (const Method& m : methods) {
     for (size_t p : o.n_prompt) (void)cache.config_for(m, std::max<size_t>(p, 1));
   }
   if (o.json != nullptr) o.json->open(kComponent);
@@ -222,7 +222,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   std::vector<Row> rows;
   const SessionOptions session_options{cache.prefill_chunk};
   for (size_t mi = 0; mi < methods.size(); ++mi) {
-    const eval::Method& method = methods[mi];
+    const Method& method = methods[mi];
     for (size_t ti = 0; ti < o.threads.size(); ++ti) {
       apply_threads(kComponent, o.threads[ti]);
       const int used = num_threads();

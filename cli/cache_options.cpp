@@ -11,6 +11,8 @@
 #include <map>
 #include <thread>
 
+#include "snapkv/kv/core/spec.h"
+#include "snapkv/kv/core/spec_json.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
@@ -33,42 +35,57 @@ const char* kMethodHelp =
     "codec), <policy>+<codec> (snapkv+kivi2); "
     "prefixes ada- (AdaKV), pyramid- (PyramidKV), ada-pyramid-";
 
-}  // namespace
-
-eval::MethodDefaults CacheOptions::method_defaults() const {
-  eval::MethodDefaults d;
-  d.window = window;
-  d.n_sink = sinks;
-  d.pool = parse_pool(pool);
-  d.kernel = kernel;
-  d.keep_window = keep_window;
-  d.chunk_mode = parse_chunk_mode(chunk_mode);
-  d.chunk_size = chunkkv_size;
-  d.decode_budget = decode_budget;
-  d.decode_interval = decode_interval;
-  d.seed = seed;
-  d.rotation_seed = rotation_seed;
-  d.kitty_channels = kitty_channels;
-  d.kivi_residual = kivi_residual;
-  d.kivi_group = kivi_group;
-  d.kivi_fp16_sinks =
-      kivi_fp16_sinks < 0 ? kCodecDefaultCount : static_cast<size_t>(kivi_fp16_sinks);
-  d.zip_salient = zip_salient;
-  d.zip_high_bits = zip_high;
-  d.gear_bits = gear_bits;
-  d.gear_rank = gear_rank;
-  d.gear_sparse = gear_sparse;
-  return d;
+// One flag per row of the cache spec that has one (kv/core/spec.h): its help, its default from
+// CacheConfig{} and its check are the table's; the value lands in o.knobs when parsed.
+void add_spec_flags(CLI::App& app, CacheOptions& o, const std::string& group) {
+  const CacheConfig defaults;
+  for (const CacheOption& spec : cache_options()) {
+    if (spec.flag.empty()) continue;
+    const CacheOption* row = &spec;
+    const std::string default_text = format_option_value(spec.get(defaults));
+    if (spec.type == OptionType::flag) {
+      const std::string names = "--" + std::string(spec.flag) + ",!--no-" + std::string(spec.flag);
+      const std::string help = std::string(spec.help) + " (default: --" +
+                               (std::get<bool>(spec.get(defaults)) ? "" : "no-") +
+                               std::string(spec.flag) + ")";
+      app.add_flag_function(
+             names, [&o, row](int64_t count) { row->set(o.knobs, OptionValue{count > 0}); }, help)
+          ->group(group);
+      continue;
+    }
+    std::string names = "--" + std::string(spec.flag);
+    const std::string canonical(spec.name);
+    std::string dashed = canonical;
+    for (char& c : dashed) c = c == '_' ? '-' : c;
+    if (dashed != spec.flag) names += ",--" + dashed;
+    CLI::Option* opt = app.add_option_function<std::string>(
+        names, [&o, row](const std::string& v) { row->set(o.knobs, parse_option_value(*row, v)); },
+        std::string(spec.help));
+    opt->default_str(default_text)->group(group);
+    if (spec.type == OptionType::choice) opt->type_name(std::string(spec.choices));
+    opt->check(CLI::Validator(
+        [row](std::string& v) -> std::string {
+          try {
+            parse_option_value(*row, v);
+          } catch (const std::invalid_argument& e) {
+            return e.what();
+          }
+          return std::string();
+        },
+        "", std::string(spec.name)));
+  }
 }
 
-std::vector<eval::Method> CacheOptions::parsed_methods() const {
-  std::vector<eval::Method> out = eval::parse_methods(methods, method_defaults());
-  for (eval::Method& m : out) m.config.budget = budget;
+}  // namespace
+
+std::vector<Method> CacheOptions::parsed_methods() const {
+  std::vector<Method> out = parse_methods(methods, knobs);
+  for (Method& m : out) m.config.budget = budget;
   return out;
 }
 
-eval::Method CacheOptions::single_method() const {
-  std::vector<eval::Method> all = parsed_methods();
+Method CacheOptions::single_method() const {
+  std::vector<Method> all = parsed_methods();
   if (all.size() != 1) {
     throw_invalid("cli", "--method takes one name", methods, "one method (lists: eval, bench)");
   }
@@ -77,16 +94,16 @@ eval::Method CacheOptions::single_method() const {
 
 std::vector<double> CacheOptions::keeps() const {
   if (keep.empty()) return {};
-  return eval::parse_keeps(keep);
+  return parse_keeps(keep);
 }
 
-CacheConfig CacheOptions::config_for(const eval::Method& m, size_t tokens) const {
+CacheConfig CacheOptions::config_for(const Method& m, size_t tokens) const {
   CacheConfig c = m.config;
   const std::vector<double> k = keeps();
   const bool budget_given = budget_option != nullptr && budget_option->count() > 0;
   if (!k.empty() && !budget_given) {
     if (k.size() != 1) throw_invalid("cli", "--keep takes one fraction here", keep, "e.g. 0.1");
-    c.budget = m.uses_keep ? eval::budget_for(k.front(), tokens, c) : std::max<size_t>(tokens, 1);
+    c.budget = m.uses_keep ? budget_for(k.front(), tokens, c) : std::max<size_t>(tokens, 1);
   } else {
     c.budget = budget;
   }
@@ -95,35 +112,15 @@ CacheConfig CacheOptions::config_for(const eval::Method& m, size_t tokens) const
 }
 
 nlohmann::json CacheOptions::to_json() const {
-  const std::vector<std::string> names = eval::split_list(methods);
-  const eval::Method m =
-      eval::parse_method(names.empty() ? std::string("snapkv") : names.front(), method_defaults());
-  const CacheConfig& c = m.config;
-  return {{"methods", methods},
-          {"keep", keep},
-          {"budget", budget},
-          {"window", c.window},
-          {"n_sink", c.n_sink},
-          {"pool", to_string(c.pool)},
-          {"kernel", c.kernel},
-          {"keep_window", c.keep_window},
-          {"causal", c.causal},
-          {"chunk_mode", to_string(c.chunk_mode)},
-          {"chunk_size", c.chunk_size},
-          {"decode_budget", c.decode_budget},
-          {"decode_interval", c.decode_interval},
-          {"kivi_group", c.kivi_group},
-          {"kivi_residual", kivi_residual_of(c)},
-          {"kivi_fp16_sinks", kivi_fp16_sinks_of(c)},
-          {"rotation_seed", c.rotation_seed},
-          {"kitty_channels", c.kitty_channels},
-          {"zip_salient", zip_salient_of(c)},
-          {"zip_high_bits", c.zip_high_bits},
-          {"gear_bits", c.gear_bits},
-          {"gear_rank", c.gear_rank},
-          {"gear_sparse", c.gear_sparse},
-          {"prefill_chunk", prefill_chunk},
-          {"threads", threads}};
+  const std::vector<std::string> names = split_list(methods);
+  const Method m = parse_method(names.empty() ? std::string("snapkv") : names.front(), knobs);
+  nlohmann::json j = config_record_json(m.config);
+  j["methods"] = methods;
+  j["keep"] = keep;
+  j["budget"] = budget;
+  j["prefill_chunk"] = prefill_chunk;
+  j["threads"] = threads;
+  return j;
 }
 
 void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& spec) {
@@ -168,93 +165,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
           ->group(group);
       break;
   }
-  app.add_option("--window", o.window, "Observation window (rows of queries or proxy keys)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--sinks", o.sinks, "First positions always kept")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--pool", o.pool,
-                 "Score pooling: none | max | avg (centred kernel) | causal_max (a row takes the "
-                 "largest score of itself and the kernel - 1 rows before it)")
-      ->check(CLI::IsMember({"none", "max", "avg", "causal_max"}))
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--kernel", o.kernel, "Pooling kernel, odd (1 = no pooling)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_flag("--keep-window,!--no-keep-window", o.keep_window,
-               std::string("Always keep the window's own rows (paper), or let them compete "
-                           "(default: ") +
-                   (CacheOptions::kDefaults.keep_window ? "--keep-window" : "--no-keep-window") +
-                   ")")
-      ->group(group);
-  app.add_option("--chunk-mode", o.chunk_mode,
-                 "end_of_prompt (compress once, after the prompt) | every_chunk")
-      ->check(CLI::IsMember({"end_of_prompt", "every_chunk"}))
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--decode-budget", o.decode_budget,
-                 "Rows per KV head kept during generation, re-selected every --decode-interval "
-                 "steps with the newest queries (0 = decode steps never evict; eval applies it to "
-                 "evicting methods only: full and codec-only methods keep every row)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--decode-interval", o.decode_interval,
-                 "Decode steps between re-selections under --decode-budget")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--chunkkv-size", o.chunkkv_size, "chunkkv: positions per chunk")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--rotation-seed", o.rotation_seed,
-                 "kivi2r/kivi4r/zipcacher/kivi42r: seed of the Hadamard rotation's random signs")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--kivi-residual", o.kivi_residual,
-                 "KIVI-family codecs: rows kept fp16 before packing, a multiple of the group (32); "
-                 "zipcache/zipcacher: rows per quantized segment; 0 = the codec's default (32 for "
-                 "zipcacher/kivi42/kivi42r/kivi24/kivi32/kivimix, 128 otherwise)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--kivi-group", o.kivi_group,
-                 "KIVI-family codecs: group size G (key rows per block sharing a channel's "
-                 "scale; value channels per group); the residual must be a multiple of it")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--kivi-fp16-sinks", o.kivi_fp16_sinks,
-                 "KIVI-family codecs: the first rows ever appended that stay fp16 for good "
-                 "(KIVI-Sink; 0 = none; -1 = the codec's default: 4 for kivi42/kivi32/kivimix, 0 "
-                 "otherwise)")
-      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40))
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--kitty-channels", o.kitty_channels,
-                 "kitty: key channels per block kept fp16 (1 .. head_dim - 1)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--zip-salient", o.zip_salient,
-                 "zipcache/zipcacher: fraction in [0, 1] of the prompt's rows, by the policy's "
-                 "scores, kept "
-                 "at --zip-high precision (the rest 2-bit); -1 = the codec's default (zipcacher "
-                 "0.7, zipcache 0.2)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--zip-high", o.zip_high,
-                 "zipcache/zipcacher: precision of the salient rows, 4 | 16 (fp16)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--gear-rank", o.gear_rank,
-                 "gear: rank of the low-rank error term per flushed segment (< head_dim)")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--gear-sparse", o.gear_sparse,
-                 "gear: fraction in [0, 1] of entries, by largest remaining error, kept in fp16")
-      ->capture_default_str()
-      ->group(group);
-  app.add_option("--gear-bits", o.gear_bits, "gear: KIVI bits under the corrections, 2 | 4")
-      ->capture_default_str()
-      ->group(group);
+  add_spec_flags(app, o, group);
   if (spec.prefill_chunk) {
     app.add_option("--prefill-chunk", o.prefill_chunk, "Tokens per prefill forward")
         ->capture_default_str()

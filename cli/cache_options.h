@@ -8,7 +8,8 @@
 //   snapkv::cli::apply_threads("run", o->cache.threads);
 //   CacheConfig c = o->cache.config_for(o->cache.single_method(), prompt_tokens);
 //
-// Flags (all optional; every default comes from CacheConfig{}):
+// Flags (all optional; every default comes from CacheConfig{}; one flag per row of the cache spec,
+// kv/core/spec.h, whose help, range and check they take):
 //   --method NAME | --methods LIST  eval's grammar: full, snapkv, snapkv-proxy, streaming, chunkkv,
 //                                   knorm, random, kivi2, kivi4, kivi2r, kivi4r,
 //                                   kitty, <policy>+<codec>
@@ -35,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 
 namespace snapkv::cli {
 
@@ -65,50 +66,28 @@ struct CacheOptionSpec {
 };
 
 struct CacheOptions {
-  static inline const CacheConfig kDefaults{};
-
   std::string methods;  // NAME or LIST (see MethodArity)
-  size_t budget = kDefaults.budget;
+  size_t budget = CacheConfig{}.budget;
   std::string keep;  // "" = not given (budget rules)
-  size_t window = kDefaults.window;
-  size_t sinks = kDefaults.n_sink;
-  std::string pool{to_string(kDefaults.pool)};
-  size_t kernel = kDefaults.kernel;
-  bool keep_window = kDefaults.keep_window;
-  std::string chunk_mode{to_string(kDefaults.chunk_mode)};
-  size_t chunkkv_size = kDefaults.chunk_size;
-  size_t decode_budget = kDefaults.decode_budget;  // 0 = no decode-time eviction
-  size_t decode_interval = kDefaults.decode_interval;
-  // Codec parameters (kv/codecs/zipcache.h, kv/codecs/gear.h); checked by CacheConfig::validate and
-  // the stores.
-  double zip_salient = kDefaults.zip_salient;
-  size_t zip_high = kDefaults.zip_high_bits;
-  size_t gear_bits = kDefaults.gear_bits;
-  size_t gear_rank = kDefaults.gear_rank;
-  double gear_sparse = kDefaults.gear_sparse;
+  // Every option of the cache spec (kv/core/spec.h) given on the command line, over the
+  // library's defaults; the command sets knobs.seed from its own --seed (random policy).
+  CacheConfig knobs;
   size_t prefill_chunk = 512;
   int threads = 0;
-  uint64_t seed = kDefaults.seed;  // set by the command from its own --seed (random policy)
-  uint64_t rotation_seed = kDefaults.rotation_seed;  // kivi2r / kivi4r / zipcacher
-  size_t kitty_channels = kDefaults.kitty_channels;  // kitty
-  size_t kivi_residual = kDefaults.kivi_residual;    // KIVI-family codecs, zipcache
-  size_t kivi_group = kDefaults.kivi_group;          // KIVI-family codecs
-  int64_t kivi_fp16_sinks = -1;                      // KIVI-family codecs; -1 = the codec's default
   bool print_config = false;
   CLI::Option* budget_option = nullptr;  // to tell "--budget given" from the default
 
-  // The eviction knobs as eval's MethodDefaults (validated names; throws std::invalid_argument).
-  eval::MethodDefaults method_defaults() const;
   // Every method named (one or a list), with budget = --budget.
-  std::vector<eval::Method> parsed_methods() const;
+  std::vector<Method> parsed_methods() const;
   // The one method of a MethodArity::one command.
-  eval::Method single_method() const;
+  Method single_method() const;
   // --keep as fractions in (0, 1] ({} when not given).
   std::vector<double> keeps() const;
   // The config of method m for a prompt whose compressed part has `tokens` tokens: budget from
-  // --keep (eval's budget_for rule) when given, else --budget; validated.
-  CacheConfig config_for(const eval::Method& m, size_t tokens) const;
-  // The configuration every cache of the command starts from (first method, --budget), as JSON.
+  // --keep (the budget_for rule of kv/core/method.h) when given, else --budget; validated.
+  CacheConfig config_for(const Method& m, size_t tokens) const;
+  // The configuration every cache of the command starts from (first method, --budget), as JSON:
+  // the cache spec's record plus methods, keep, prefill_chunk and threads.
   nlohmann::json to_json() const;
 };
 

@@ -26,8 +26,8 @@
 
 #include "cache_options.h"
 #include "command.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_session.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/kvzip.h"
@@ -85,8 +85,8 @@ int run_chat(ChatCmdOptions& o) {
                   "--budget N (the conversation grows turn by turn)");
   }
   snapkv::cli::CacheOptions cache_options = o.cache;
-  cache_options.seed = o.seed;
-  const eval::Method method = cache_options.single_method();
+  cache_options.knobs.seed = o.seed;
+  const Method method = cache_options.single_method();
   CacheConfig config = cache_options.config_for(method, cache_options.budget);
   // Later turns are appended under a decode-time budget: the one given, else the budget itself.
   if (config.decode_budget == 0 && config.policy != PolicyKind::full) {

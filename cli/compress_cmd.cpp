@@ -18,7 +18,7 @@
 
 #include "cache_options.h"
 #include "command.h"
-#include "snapkv/eval/methods.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/prompt_cache.h"
@@ -44,7 +44,7 @@ int run_compress(CompressOptions& o) {
   snapkv::cli::apply_threads("compress", o.cache.threads);
   // Question-agnostic: the document is compressed alone (by default once, at its end).
   const snapkv::cli::CacheOptions& cache_options = o.cache;
-  const eval::Method method = cache_options.single_method();
+  const Method method = cache_options.single_method();
   (void)cache_options.config_for(method, 4096);  // bad settings fail before the model loads
   o.json.open("compress");
 

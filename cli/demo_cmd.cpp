@@ -15,8 +15,8 @@
 #include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/eval/tasks.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
@@ -69,7 +69,7 @@ int run_demo(const DemoOptions& o) {
   const std::vector<double> keeps = o.cache.keeps();
   if (keeps.size() != 1) throw_invalid("demo", "--keep", o.cache.keep, "one fraction in (0, 1]");
   const double keep = keeps.front();
-  const MethodDefaults defaults = o.cache.method_defaults();
+  const CacheConfig defaults = o.cache.knobs;
   const std::string path = o.model.empty() ? default_model() : o.model;
   const LlamaModel model = LlamaModel::load(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());

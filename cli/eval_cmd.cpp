@@ -19,11 +19,11 @@
 #include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/eval/perplexity.h"
 #include "snapkv/eval/progress.h"
 #include "snapkv/eval/report.h"
 #include "snapkv/eval/tasks.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
@@ -64,8 +64,8 @@ int run_eval_cmd(EvalCliOptions& o) {
   snapkv::cli::apply_threads("eval", o.cache.threads);
   if (o.n == 0) throw_invalid("eval", "--n", "0", ">= 1 sample per task");
   snapkv::cli::CacheOptions cache_options = o.cache;
-  cache_options.seed = o.seed;
-  const MethodDefaults defaults = cache_options.method_defaults();
+  cache_options.knobs.seed = o.seed;
+  const CacheConfig defaults = cache_options.knobs;
   const std::vector<Method> methods = parse_methods(cache_options.methods, defaults);
   const std::vector<double> keeps = parse_keeps(cache_options.keep);
   // Outputs are checked before hours of work, not after.

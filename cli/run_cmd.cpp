@@ -22,8 +22,8 @@
 
 #include "cache_options.h"
 #include "command.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
@@ -75,8 +75,8 @@ int run_generate(RunOptions& o) {
   }
   snapkv::cli::apply_threads("run", o.cache.threads);
   snapkv::cli::CacheOptions cache_options = o.cache;
-  cache_options.seed = o.seed;
-  const eval::Method method = cache_options.single_method();
+  cache_options.knobs.seed = o.seed;
+  const Method method = cache_options.single_method();
   // Validated now with the --budget value so bad settings fail before the model loads; the
   // budget from --keep is applied once the prompt is tokenized.
   (void)cache_options.config_for(method, std::max<size_t>(cache_options.budget, 1));

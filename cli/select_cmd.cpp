@@ -18,9 +18,9 @@
 
 #include "cache_options.h"
 #include "command.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
@@ -123,16 +123,16 @@ int run_select(SelectOptions& opts) {
       throw_invalid("select", "--heads disagrees with " + opts.queries, num(opts.heads),
                     num(q->shape[0]) + " (its first dimension)");
     }
-    if (opts.window_given && opts.cache.window != q->shape[1]) {
+    if (opts.window_given && opts.cache.knobs.window != q->shape[1]) {
       throw_invalid("select", "--window disagrees with the rows of " + opts.queries,
-                    num(opts.cache.window), num(q->shape[1]));
+                    num(opts.cache.knobs.window), num(q->shape[1]));
     }
     check_finite_file(*q, opts.queries, false);
     n_heads = q->shape[0];
-    opts.cache.window = q->shape[1];
+    opts.cache.knobs.window = q->shape[1];
   }
 
-  eval::Method method = eval::parse_method("snapkv", opts.cache.method_defaults());
+  Method method = parse_method("snapkv", opts.cache.knobs);
   method.config.budget = opts.cache.budget;
   method.config.causal = !opts.no_causal;
   method.config.query_source = q ? QuerySource::queries : QuerySource::keys;

@@ -37,7 +37,7 @@ void on_signal(int) {
 int run_serve(ServeOptions o) {
   using namespace snapkv;
   snapkv::cli::apply_threads("serve", o.cache.threads);
-  o.server.defaults = o.cache.method_defaults();
+  o.server.defaults = o.cache.knobs;
   o.server.default_method = o.cache.single_method().name;  // bad usage before the load
   o.server.default_keep = o.cache.keeps().at(0);
   o.server.prefill_chunk = o.cache.prefill_chunk;

@@ -18,14 +18,18 @@
  *    concurrently.
  *
  * Configuration: a string of key=value pairs separated by spaces, commas or semicolons; unnamed
- * keys keep the library defaults (CacheConfig). Keys and values (see snapkv/kv/core/config.h):
- *   policy=full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention
- *   codec=fp16|kivi2|kivi4
- *   budget=N window=N sinks=N pool=none|max|avg|causal_max kernel=N keep_window=0|1 causal=0|1
- *   query_source=auto|queries|keys chunk_mode=every_chunk|end_of_prompt seed=N chunk_size=N
- *   kivi_group=N kivi_residual=N kivi_fp16_sinks=N head_allocation=uniform|ada
- *   layer_allocation=uniform|pyramid decode_budget=N decode_interval=N
- * (policy kvzip needs scores from a model pass and is not offered here.)
+ * keys keep the library defaults (CacheConfig). The keys are the options of the cache spec
+ * (snapkv/kv/core/spec.h: names, ranges and help; a test holds this list to it):
+ *   policy=full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip
+ *   codec=fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|
+ *         kivi32|kivimix
+ *   query_source=auto|queries|keys head_allocation=uniform|ada layer_allocation=uniform|pyramid
+ *   budget=N window=N n_sink=N (or sinks=N) pool=none|max|avg|causal_max kernel=N
+ *   keep_window=0|1 causal=0|1 chunk_mode=end_of_prompt|every_chunk chunk_size=N ada_floor=F
+ *   pyramid_beta=F seed=N decode_budget=N decode_interval=N kivi_group=N kivi_residual=N
+ *   kivi_fp16_sinks=N|-1 rotation_seed=N kitty_channels=N zip_salient=F|-1 zip_high_bits=4|16
+ *   gear_bits=2|4 gear_rank=N gear_sparse=F
+ * (policy kvzip needs scores from a model pass and is not useful here.)
  * e.g. "policy=snapkv budget=256 window=32 sinks=4 pool=max kernel=31 codec=kivi2".
  *
  * Leaves out: the GGUF reader and the reference engine (C++ only).

@@ -17,6 +17,7 @@
 #include "snapkv/kv/core/builder.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/spec.h"
 #include "snapkv/util/error.h"
 
 struct snapkv_caches {
@@ -34,71 +35,15 @@ std::string num(size_t v) {
   return std::to_string(v);
 }
 
-size_t parse_size(std::string_view key, std::string_view value) {
-  size_t out = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
-  if (ec != std::errc() || end != value.data() + value.size()) {
-    snapkv::throw_invalid(kComponent, "config key '" + std::string(key) + "' is not a count",
-                          "'" + std::string(value) + "'", "a non-negative integer");
-  }
-  return out;
-}
-
-bool parse_bool(std::string_view key, std::string_view value) {
-  if (value == "1" || value == "true") return true;
-  if (value == "0" || value == "false") return false;
-  snapkv::throw_invalid(kComponent, "config key '" + std::string(key) + "' is not a boolean",
-                        "'" + std::string(value) + "'", "0, 1, true or false");
-}
-
+// One key of the config string: any option of the cache spec by its name or an alias
+// (kv/core/spec.h), its value checked by the spec.
 void set_key(snapkv::CacheConfig& c, std::string_view key, std::string_view value) {
-  if (key == "policy") {
-    c.policy = snapkv::parse_policy(value);
-  } else if (key == "codec") {
-    c.codec = snapkv::parse_codec(value);
-  } else if (key == "budget") {
-    c.budget = parse_size(key, value);
-  } else if (key == "window") {
-    c.window = parse_size(key, value);
-  } else if (key == "sinks") {
-    c.n_sink = parse_size(key, value);
-  } else if (key == "pool") {
-    c.pool = snapkv::parse_pool(value);
-  } else if (key == "kernel") {
-    c.kernel = parse_size(key, value);
-  } else if (key == "keep_window") {
-    c.keep_window = parse_bool(key, value);
-  } else if (key == "causal") {
-    c.causal = parse_bool(key, value);
-  } else if (key == "query_source") {
-    c.query_source = snapkv::parse_query_source(value);
-  } else if (key == "chunk_mode") {
-    c.chunk_mode = snapkv::parse_chunk_mode(value);
-  } else if (key == "seed") {
-    c.seed = parse_size(key, value);
-  } else if (key == "chunk_size") {
-    c.chunk_size = parse_size(key, value);
-  } else if (key == "kivi_group") {
-    c.kivi_group = parse_size(key, value);
-  } else if (key == "kivi_residual") {
-    c.kivi_residual = parse_size(key, value);
-  } else if (key == "kivi_fp16_sinks") {
-    c.kivi_fp16_sinks = parse_size(key, value);
-  } else if (key == "head_allocation") {
-    c.head_allocation = snapkv::parse_head_allocation(value);
-  } else if (key == "layer_allocation") {
-    c.layer_allocation = snapkv::parse_layer_allocation(value);
-  } else if (key == "decode_budget") {
-    c.decode_budget = parse_size(key, value);
-  } else if (key == "decode_interval") {
-    c.decode_interval = parse_size(key, value);
-  } else {
+  const snapkv::CacheOption* o = snapkv::find_cache_option(key);
+  if (o == nullptr) {
     snapkv::throw_invalid(kComponent, "unknown config key", "'" + std::string(key) + "'",
-                          "one of policy codec budget window sinks pool kernel keep_window causal "
-                          "query_source chunk_mode seed chunk_size kivi_group kivi_residual "
-                          "kivi_fp16_sinks head_allocation layer_allocation decode_budget "
-                          "decode_interval");
+                          "one of " + snapkv::cache_option_names());
   }
+  o->set(c, snapkv::parse_option_value(*o, value));
 }
 
 // "key=value key=value, key=value; ..." -> CacheConfig (defaults for unnamed keys), validated.
@@ -119,7 +64,8 @@ snapkv::CacheConfig parse_config(const char* text) {
       snapkv::throw_invalid(kComponent, "config item is not key=value",
                             "'" + std::string(item) + "'", "key=value (e.g. budget=256)");
     }
-    const std::string key(item.substr(0, eq));
+    const snapkv::CacheOption* option = snapkv::find_cache_option(item.substr(0, eq));
+    const std::string key(option != nullptr ? option->name : item.substr(0, eq));
     for (const std::string& k : seen) {
       if (k == key) {
         snapkv::throw_invalid(kComponent, "config key given twice", "'" + key + "'",

@@ -4,47 +4,26 @@
 #include <string>
 
 #include "snapkv/eval/report.h"
+#include "snapkv/kv/core/spec_json.h"
 
 namespace snapkv::eval {
 namespace {
 
 using nlohmann::json;
 
-json method_defaults_json(const MethodDefaults& d) {
-  return {{"window", d.window},
-          {"sinks", d.n_sink},
-          {"pool", std::string(to_string(d.pool))},
-          {"kernel", d.kernel},
-          {"keep_window", d.keep_window},
-          {"chunk_mode", std::string(to_string(d.chunk_mode))},
-          {"chunkkv_chunk_size", d.chunk_size},
-          {"random_seed", d.seed},
-          {"decode_budget", d.decode_budget},
-          {"decode_interval", d.decode_interval},
-          {"kivi_residual", d.kivi_residual},
-          {"zip_salient", d.zip_salient},
-          {"zip_high_bits", d.zip_high_bits},
-          {"gear_bits", d.gear_bits},
-          {"gear_rank", d.gear_rank},
-          {"gear_sparse", d.gear_sparse}};
+// The options every method of the run shares, as the cache spec's record (kv/core/spec.h).
+json method_defaults_json(const CacheConfig& d) {
+  return config_record_json(d);
 }
 
+// Each method's name and whether it uses keep, beside its configuration's record.
 json methods_json(const std::vector<Method>& methods) {
   json out = json::array();
   for (const Method& m : methods) {
-    const CacheConfig& c = m.config;
-    out.push_back({{"name", m.name},
-                   {"policy", std::string(to_string(c.policy))},
-                   {"codec", std::string(to_string(c.codec))},
-                   {"query_source", std::string(to_string(c.query_source))},
-                   {"head_allocation", std::string(to_string(c.head_allocation))},
-                   {"layer_allocation", std::string(to_string(c.layer_allocation))},
-                   {"uses_keep", m.uses_keep},
-                   {"kivi_group", c.kivi_group},
-                   {"kivi_residual", kivi_residual_of(c)},
-                   {"zip_salient", zip_salient_of(c)},
-                   {"rotation_seed", c.rotation_seed},
-                   {"kitty_channels", c.kitty_channels}});
+    json j = config_record_json(m.config);
+    j["name"] = m.name;
+    j["uses_keep"] = m.uses_keep;
+    out.push_back(std::move(j));
   }
   return out;
 }

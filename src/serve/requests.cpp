@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "snapkv/kv/core/spec_json.h"
+
 namespace snapkv::serve {
 namespace {
 
@@ -20,9 +22,19 @@ json parse_object(const std::string& body) {
   return j;
 }
 
-void check_fields(const json& j, const std::set<std::string>& allowed) {
+// The cache spec's options a request may set beside method/keep/budget/codec: every option that
+// is not part of a method name or the budget (kv/core/spec.h). "seed" is the request's sampling
+// seed, not the random policy's.
+bool is_request_option(const CacheOption* o) {
+  return o != nullptr && o->group != OptionGroup::method && o->group != OptionGroup::sizing &&
+         o->name != "seed";
+}
+
+void check_fields(const json& j, const std::set<std::string>& allowed, bool cache_fields) {
   for (const auto& [key, value] : j.items()) {
-    if (!allowed.count(key)) bad("unknown field '" + key + "'");
+    if (allowed.count(key)) continue;
+    if (cache_fields && is_request_option(find_cache_option(key))) continue;
+    bad("unknown field '" + key + "'");
   }
 }
 
@@ -64,6 +76,15 @@ CacheOptions get_cache_options(const json& j) {
   if (c.budget && *c.budget == 0) bad("field 'budget' must be >= 1");
   if (c.keep && c.budget) bad("give one of 'keep' and 'budget'");
   c.codec = get_string(j, "codec", false);
+  for (const auto& [key, value] : j.items()) {
+    const CacheOption* o = find_cache_option(key);
+    if (!is_request_option(o) || value.is_null()) continue;
+    try {
+      c.options.emplace_back(key, check_option_value(*o, option_value_from_json(key, value)));
+    } catch (const std::invalid_argument& e) {
+      bad(e.what());
+    }
+  }
   return c;
 }
 
@@ -71,8 +92,10 @@ CacheOptions get_cache_options(const json& j) {
 
 CompletionRequest parse_completion(const std::string& body, bool chat) {
   const json j = parse_object(body);
-  check_fields(j, {"model", chat ? "messages" : "prompt", "max_tokens", "stream", "temperature",
-                   "top_p", "seed", "cache_id", "method", "keep", "budget", "codec"});
+  check_fields(j,
+               {"model", chat ? "messages" : "prompt", "max_tokens", "stream", "temperature",
+                "top_p", "seed", "cache_id", "method", "keep", "budget", "codec"},
+               true);
   CompletionRequest r;
   r.model = get_string(j, "model", false);
   if (chat) {
@@ -81,7 +104,7 @@ CompletionRequest parse_completion(const std::string& body, bool chat) {
     }
     for (const json& m : j["messages"]) {
       if (!m.is_object()) bad("each message must be an object");
-      check_fields(m, {"role", "content"});
+      check_fields(m, {"role", "content"}, false);
       ChatMessage msg{get_string(m, "role", true), get_string(m, "content", true)};
       if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
         bad("message role '" + msg.role + "' is not system, user or assistant");
@@ -100,8 +123,7 @@ CompletionRequest parse_completion(const std::string& body, bool chat) {
   if (auto s = get_count(j, "seed")) r.seed = *s;
   r.cache_id = get_string(j, "cache_id", false);
   r.cache = get_cache_options(j);
-  if (!r.cache_id.empty() &&
-      (!r.cache.method.empty() || r.cache.keep || r.cache.budget || !r.cache.codec.empty())) {
+  if (!r.cache_id.empty() && r.cache.any()) {
     bad("cache options apply when a cache is created, not with 'cache_id'");
   }
   return r;
@@ -109,7 +131,7 @@ CompletionRequest parse_completion(const std::string& body, bool chat) {
 
 CacheRequest parse_cache_request(const std::string& body) {
   const json j = parse_object(body);
-  check_fields(j, {"document", "method", "keep", "budget", "codec", "save"});
+  check_fields(j, {"document", "method", "keep", "budget", "codec", "save"}, true);
   CacheRequest r;
   r.document = get_string(j, "document", true);
   if (r.document.empty()) bad("field 'document' is empty");

@@ -8,7 +8,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "snapkv/kv/core/spec.h"
 
 namespace snapkv::serve {
 
@@ -24,12 +27,19 @@ class HttpError : public std::runtime_error {
   std::string type_;
 };
 
-// Per-request cache options; empty fields take the server's defaults.
+// Per-request cache options; empty fields take the server's defaults. Besides method, keep,
+// budget and codec, a request may set any option of the cache spec by its name or an alias
+// ("window", "sinks", "kivi_residual", ...: kv/core/spec.h), checked by the spec's own rules.
 struct CacheOptions {
   std::string method;
   std::optional<double> keep;
   std::optional<size_t> budget;
   std::string codec;
+  std::vector<std::pair<std::string, OptionValue>> options;  // spec options, as given
+
+  bool any() const {
+    return !method.empty() || keep || budget || !codec.empty() || !options.empty();
+  }
 };
 
 struct ChatMessage {

@@ -163,7 +163,7 @@ struct Server::Impl {
   CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method) const {
     method = c.method.empty() ? options.default_method : c.method;
     try {
-      CacheConfig config = eval::parse_method(method, options.defaults).config;
+      CacheConfig config = parse_method(method, options.defaults).config;
       if (!c.codec.empty()) {
         const CodecKind codec = parse_codec(c.codec);
         if (config.codec != CodecKind::fp16 && config.codec != codec) {
@@ -172,9 +172,10 @@ struct Server::Impl {
         }
         config.codec = codec;
       }
-      config.budget =
-          c.budget ? *c.budget
-                   : eval::budget_for(c.keep.value_or(options.default_keep), n_tokens, config);
+      for (const auto& [name, value] : c.options) set_cache_option_value(config, name, value);
+      config.budget = c.budget
+                          ? *c.budget
+                          : budget_for(c.keep.value_or(options.default_keep), n_tokens, config);
       config.validate();
       return config;
     } catch (const std::invalid_argument& e) {

@@ -149,11 +149,11 @@ TEST(CApi, ConfigErrorsAreNamed) {
     const char* expect;
   };
   const Case cases[] = {
-      {"budget=-3", "[capi] config key 'budget' is not a count, got '-3'"},
+      {"budget=-3", "[kv] option 'budget' has a bad value, got '-3'"},
       {"budget", "[capi] config item is not key=value, got 'budget'"},
       {"bugdet=4", "[capi] unknown config key, got 'bugdet'"},
       {"policy=snapkv policy=full", "[capi] config key given twice, got 'policy'"},
-      {"keep_window=yes", "config key 'keep_window' is not a boolean, got 'yes'"},
+      {"keep_window=yes", "option 'keep_window' has a bad value, got 'yes'"},
       {"policy=h2o", "h2o"},
       {"kernel=4 pool=max", "[config] "},  // CacheConfig::validate: even kernel
   };

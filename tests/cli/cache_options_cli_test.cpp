@@ -148,7 +148,7 @@ TEST(CacheOptionsCli, NonDecimalIntegersAreRefused) {
   expect_usage_error(run + "--budget 0x20", "read in decimal", dir);
   expect_usage_error(run + "--max-tokens=00", "read in decimal", dir);
   expect_usage_error("tasks gen --n 0b11", "read in decimal", dir);
-  expect_usage_error(run + "--kernel 07", "read in decimal", dir);
+  expect_usage_error(run + "--kernel 07", "no leading zeros", dir);
   const CliResult ok = run_cli(run + "--budget 100 --decode-budget 0 --max-tokens 1", dir);
   EXPECT_EQ(ok.rc, 0) << ok.err;
 }
@@ -165,7 +165,8 @@ TEST(CacheOptionsCli, BadKittyChannelsAreRefused) {
   EXPECT_NE(r.err.find("snapkv: error: [kivi] kitty_channels must be below head_dim"),
             std::string::npos)
       << r.err;
-  expect_usage_error(run + "--kitty-channels 70000", "kitty_channels too large", dir);
+  expect_usage_error(run + "--kitty-channels 70000",
+                     "option 'kitty_channels' has a bad value, got '70000'", dir);
 }
 
 TEST(CacheOptionsCli, ZeroCountsAndKernelsAreRefused) {

@@ -11,7 +11,7 @@
 
 #include "cli/cli_test_util.h"
 #include "eval/tiny_model.h"
-#include "snapkv/eval/methods.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/prompt_cache.h"
 
@@ -49,11 +49,11 @@ TEST(KvcCli, CompressThenAskMatchesTheInProcessAnswer) {
   ASSERT_EQ(aj["answers"].size(), questions.size());
 
   // The same in process: the config compress builds, a prefill, then each question.
-  eval::MethodDefaults defaults;
+  CacheConfig defaults;
   defaults.window = 8;
-  CacheConfig config = eval::parse_method("snapkv+kivi2", defaults).config;
+  CacheConfig config = parse_method("snapkv+kivi2", defaults).config;
   const std::vector<int32_t> tokens = m.tokenizer.encode(kDocument);
-  config.budget = eval::budget_for(0.5, tokens.size(), config);
+  config.budget = budget_for(0.5, tokens.size(), config);
   LlamaSession base(m.model, config);
   base.prefill(tokens);
   for (size_t i = 0; i < questions.size(); ++i) {
@@ -104,10 +104,10 @@ TEST(KvcCli, RaggedAndPyramidCachesAnswerAsInProcess) {
     ASSERT_EQ(a.rc, 0) << method << ": " << a.err;
     const json aj = json::parse(a.out);
 
-    eval::MethodDefaults defaults;
+    CacheConfig defaults;
     defaults.window = 8;
-    CacheConfig config = eval::parse_method(method, defaults).config;
-    config.budget = eval::budget_for(0.5, tokens.size(), config);
+    CacheConfig config = parse_method(method, defaults).config;
+    config.budget = budget_for(0.5, tokens.size(), config);
     LlamaSession s(m.model, config,
                    SessionOptions{512, ReconstructionOptions{kvzip_repeat_prompt(m.tokenizer)}});
     s.prefill(tokens);

@@ -11,9 +11,9 @@
 
 #include "eval/tiny_model.h"
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/eval/report.h"
 #include "snapkv/eval/tasks.h"
+#include "snapkv/kv/core/method.h"
 
 namespace snapkv::eval {
 namespace {
@@ -32,7 +32,7 @@ Sample make_sample(Task task, size_t context, size_t index = 0) {
 }
 
 TEST(Methods, NamesMapToConfigs) {
-  const MethodDefaults d;
+  const CacheConfig d;
   EXPECT_EQ(parse_method("full", d).config.policy, PolicyKind::full);
   EXPECT_FALSE(parse_method("full", d).uses_keep);
   const Method snap = parse_method("snapkv", d);
@@ -136,7 +136,7 @@ TEST(Harness, QuestionAgnosticLeavesTheQuestionOutOfCompression) {
   RunSettings settings;
   settings.max_new_tokens = 3;
   for (const char* name : {"snapkv", "snapkv-proxy", "streaming", "snapkv+kivi2"}) {
-    const Method method = parse_method(name, MethodDefaults{});
+    const Method method = parse_method(name, CacheConfig{});
     // Question-agnostic: only the context is compressed.
     {
       CacheConfig config = method.config;
@@ -171,7 +171,7 @@ TEST(Harness, FullCacheKeepsEverythingAndCountsFp16Bytes) {
   const PromptTokens p = tokenize_prompt(m.tokenizer, sample);
   RunSettings settings;
   settings.max_new_tokens = 2;
-  CacheConfig config = parse_method("full", MethodDefaults{}).config;
+  CacheConfig config = parse_method("full", CacheConfig{}).config;
   const SampleRun run = run_sample(m.model, m.tokenizer, p, sample.answers, config, settings);
   EXPECT_EQ(run.after_prompt.tokens_kept, p.size());
   EXPECT_EQ(run.after_prompt.bytes_stored, run.after_prompt.bytes_full_fp16);

@@ -24,7 +24,7 @@ struct Seen {
 };
 
 std::vector<Method> grid_methods() {
-  MethodDefaults defaults;
+  CacheConfig defaults;
   defaults.window = 8;
   std::vector<Method> methods = parse_methods("full,snapkv,kivi2,snapkv+kivi2", defaults);
   Method every = parse_method("knorm", defaults);
@@ -100,7 +100,7 @@ TEST(MethodLoop, OrderBudgetsAndSharedPrefills) {
 }
 
 TEST(MethodLoop, FullIndexIsTheLastFullMethod) {
-  MethodDefaults defaults;
+  CacheConfig defaults;
   EXPECT_FALSE(full_method_index(parse_methods("snapkv,kivi2", defaults)).has_value());
   std::vector<Method> methods = parse_methods("snapkv,full", defaults);
   EXPECT_EQ(full_method_index(methods), std::optional<size_t>(1));

@@ -105,7 +105,7 @@ TEST(Perplexity, ExtendNeverEvicts) {
   const auto& m = tiny_model();
   std::vector<int32_t> tokens = m.tokenizer.encode(filler_text(m.tokenizer, 300, 2), true);
   tokens.resize(300);
-  CacheConfig config = parse_method("snapkv", MethodDefaults{}).config;
+  CacheConfig config = parse_method("snapkv", CacheConfig{}).config;
   config.budget = 60;
   LlamaSession session(m.model, config, SessionOptions{64});
   session.prefill(std::span<const int32_t>(tokens).first(200));

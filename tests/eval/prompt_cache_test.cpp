@@ -12,8 +12,8 @@
 
 #include "eval/tiny_model.h"
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/eval/tasks.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/prompt_cache.h"
 
 namespace snapkv::eval {
@@ -52,7 +52,7 @@ TEST(PromptCache, AskFromFileEqualsTheInProcessQuestionAgnosticPath) {
   RunSettings settings;
   settings.protocol = Protocol::question_agnostic;
   settings.max_new_tokens = 5;
-  MethodDefaults defaults;
+  CacheConfig defaults;
   defaults.window = 8;
   const std::string path = temp_path("roundtrip");
   for (const char* codec : {"fp16", "kivi2", "kivi4"}) {

@@ -10,8 +10,8 @@
 
 #include "eval/tiny_model.h"
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/eval/tasks.h"
+#include "snapkv/kv/core/method.h"
 
 namespace snapkv::eval {
 namespace {
@@ -47,7 +47,7 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
   const PromptTokens prompt = passkey_prompt(420);
   std::vector<int32_t> whole = prompt.context;
   whole.insert(whole.end(), prompt.question.begin(), prompt.question.end());
-  MethodDefaults defaults;
+  CacheConfig defaults;
   defaults.window = 8;
   for (const char* name : {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm",
                            "random", "kivi2", "snapkv+kivi2", "kvzip", "kvzip+kivi2", "keydiff",

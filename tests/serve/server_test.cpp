@@ -18,8 +18,8 @@
 
 #include "eval/tiny_model.h"
 #include "model/chat_model_util.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/gguf/gguf.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/serve/server.h"
@@ -85,11 +85,11 @@ std::string as_sent(const std::string& text) {
 // keep, the prompt prefilled with BOS, greedy until EOS or max_tokens.
 GreedyAnswer in_process(const ServerOptions& o, const std::string& prompt, size_t max_tokens) {
   const auto& m = tiny_model();
-  eval::MethodDefaults defaults = o.defaults;
+  CacheConfig defaults = o.defaults;
   defaults.window = 8;
-  CacheConfig config = eval::parse_method(o.default_method, defaults).config;
+  CacheConfig config = parse_method(o.default_method, defaults).config;
   const std::vector<int32_t> tokens = m.tokenizer.encode(prompt, true);
-  config.budget = eval::budget_for(o.default_keep, tokens.size(), config);
+  config.budget = budget_for(o.default_keep, tokens.size(), config);
   LlamaSession session(m.model, config);
   std::vector<float> logits = session.prefill(tokens);
   return answer_greedy(session, std::move(logits), m.tokenizer, max_tokens, false);
@@ -168,10 +168,10 @@ struct TemplatedModel {
 GreedyAnswer in_process_tokens(const ServerOptions& o, const LlamaModel& model,
                                const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
                                size_t max_tokens) {
-  eval::MethodDefaults defaults = o.defaults;
+  CacheConfig defaults = o.defaults;
   defaults.window = 8;
-  CacheConfig config = eval::parse_method(o.default_method, defaults).config;
-  config.budget = eval::budget_for(o.default_keep, tokens.size(), config);
+  CacheConfig config = parse_method(o.default_method, defaults).config;
+  config.budget = budget_for(o.default_keep, tokens.size(), config);
   LlamaSession session(model, config);
   std::vector<float> logits = session.prefill(tokens);
   return answer_greedy(session, std::move(logits), tokenizer, max_tokens, false);
@@ -247,11 +247,11 @@ TEST(Serve, ChatOnACachedDocumentAppendsTheRender) {
   ASSERT_FALSE(question.empty());
   ASSERT_EQ(question.front(), m.tokenizer.bos()) << "the Llama 3 render starts with BOS";
   question.erase(question.begin());
-  eval::MethodDefaults defaults = o.defaults;
+  CacheConfig defaults = o.defaults;
   defaults.window = 8;
-  CacheConfig config = eval::parse_method(o.default_method, defaults).config;
+  CacheConfig config = parse_method(o.default_method, defaults).config;
   const std::vector<int32_t> doc = m.tokenizer.encode(kDocument, true);
-  config.budget = eval::budget_for(0.5, doc.size(), config);
+  config.budget = budget_for(0.5, doc.size(), config);
   LlamaSession s(m.model, config);
   s.prefill(doc);
   std::vector<float> logits = s.extend(question);
@@ -276,11 +276,11 @@ TEST(Serve, CachesAreCreatedUsedAndDeleted) {
 
   // The in-process answer: the document prefilled and compressed alone, the question appended.
   const auto& m = tiny_model();
-  eval::MethodDefaults defaults = o.defaults;
+  CacheConfig defaults = o.defaults;
   defaults.window = 8;
-  CacheConfig config = eval::parse_method("snapkv+kivi2", defaults).config;
+  CacheConfig config = parse_method("snapkv+kivi2", defaults).config;
   const std::vector<int32_t> doc = m.tokenizer.encode(kDocument, true);
-  config.budget = eval::budget_for(0.5, doc.size(), config);
+  config.budget = budget_for(0.5, doc.size(), config);
   LlamaSession base(m.model, config);
   base.prefill(doc);
   const std::string question = " What is the pass key? The pass key is";

@@ -35,10 +35,10 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/eval/methods.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/kv/core/fork.h"
 #include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 
@@ -133,7 +133,7 @@ struct EvalOptions {
   // Prefill each sample once per codec for every end_of_prompt method (SharedPrefill) instead of
   // once per method and keep; results are identical (tests hold them so), only faster.
   bool share_prefill = true;
-  MethodDefaults defaults;  // what the methods were parsed with (recorded in the JSON)
+  CacheConfig defaults;  // what the methods were parsed with (recorded in the JSON)
 };
 
 struct SampleRecord {

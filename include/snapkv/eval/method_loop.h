@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 
 namespace snapkv::eval {
 

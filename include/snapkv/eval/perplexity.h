@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "snapkv/eval/harness.h"
-#include "snapkv/eval/methods.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 
@@ -40,7 +40,7 @@ struct PerplexityOptions {
   std::vector<double> keeps;
   size_t prefill_chunk = 512;
   std::string text_source;  // recorded in the JSON (file path or "filler:seed=S")
-  MethodDefaults defaults;
+  CacheConfig defaults;
   bool share_prefill = true;  // one prefix prefill per codec, forked per method (harness.h)
 };
 

@@ -38,7 +38,7 @@
 #include <memory>
 #include <string>
 
-#include "snapkv/eval/methods.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 
@@ -54,8 +54,8 @@ struct ServerOptions {
   size_t default_max_tokens = 16;
   std::string default_method = "snapkv";
   double default_keep = 0.2;
-  eval::MethodDefaults defaults;  // window, sinks, pooling of every method
-  std::string cache_dir;          // where {"save": true} writes <id>.kvc ("" = refused)
+  CacheConfig defaults;   // window, sinks, pooling of every method
+  std::string cache_dir;  // where {"save": true} writes <id>.kvc ("" = refused)
   size_t prefill_chunk = 512;
   bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)
   // Test hook: called on the worker thread once a request holds its concurrency slot, before any

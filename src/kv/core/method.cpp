@@ -1,5 +1,5 @@
-// Method names of `snapkv eval` -> CacheConfig, and the per-sample budget rule (eval/methods.h).
-#include "snapkv/eval/methods.h"
+// Method names -> CacheConfig, and the keep/budget rule (kv/core/method.h).
+#include "snapkv/kv/core/method.h"
 
 #include <cmath>
 #include <set>
@@ -7,7 +7,7 @@
 
 #include "snapkv/util/error.h"
 
-namespace snapkv::eval {
+namespace snapkv {
 namespace {
 
 constexpr const char* kPolicyNames =
@@ -94,28 +94,18 @@ std::vector<std::string> split_list(std::string_view list) {
   return out;
 }
 
-Method parse_method(std::string_view name, const MethodDefaults& defaults) {
+Method parse_method(std::string_view name, const CacheConfig& knobs) {
   Method m;
   m.name = trim(name);
   CacheConfig& c = m.config;
-  c.window = defaults.window;
-  c.n_sink = defaults.n_sink;
-  c.pool = defaults.pool;
-  c.kernel = defaults.kernel;
-  c.keep_window = defaults.keep_window;
-  c.chunk_mode = defaults.chunk_mode;
-  c.chunk_size = defaults.chunk_size;
-  c.seed = defaults.seed;
-  c.rotation_seed = defaults.rotation_seed;
-  c.kitty_channels = defaults.kitty_channels;
-  c.kivi_residual = defaults.kivi_residual;
-  c.kivi_group = defaults.kivi_group;
-  c.kivi_fp16_sinks = defaults.kivi_fp16_sinks;
-  c.zip_salient = defaults.zip_salient;
-  c.zip_high_bits = defaults.zip_high_bits;
-  c.gear_bits = defaults.gear_bits;
-  c.gear_rank = defaults.gear_rank;
-  c.gear_sparse = defaults.gear_sparse;
+  c = knobs;
+  const CacheConfig fresh;
+  c.policy = fresh.policy;
+  c.codec = fresh.codec;
+  c.head_allocation = fresh.head_allocation;
+  c.layer_allocation = fresh.layer_allocation;
+  c.decode_budget = fresh.decode_budget;
+  c.decode_interval = fresh.decode_interval;
   c.query_source = QuerySource::auto_select;
   const std::string expected =
       std::string("a policy (") + kPolicyNames + "), a codec (" + kCodecNames + ") or policy+codec";
@@ -123,36 +113,34 @@ Method parse_method(std::string_view name, const MethodDefaults& defaults) {
   if (plus == std::string::npos) {
     if (!apply_policy(m.name, c)) {
       c.policy = PolicyKind::full;
-      if (!apply_codec(m.name, c)) throw_invalid("eval", "unknown method", m.name, expected);
+      if (!apply_codec(m.name, c)) throw_invalid("kv", "unknown method", m.name, expected);
     }
   } else {
     const std::string policy = m.name.substr(0, plus), codec = m.name.substr(plus + 1);
     if (!apply_policy(policy, c)) {
-      throw_invalid("eval", "unknown policy in method '" + m.name + "'", policy, kPolicyNames);
+      throw_invalid("kv", "unknown policy in method '" + m.name + "'", policy, kPolicyNames);
     }
     if (!apply_codec(codec, c)) {
-      throw_invalid("eval", "unknown codec in method '" + m.name + "'", codec, kCodecNames);
+      throw_invalid("kv", "unknown codec in method '" + m.name + "'", codec, kCodecNames);
     }
   }
   m.uses_keep = c.policy != PolicyKind::full;
   if (m.uses_keep) {
-    c.decode_budget = defaults.decode_budget;
-    c.decode_interval = defaults.decode_interval;
+    c.decode_budget = knobs.decode_budget;
+    c.decode_interval = knobs.decode_interval;
   }
   return m;
 }
 
-std::vector<Method> parse_methods(std::string_view list, const MethodDefaults& defaults) {
+std::vector<Method> parse_methods(std::string_view list, const CacheConfig& knobs) {
   std::vector<Method> out;
   std::set<std::string> seen;
   for (const std::string& item : split_list(list)) {
-    if (item.empty())
-      throw_invalid("eval", "empty method name in list", std::string(list), "a,b,c");
-    if (!seen.insert(item).second)
-      throw_invalid("eval", "method listed twice", item, "unique names");
-    out.push_back(parse_method(item, defaults));
+    if (item.empty()) throw_invalid("kv", "empty method name in list", std::string(list), "a,b,c");
+    if (!seen.insert(item).second) throw_invalid("kv", "method listed twice", item, "unique names");
+    out.push_back(parse_method(item, knobs));
   }
-  if (out.empty()) throw_invalid("eval", "no methods given", "''", "at least one method");
+  if (out.empty()) throw_invalid("kv", "no methods given", "''", "at least one method");
   return out;
 }
 
@@ -163,26 +151,26 @@ std::vector<double> parse_keeps(std::string_view list) {
     std::istringstream in(item);
     in >> v;
     if (item.empty() || !in.eof() || in.fail() || !(v > 0.0 && v <= 1.0)) {
-      throw_invalid("eval", "bad kept fraction", "'" + item + "'", "a number in (0, 1]");
+      throw_invalid("kv", "bad kept fraction", "'" + item + "'", "a number in (0, 1]");
     }
     for (double prev : out) {
-      if (prev == v) throw_invalid("eval", "kept fraction listed twice", item, "unique values");
+      if (prev == v) throw_invalid("kv", "kept fraction listed twice", item, "unique values");
     }
     out.push_back(v);
   }
-  if (out.empty()) throw_invalid("eval", "no kept fractions given", "''", "e.g. 0.1,0.2,0.5");
+  if (out.empty()) throw_invalid("kv", "no kept fractions given", "''", "e.g. 0.1,0.2,0.5");
   return out;
 }
 
 size_t budget_for(double keep, size_t compressed_tokens, const CacheConfig& config) {
   if (!(keep > 0.0 && keep <= 1.0)) {
-    throw_invalid("eval", "kept fraction out of range", std::to_string(keep), "(0, 1]");
+    throw_invalid("kv", "kept fraction out of range", std::to_string(keep), "(0, 1]");
   }
-  if (compressed_tokens == 0) throw_invalid("eval", "nothing to compress", "0 tokens", ">= 1");
+  if (compressed_tokens == 0) throw_invalid("kv", "nothing to compress", "0 tokens", ">= 1");
   const auto wanted =
       static_cast<size_t>(std::ceil(keep * static_cast<double>(compressed_tokens) - 1e-9));
   const size_t floor = keeps_window(config) ? config.n_sink + config.window : config.n_sink + 1;
   return std::max(wanted, floor);
 }
 
-}  // namespace snapkv::eval
+}  // namespace snapkv
