@@ -1,8 +1,9 @@
 // KIVI attention kernels: dot products of queries with packed key blocks and weighted sums of
 // packed value rows, decoding codes inside the loops (never a dequantized copy of the cache).
 // Layouts are those of include/snapkv/kv/codecs/kivi.h. Each fast kernel (AVX2+FMA at the avx2 ISA
-// level and up, snapkv/util/cpu.h; kivi_simd.cpp) has a *_scalar twin that decodes element by
-// element with kivi_decode; tests hold the fast ones to the twins. Private to kv/.
+// level and up, snapkv/util/cpu.h; kivi_keys_simd.cpp, kivi_values_simd.cpp) has a *_scalar twin
+// that decodes element by element with kivi_decode; tests hold the fast ones to the twins. Private
+// to kv/.
 #pragma once
 
 #include <cstddef>
@@ -128,10 +129,11 @@ constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t g
 
 }  // namespace snapkv
 
-// The fast kernels as compiled for each ISA level (kivi_simd.cpp, kivi_q8_simd.cpp; util/isa.h),
-// with a caller's scratch: key_block_dot [kivi_key_scratch_floats(n_q, head_dim)] floats,
-// value_rows_accumulate [kivi_value_scratch_floats(n_q, head_dim, group)]. key_block_dot_q8 runs
-// the integer form (false, nothing written, where the level or shape has none: key_q8_handles).
+// The fast kernels as compiled for each ISA level (kivi_keys_simd.cpp, kivi_values_simd.cpp,
+// kivi_q8_simd.cpp, ...; util/isa.h), with a caller's scratch: key_block_dot
+// [kivi_key_scratch_floats(n_q, head_dim)] floats, value_rows_accumulate
+// [kivi_value_scratch_floats(n_q, head_dim, group)]. key_block_dot_q8 runs the integer form (false,
+// nothing written, where the level or shape has none: key_q8_handles).
 namespace snapkv {
 constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
   // float form: qs, qz; integer form: up to 8 hd floats of operand vectors (4-bit, 4 queries)

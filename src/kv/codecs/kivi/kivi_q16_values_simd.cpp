@@ -2,7 +2,7 @@
 // int16 codes, two rows per dword lane), compiled once per ISA level (util/isa.h);
 // kivi_value_rows_accumulate_q16_scalar (kivi_kernels.h) is the arithmetic and its reference.
 // The levels without AVX-512 VNNI report "not handled" and keep the float kernel of
-// kivi_simd.cpp.
+// kivi_values_simd.cpp.
 //
 // A 4-bit row of head_dim 128 is one 64-byte vector, 128-bit lane L holding channels 32 L ..
 // 32 L + 31 (byte b: channels 2 b, 2 b + 1). Two rows a, b interleaved by 16-bit words
