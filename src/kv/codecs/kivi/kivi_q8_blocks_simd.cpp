@@ -11,7 +11,7 @@
 // an accumulator therefore stays one row for the whole channel walk: no reduction across lanes,
 // only a shift, an interleave of the P accumulators into row order and the conversion at the end.
 // 2-bit: 8 dwords (4 octets x 2 bytes) per 256-bit vector, row 4 k + i in dword k of accumulator
-// i; 4-bit: 16 dwords (4 octets x 4 bytes) per 512-bit vector, row 2 k + i.
+// i; 4-bit: 16 dwords (4 octets x 4 bytes) per 512-bit vector, row 2 k + i (docs/KERNELS.md).
 #include <algorithm>
 #include <cstring>
 
@@ -28,8 +28,7 @@ constexpr size_t kRowsPerPass = 32;  // 4 octets
 // over the loop, unlike a burst per block.
 constexpr size_t kPrefetchPasses = 4;
 
-// acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic into a
-// fresh register and back around each instruction; the asm ties the accumulator to its register.
+// acc += vpdpbusd(u8 a, s8 b), in place: the asm keeps the accumulator in its register.
 template <typename V>
 inline void dpbusd(V& acc, V a, V b) {
 #if defined(__GNUC__)

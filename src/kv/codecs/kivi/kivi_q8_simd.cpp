@@ -7,16 +7,15 @@
 // Within a key block every channel c has one scale s_c and zero z_c, so
 //   q . k_r = sum_c (q_c s_c) code(r, c) + sum_c q_c z_c.
 // q' = q o s is quantized per query and block to a pair of int8 vectors for 4-bit codes, q' ~
-// step * hi + step2 * lo (step = max |q'| / 127, step2 = step / 254: about 15 bits, as a single
-// int8 vector lost up to 5% of a logit on keys with outlier channels), and the first sum becomes
+// step * hi + step2 * lo (step = max |q'| / 127, step2 = step / 254: about 15 bits; a single int8
+// vector moves a logit by up to 5% on keys with outlier channels), and the first sum becomes
 // step * sum_c hi_c code(r, c) + step2 * sum_c lo_c code(r, c), both sums exact in int32. 2-bit
 // codes take hi alone (kivi_kernels.h: its rounding is a few percent of the 2-bit codec's own
 // error). The four queries of a GQA group are prepared together (shared parameter loads, one
 // transposed reduction for their four maxima and zero terms) and share each masked code vector.
-//
-// The per-block kernels and the layout of a key block they read are in kivi_q8_blocks_simd.cpp.
 // The decode case of 2-bit keys (4 queries, runs of blocks) prepares two blocks at once
-// (prepare_pair) and puts both quads of 8 channels in one 512-bit vector (key_block_2bit_pair).
+// (prepare_pair) for key_block_2bit_pair. The per-block kernels and the layout of a key block they
+// read are in kivi_q8_blocks_simd.cpp (docs/KERNELS.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -152,12 +151,10 @@ void prepare_queries(int8_t* ops, float* qs_buf, QueryParams& qp, const float* q
 // flight together, so their latency, which the dot loop after them cannot hide, is paid once per
 // two blocks, and the loads of q serve both. The arithmetic is prepare_queries' own (the same
 // even / odd zero sums and trees; the maxima are exact in any order), so the operands are bit for
-// bit those of two calls. The preparation competes with the dot loops for the multiply pipes, so
-// its stores and multiplies are balanced: q' of the first block is kept in qs_buf ([4][head_dim]
-// floats, 64-byte aligned), the second block's is recomputed in the quantizing pass (alternated
-// A/B, one thread, 16K rows, key half: keeping both 3.5% slower, recomputing both 3% slower). The
-// operands are stored in key_block_2bit_pair's order: per chunk of 16 channels, qword 4 p + j
-// holds quads 2 p, 2 p + 1 of query j. ops: [2][head_dim / 16][64] bytes, qp: [2].
+// bit those of two calls. q' of the first block is kept in qs_buf ([4][head_dim] floats, 64-byte
+// aligned), the second block's is recomputed in the quantizing pass, which balances stores and
+// multiplies. The operands are stored in key_block_2bit_pair's order: per chunk of 16 channels,
+// qword 4 p + j holds quads 2 p, 2 p + 1 of query j. ops: [2][head_dim / 16][64] bytes, qp: [2].
 template <typename Params>
 void prepare_pair(int8_t* ops, float* qs_buf, QueryParams* qp, const float* q, const Params& p0,
                   const Params& p1, size_t head_dim) {
@@ -260,11 +257,10 @@ void key_block_q8(float* out, size_t out_stride, const float* q, size_t n_q, con
   }
 }
 
-// Blocks ahead whose params key_span_q8 prefetches (as kivi_key_store.cpp did per block; the
-// kernels prefetch the words), past the call's blocks too: a store's blocks follow each other, so
-// a span's last blocks request the next span's first params (prefetches never fault; past the
-// store's end they fetch kPrefetchBlocks blocks' worth of unused lines). Stopped at the call's
-// end, every span's first blocks loaded their params from memory on demand.
+// Blocks ahead whose params key_span_q8 prefetches into L1 (the kernels prefetch the words), past
+// the call's blocks too: a store's blocks follow each other, so a span's last blocks request the
+// next span's first params (prefetches never fault; past the store's end they fetch
+// kPrefetchBlocks blocks' worth of unused lines).
 constexpr size_t kPrefetchBlocks = 4;
 // Prefetches one block's params (2 head_dim fp16) into L1 (addresses as integers: past the
 // blocks, pointer arithmetic would leave the array).
@@ -292,9 +288,7 @@ void key_span_q8(float* out, size_t out_stride, const float* q, size_t n_q, cons
     const float* qj = q + j0 * head_dim;
     float* o = out + j0 * out_stride;
     for (size_t b = 0; b < n_blocks; ++b) {
-      // the params kPrefetchBlocks blocks ahead, into L1: fetched into L2 only, the preparation's
-      // first loads (vcvtph2ps) held a fifth of its samples (alternated A/B, one thread, 16K
-      // rows: the key half 0.786 -> 0.751 ms)
+      // the params kPrefetchBlocks blocks ahead, into L1 (the preparation's first loads)
       prefetch_params(params, b + kPrefetchBlocks, head_dim);
       if constexpr (Bits == 2) {
         if (b + 1 < n_blocks) {  // two blocks: prepare_pair

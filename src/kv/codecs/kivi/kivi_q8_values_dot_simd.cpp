@@ -8,9 +8,7 @@
 namespace snapkv::SNAPKV_ISA::kivi_q8_values {
 namespace {
 
-// acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
-// _mm512_dpbusd_epi32 into a fresh register and back around each instruction (two moves per
-// multiply in the hot loop); the asm ties the accumulator to its register.
+// acc += vpdpbusd(u8 a, s8 b), in place: the asm keeps the accumulator in its register.
 inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
 #if defined(__GNUC__)
   __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
@@ -20,8 +18,8 @@ inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
 }
 
 // Code vectors 4 v .. 4 v + 3 of V_v: code i of each byte in place, times kCodeMul[i] (int8 <= 48),
-// one shift for the four (computed in the sums for every query: a zmm store costs two cycles
-// of store bandwidth here, and the masks issue beside the vpdpbusd)
+// one shift for the four; computed in the sums for every query rather than stored (the masks
+// issue beside the vpdpbusd).
 struct CodeMasks {
   __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0C), m30 = _mm512_set1_epi8(0x30);
 };

@@ -30,9 +30,8 @@ using kivi_q8_values::NextTile;
 using kivi_q8_values::prefetch_t2;
 
 // p, its origin hidden from the optimizer. The library is built position-independent, where a
-// thread_local's address is a call to __tls_get_addr: GCC 12 recomputed the scratch's and the
-// plan's addresses inside the tile loop (a call per query and tile, with vzeroupper and every
-// live vector spilled around it); through an opaque pointer it keeps the address in a register.
+// thread_local's address is a call to __tls_get_addr: through an opaque pointer the scratch's and
+// the plan's addresses are taken once and stay in a register through the tile loop.
 template <class T>
 T* opaque(T* p) {
 #if defined(__GNUC__)
@@ -73,11 +72,7 @@ constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
 // kv/codecs/fp16_rows_simd.cpp does for fp16 rows). The prefetches run past the call's last row: a
 // store's rows follow each other, so a span's last tiles request the next span's first rows
 // (LayerCache::attend reads the store span by span); prefetch instructions never fault, and
-// past the store's end they fetch at most kVPrefetchRows rows' worth of unused lines. Stopped at
-// the call's end, a span's last three tiles requested nothing, and the next span's first two
-// tiles came only from the store's one burst of prefetches (kivi_value_store.cpp) a span before:
-// at 64K rows on two threads, the first tiles' code and param loads held a sixth of
-// value_rows_q8's samples.
+// past the store's end they fetch at most kVPrefetchRows rows' worth of unused lines.
 constexpr size_t kVPrefetchRows = 2 * kVTile;
 // (Addresses as integers: past the rows, pointer arithmetic would leave the array.)
 inline uintptr_t address(const void* p) {
@@ -198,8 +193,8 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   thread_local ValueQ8Scratch tls_scratch;
   ValueQ8Scratch& sc = *opaque(&tls_scratch);
   sc.codes.resize(2 * max_steps * 4);  // two tiles: the one summed, the next one
-  // the sums of whole GQA groups are set by their first tile (dot_quad's `first`); the rest
-  // start at 0 (so do the zero sums: set by the first tile, they were slower, 1.20x)
+  // the sums of whole GQA groups are set by their first tile (dot_quad's `first`); the rest,
+  // and the zero sums, start at 0
   const size_t n_quad = n_rows == 0 ? 0 : n_q / kQBatch * kQBatch;
   sc.sums.resize(n_q * kVK);
   std::fill(sc.sums.begin() + static_cast<std::ptrdiff_t>(n_quad * kVK), sc.sums.end(), Bytes64{});
@@ -217,8 +212,8 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   // the low words of a's and b's dwords in the order of packs_epi32(a, b): word 8 L + k of
   // 128-bit lane L is the low word of dword 4 L + k % 4 of a (k < 4) or b
   const __m512i low_words = _mm512_load_si512(plan.low_words);
-  // the tile's params [group][16 rows] in fp32, in memory (as arrays of vectors GCC copied
-  // them between stack slots every tile); past n_groups: 0 (so are their weights and steps)
+  // the tile's params [group][16 rows] in fp32, in the thread's scratch (not arrays of vectors
+  // on the stack); past n_groups: 0 (so are their weights and steps)
   __m512* const scale_t = reinterpret_cast<__m512*>(sc.scale);  // [4][kQuarters]
   __m512* const zero_t = reinterpret_cast<__m512*>(sc.zero);
   for (size_t g = n_groups; g < 4; ++g) {
@@ -237,7 +232,7 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     for (size_t st = 0; !built && st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
       // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
-      // work rather than 48 prefetches in a burst), past the call's rows too (kVPrefetchRows)
+      // work, not in a burst), past the call's rows too (kVPrefetchRows)
       prefetch_t2(address(tile) + (row + kVPrefetchRows) * row_bytes, s.step_rows * row_bytes);
       prefetch_t2(address(params) + (r0 + row + kVPrefetchRows) * n_groups * sizeof(KiviParams),
                   s.step_rows * n_groups * sizeof(KiviParams));

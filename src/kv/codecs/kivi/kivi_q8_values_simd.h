@@ -13,7 +13,8 @@
 // low half and r + 1, r + 3, r + 5, r + 7 in the high half (two rows to a 64-byte load; two lanes
 // per byte position, added in int32 at the end of each tile). The interleaved vectors of a tile
 // are built once and serve every query; a whole group of 4 queries masks them once per step
-// for its 4 sums (dot_quad); the float sums stay in lane order until the end of the call.
+// for its 4 sums (dot_quad); the float sums stay in lane order until the end of the call
+// (docs/KERNELS.md).
 #pragma once
 
 #include <cstddef>
@@ -48,26 +49,25 @@ struct NextTile {
   size_t pf_param_step = 0;  // param bytes per step
 };
 
-// The sums over the steps of one tile for one query, the accumulators as named locals (in an
-// array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
-// weight vector v (u8) x code vector 4 v + i (s8, masked from V_v); then sums[k] += step_v[k / 4]
-// * acc[k], or with Pair (rows of 32 bytes) sums[p] += step_v[p / 2] * [acc[2 p] | acc[2 p + 1]],
-// each half the sum of an accumulator's two row halves. The weight vectors are picked from the
-// sub-tile's two tables (tabs[sub]) by w_idx[step in sub-tile][u], one permute per distinct
-// vector u (the template: U_v is vector v's; stored per query and read back here, their stores
-// were about 15% of this kernel's samples); codes: [n_steps][4] vectors V_v.
+// The sums over the steps of one tile for one query, the accumulators as named locals (so they
+// stay in registers): acc[4 v + i] += weight vector v (u8) x code vector 4 v + i (s8, masked from
+// V_v); then sums[k] += step_v[k / 4] * acc[k], or with Pair (rows of 32 bytes) sums[p] +=
+// step_v[p / 2] * [acc[2 p] | acc[2 p + 1]], each half the sum of an accumulator's two row halves.
+// The weight vectors are picked from the sub-tile's two tables (tabs[sub]) by w_idx[step in
+// sub-tile][u], one permute per distinct vector u (the template: U_v is vector v's); codes:
+// [n_steps][4] vectors V_v.
 template <int U1, int U2, int U3, bool Pair>
 void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v);
 
 // dot_tile for the 4 queries of a GQA group at once, one code vector V_v at a time: its 4 masked
 // vectors are computed once per step and serve the 4 queries (16 accumulators: 4 queries x 4
-// codes), where dot_tile masks every V_v again for each query (the masks took half of its
-// vector slots beside the vpdpbusd). The same integer sums and float updates as 4 calls of
-// dot_tile; a weight vector shared by several V_v is picked again for each (one permute per
-// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK]; first:
-// the call's first tile, whose products set the sums (step * isum, as fma(step, isum, 0) of the
-// twin: both are >= 0, so no -0 arises) instead of adding to them (no zeroing per call).
+// codes), where dot_tile masks every V_v again for each query. The same integer sums and float
+// updates as 4 calls of dot_tile; a weight vector shared by several V_v is picked again for each
+// (one permute per query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums:
+// [4][kVK]; first: the call's first tile, whose products set the sums (step * isum, as
+// fma(step, isum, 0) of the twin: both are >= 0, so no -0 arises) instead of adding to them (no
+// zeroing per call).
 template <int U1, int U2, int U3, bool Pair>
 void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_idx)[4][16],
               const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4],

@@ -3,7 +3,7 @@
 // byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
 // (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
 // or 16 codes into 16 floats by variable shifts at the AVX-512 level, then feed up to 4 queries'
-// FMAs from it, so the decode cost is shared by the query heads of a GQA group.
+// FMAs from it, so the decode cost is shared by the query heads of a GQA group (docs/KERNELS.md).
 // The helpers have internal linkage (an anonymous namespace); the tables are one inline variable
 // per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in L1.
 #pragma once
@@ -74,7 +74,7 @@ inline uint32_t load_word(const uint8_t* words, size_t i) {
 
 // The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident): on AVX2
 // cores with 128-bit units (Zen 1) this costs half the micro-ops of broadcast + variable shift +
-// mask + convert, which made the unpack as expensive as the FMAs it feeds.
+// mask + convert.
 template <int Bits>
 inline __m256 unpack8(uint32_t word) {
   if constexpr (Bits == 2) {
@@ -91,8 +91,8 @@ inline __m256 unpack8(uint32_t word) {
   }
 }
 
-// Up to four accumulators as named members: GCC keeps an __m256[NQ] array in memory and stores
-// it on every iteration, named members stay in registers.
+// Up to four accumulators as named members, which stay in registers (an __m256[NQ] array would
+// be kept in memory).
 struct Acc4 {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
          a3 = _mm256_setzero_ps();
