@@ -2,7 +2,7 @@
 // once per ISA level (q8_dot_simd.h): a scalar reference (the scalar level's copy is the one tests
 // call) and one fast kernel (AVX2 maddubs/madd, or AVX-512 VNNI dpbusd) that computes the same
 // integers and then runs the same float operations. The K-quant weights are in
-// q8_dot_kquants_simd.cpp, the activation quantizer in q8_act_simd.cpp.
+// q8_dot_kquants_simd.cpp, the activation quantizer in q8_act_simd.cpp (docs/KERNELS.md).
 //
 // Integer range (why nothing overflows or saturates): activation codes are in [-127, 127];
 // maddubs(|w|, a * sign(w)) pairs <= 2 * 128 * 127 = 32512 < 2^15.

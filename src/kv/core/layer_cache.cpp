@@ -187,7 +187,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   validate_update(k, v, q_window, selects_first);
   if (!decode && wants_queries && config_.query_source == QuerySource::queries &&
       q_window == nullptr) {
-    if (selects_first) check_values(k, "k", true);  // named first, as before the deferral
+    if (selects_first) check_values(k, "k", true);  // named first, as without the deferral
     throw_invalid(kComponent, "q_window missing on a prefill update", "none",
                   "[n_heads][w][head_dim] queries (query_source = queries)");
   }
