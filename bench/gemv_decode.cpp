@@ -7,9 +7,9 @@
 //   GB/s        weight bytes read per second
 //   of_read_bw  that over the read bandwidth measured in the same process with the same thread
 //               count (read_bandwidth() below: bench_read_bandwidth's loop, median of 5 passes
-//               over 1 GiB), the figure issue 14 asks to reach 0.9
-// Kernels (first argument), the old one kept beside the new ones as the A/B reference:
-//   0 f16 per_row            one row at a time, 2 FMA chains (the F16 decode kernel before these)
+//               over 1 GiB); the decode kernels aim at 0.9
+// Kernels (first argument):
+//   0 f16 per_row            one row at a time, 2 FMA chains (dot_f16)
 //   1 f16 rows               4 rows in flight, per_row's bits (ops/kernels.h F16GemvKernel)
 //   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
 //   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
@@ -22,7 +22,7 @@
 // The pools and the read-bandwidth buffer sit on 2 MiB huge pages (util/huge_pages.h), as the
 // model's weights do when the page cache holds the file in 2 MiB folios or with
 // SNAPKV_WEIGHTS=huge (LlamaModel::weight_storage); SNAPKV_HUGEPAGES=0 puts both on ordinary
-// 4 KiB pages (a file map's pages otherwise) for an A/B run.
+// 4 KiB pages (a file map's pages otherwise) to compare.
 // (of_read_bw is a ratio; Google Benchmark prints it with a "/s" suffix because it is computed
 // as a rate.)
 // BM_LayerDecode: the seven products of one layer in the model's order and grouping (q/k/v and

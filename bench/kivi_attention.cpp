@@ -5,7 +5,8 @@
 //   --benchmark_filter='BM_MemcpyBandwidth|BM_DecodeAttend/codec:([0-5]|9|12|13)/'
 // (codec numbers as CodecKind: 0 fp16, 1 kivi2, 2 kivi4, 3 kivi2r, 4 kivi4r, 5 kitty, 9 kivi42,
 // 12 kivi32, 13 kivimix);
-// BM_DecodeAttendOne is BM_DecodeAttend on one thread in CPU time (kernel A/B on a shared machine);
+// BM_DecodeAttendOne is BM_DecodeAttend on one thread in CPU time (kernel comparisons on a shared
+// machine);
 // BM_DecodeHalf splits BM_DecodeStores into its key and value halves on one thread (CPU time).
 //
 // Shape: 8 KV heads, 32 query heads (GQA groups of 4), head_dim 128, one query per head (a decode
@@ -279,7 +280,7 @@ void BM_DecodeAttend(benchmark::State& state) {
 }
 
 // BM_DecodeAttend on one thread (parallel_for inline), timed in the calling thread's CPU time
-// (cpu_ms_per_step): the figure for kernel A/B runs on a loaded machine.
+// (cpu_ms_per_step): the figure for kernel comparisons on a loaded machine.
 void BM_DecodeAttendOne(benchmark::State& state) {
   const auto codec = static_cast<CodecKind>(state.range(0));
   const auto rows = static_cast<size_t>(state.range(1));

@@ -1,10 +1,10 @@
 // Prefill GEMM thread scaling, two ways of threading the same work: out [512][rows] = x W^T for a
 // Q8_0 weight of a 0.73B model's shapes (2048 x 2048 attention, 5632 x 2048 FFN up).
-//   two_pools: the scheme matmul used before issue 14: 512-row tiles dequantized over our
-//              parallel_for (OpenMP), then one cblas_sgemm per tile on OpenBLAS's own pthreads
-//              (set to the same count); the two pools' idle workers spin beside each other.
-//   one_pool:  snapkv::matmul now: tiles spread over parallel_for, each dequantized and multiplied
-//              by a single-threaded sgemm in its task (OpenBLAS pinned to one thread).
+//   two_pools: 512-row tiles dequantized over snapkv's parallel_for (OpenMP), then one
+//              cblas_sgemm per tile on OpenBLAS's own pthreads (set to the same count); the two
+//              pools' idle workers spin beside each other.
+//   one_pool:  snapkv::matmul's scheme: tiles spread over parallel_for, each dequantized and
+//              multiplied by a single-threaded sgemm in its task (OpenBLAS pinned to one thread).
 // Real time and process CPU time are both reported: with one thread the two agree; with two, a
 // scheme that scales has real time near half its one-thread time. Run on a quiet machine:
 //
@@ -34,7 +34,7 @@ std::vector<float> noise(size_t n, uint64_t seed) {
   return out;
 }
 
-// The pre-issue-14 matmul body (dequantize a tile over parallel_for, then a multi-threaded sgemm).
+// The two-pool matmul body (dequantize a tile over parallel_for, then a multi-threaded sgemm).
 void matmul_two_pools(float* out, const float* x, const snapkv::WeightMatrix& w, size_t n_tokens) {
   const size_t tile = std::clamp<size_t>((size_t{4} << 20) / (w.cols * sizeof(float)), 16, w.rows);
   thread_local std::vector<float> scratch;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long-context decode: a 16K-token prompt on the 0.73B F16 file (issue 14's long-context goals).
+# Long-context decode: a 16K-token prompt on the 0.73B F16 file.
 # The prefill of such a prompt takes minutes, so it runs once, untimed, in `prepare`; `measure`
 # times only the generated tokens, each side starting from its saved prompt state:
 #

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 # Idle OpenMP workers sleep instead of spinning: on a shared 2-core machine spinning workers
-# starve each other (the model tests ran 40x slower under load without this).
+# starve each other (the model tests run 40x slower under load without this).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 BUILD_DIR="$BUILD_DIR" scripts/setup.sh "$@"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"

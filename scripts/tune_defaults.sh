@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Defaults sweep (issue 12 item 1): runs `snapkv eval` on the dev seed for every pooling kernel,
+# Defaults sweep: runs `snapkv eval` on the dev seed for every pooling kernel,
 # observation window and pool, both protocols, one JSON per setting, then prints the table and the
 # best setting per method and keep (scripts/tune_table.py). Resumable: settings whose JSON exists
 # are skipped.

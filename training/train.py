@@ -3,7 +3,7 @@
 One command (resumes from RUN/ckpt.pt when it exists):
   OMP_NUM_THREADS=1 nohup nice -n 10 /usr/bin/python3 training/train.py --name tiny4 &
 
-Recipe (issue 5, measured on this kind of machine): word-sized SentencePiece tokens, part of every
+Recipe (measured on this kind of machine): word-sized SentencePiece tokens, part of every
 batch a copy task (a random span repeated later, loss on the repeat), AdamW lr 1e-3 betas
 (0.9, 0.95), 200-step warm-up, gradient clipping 1.0, then the context is lengthened stage by stage
 with smaller batches. Task rows come from the C++ generator (`snapkv tasks gen --split train`);

@@ -77,7 +77,7 @@ std::string filler_text(const Tokenizer& tokenizer, size_t min_tokens, uint64_t 
   TaskRng rng(seed);
   std::string text;
   // approx_token_count is additive over space-separated sentences, so the estimate is kept as a
-  // running sum (linear time; recounting the whole text per sentence was quadratic).
+  // running sum (linear time; recounting the whole text per sentence would be quadratic).
   size_t approx = 0;
   while (true) {
     // Grow by an estimate of what is missing, then measure with the real tokenizer.

@@ -45,7 +45,7 @@ struct FnArgs<R (*)(Args...)> {
 
 // Fewer tokens than this (decode: one) skip the register tiles of Q8_0 / Q4_0 and take the pair
 // dots row by row: the tile first prepares a panel of offsets and scales per row group, which a
-// single token cannot amortise (Q8_0 decode through the tile ran at 0.34x / 0.43x of the pair
+// single token cannot amortise (through the tile, Q8_0 decode runs at 0.34x / 0.43x of the pair
 // loop's tokens/s on the 0.73B file at 1 / 2 threads, quiet machine:
 // docs/results/bench/q8_decode_fix.txt). The bits are the same either way (q8_dot.h: every tile
 // output equals its pair dot).

@@ -13,7 +13,7 @@
 
 namespace snapkv::ops_internal {
 // The F16 decode matvec's variants (gemm_simd.cpp), all with the bits of the per-row dot_f16:
-//   per_row        one row at a time (dot_f16; the kernel before the multi-row one)
+//   per_row        one row at a time (dot_f16)
 //   rows           kF16RowsInFlight rows at once, sharing the loads of x
 //   rows_prefetch  rows, plus a software prefetch of the next group of rows
 //   row_acc8       one row at a time (the matrix read as one stream) with eight FMA chains: its
@@ -28,15 +28,10 @@ namespace snapkv::ops_internal {
 // level all are per_row)
 // gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
 // environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch, row_acc8,
-// row_acc8_prefetch, by_width; read once, anything else throws std::invalid_argument), for A/B
-// runs of a whole decode; bench_gemv_decode times all six in one run. The default is by_width:
-// in the quiet run of record (docs/results/bench/gemv_decode.txt, 2 threads, 4 KiB pages)
-// per_row read 0.88 / 0.79 / 0.88 of the read bandwidth at 2048x2048 / 512x2048 / 5632x2048, the
-// best there, and rows_prefetch 0.80 at 2048x5632 against per_row's 0.73; on a loaded machine
-// with the weights on huge pages, paired runs of the two at the 0.73B F16 model's 1536x6144 down
-// projection gave rows_prefetch 1.46x per_row's rate (faster in 232 of 300 pairs). Before it,
-// per_row was the default (the 16K long-context decode ran 19.2 tok/s with it against 14.7 with
-// row_acc8_prefetch, docs/results/bench/ab/).
+// row_acc8_prefetch, by_width; read once, anything else throws std::invalid_argument), to compare
+// them over a whole decode; bench_gemv_decode times all six in one run. The default is by_width:
+// per_row reads the largest share of the read bandwidth on rows of 2048 columns and rows_prefetch
+// on rows of 5632 (docs/results/bench/gemv_decode.txt); the L1 argument above sets the threshold.
 enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch, by_width };
 inline constexpr size_t kF16RowsInFlight = 4;
 inline constexpr size_t kF16LongRowCols = 4096;  // by_width: longer rows take rows_prefetch

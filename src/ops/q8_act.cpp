@@ -1,7 +1,7 @@
 // Activation quantizers of q8_dot.h: a row of fp32 activations -> Q8_0 or Q8_K blocks, once per
 // matrix-vector product, so the weight rows can be dotted with int8 codes. Scalar loops; round to
 // nearest with ties to even (std::nearbyint in the default rounding mode). The Q8_0 one is the
-// reference of the per-ISA quantize_act_q8_0 (q8_dot_simd.cpp), which prefill calls for every
+// reference of the per-ISA quantize_act_q8_0 (q8_act_simd.cpp), which prefill calls for every
 // token row; the Q8_K one is read by every weight row of a product, so it is not a hot loop.
 #include <algorithm>
 #include <cmath>

@@ -31,7 +31,7 @@ inline size_t huge_page_round_up(size_t bytes) {
 void* huge_page_map(size_t bytes);
 
 // False when the environment sets SNAPKV_HUGEPAGES=0 (read once): RowBuffer then takes every
-// request from operator new, for A/B runs against the plain allocation.
+// request from operator new, to compare against the plain allocation.
 bool huge_pages_enabled();
 
 // A move-only owner of one huge_page_map region; empty (data() == nullptr) for 0 bytes.

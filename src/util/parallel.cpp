@@ -1,5 +1,5 @@
 // parallel_for on the project's own worker pool (default), or on OpenMP when the environment
-// variable SNAPKV_PARALLEL=omp (read once; kept for A/B runs against the pool).
+// variable SNAPKV_PARALLEL=omp (read once; to compare against the pool).
 //
 // The pool: num_threads() - 1 worker threads, started on first use and kept for the process; the
 // calling thread works too. A call publishes a job (fn, n, an atomic next index: dynamic

@@ -13,7 +13,7 @@
 //     (decode_block) and dot it with x in fp32. F16 rows (the decode of an F16 model) go through
 //     the per-row F16C dot, or four rows at once for rows longer than 4096 columns (both with the
 //     per-row dot's bits; src/ops/kernels.h F16GemvKernel::by_width; SNAPKV_F16_GEMV picks another
-//     variant for A/B runs).
+//     variant to compare against).
 //   GemmPrecision::q8 (the default for gemv, and for matmul on Q8_0 / Q4_0): for Q8_0, Q4_0,
 //     Q4_K, Q5_K and Q6_K weights x is quantized to 8 bits once per product and the rows are
 //     dotted with it in integer arithmetic (src/ops/q8_dot.h), as llama.cpp does; Q8_0 / Q4_0

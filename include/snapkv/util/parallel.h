@@ -1,7 +1,7 @@
 // The one threading seam: parallel_for over an index range. Backed by the project's own worker
 // pool inside src/util/parallel.cpp (workers spin briefly between calls, then sleep, so the
 // back-to-back calls of a decode step need no wake-up; bench_gemv_decode BM_ParallelForEmpty
-// times one call), or by OpenMP when SNAPKV_PARALLEL=omp (A/B runs); no other file uses pragmas
+// times one call), or by OpenMP when SNAPKV_PARALLEL=omp (to compare); no other file uses pragmas
 // or threads directly.
 #pragma once
 

@@ -26,7 +26,7 @@ void fp16_rows_dot_scalar(float* out, size_t stride, const float* q, size_t n_q,
 // Software prefetch distance of the fast kernels, in bytes ahead of the rows being read (into
 // L2: a decode step streams every row from DRAM once, and the hardware prefetcher alone leaves
 // the core waiting): the environment variable SNAPKV_FP16_PREFETCH (read once; 0 turns
-// prefetching off, for A/B runs), else kFp16PrefetchDefault. Prefetching changes no result.
+// prefetching off, to compare), else kFp16PrefetchDefault. Prefetching changes no result.
 inline constexpr size_t kFp16PrefetchDefault = 16384;
 size_t fp16_rows_prefetch_bytes();
 // The same kernels with an explicit prefetch distance (bytes; 0 = none).

@@ -106,8 +106,8 @@ inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
 
 // Touches the cache lines of [p + ahead, p + ahead + bytes): a software prefetch `ahead` bytes in
 // front of the rows being read (prefetch instructions never fault, past the end included). The T2
-// hint: on the development machine (Zen 4) T0 and NTA prefetches slowed the kernels down and T2
-// sped them up, presumably because a T2 fill holds no L1 miss buffer while it waits for DRAM.
+// hint: on Zen 4 the kernels run faster with T2 than with T0 or NTA prefetches (a T2 fill
+// presumably holds no L1 miss buffer while it waits for DRAM).
 inline void prefetch_lines(const fp16_t* p, size_t bytes, size_t ahead) {
   // integer arithmetic: the address may lie past the end of the rows' array
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;

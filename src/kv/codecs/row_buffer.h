@@ -5,9 +5,9 @@
 // regions aligned to kHugePageBytes and advised for transparent huge pages (the kernel backs them
 // with 2 MiB pages where THP is "always" or "madvise"; elsewhere the advice is a no-op), so decode
 // attention streaming 16 MiB of one head's rows crosses 8 pages instead of 4096 (fewer TLB
-// walks). Smaller requests, and all of them with SNAPKV_HUGEPAGES=0, go to operator new. (On the
-// development machine huge pages helped only together with the row kernels' software prefetch,
-// kv/codecs/fp16_rows.h, and cost time without it: A/B the two together.) reserve_for_append grows
+// walks). Smaller requests, and all of them with SNAPKV_HUGEPAGES=0, go to operator new. (Huge
+// pages pay off only together with the row kernels' software prefetch, kv/codecs/fp16_rows.h;
+// compare the two together.) reserve_for_append grows
 // capacity by at least a quarter, so appending one row per decode step copies the rows O(log n)
 // times, not once per step. Leaves out: NUMA placement, and any promise that huge pages are granted
 // (the kernel decides). The mapping itself is util/huge_pages.h's. Private to kv/.

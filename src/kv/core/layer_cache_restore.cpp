@@ -1,5 +1,4 @@
-// LayerCache::restore: a cache rebuilt from persisted parts (kv/file/kvc_file.h). Kept apart from
-// layer_cache.cpp so that the cache's main file stays about updates and attention.
+// LayerCache::restore: a cache rebuilt from persisted parts (kv/file/kvc_file.h).
 #include <cmath>
 #include <string>
 

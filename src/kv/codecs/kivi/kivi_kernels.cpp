@@ -1,5 +1,5 @@
 // KIVI attention kernels (see kivi_kernels.h): the scalar twins, the decoders, and the public
-// fast kernels, which run the active ISA level's code (kivi_simd.cpp) with per-thread scratch.
+// fast kernels, which run the active ISA level's code (kivi_simd.h) with per-thread scratch.
 #include "kv/codecs/kivi/kivi_kernels.h"
 
 #include <algorithm>

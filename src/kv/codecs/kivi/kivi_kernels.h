@@ -1,8 +1,9 @@
 // KIVI attention kernels: dot products of queries with packed key blocks and weighted sums of
 // packed value rows, decoding codes inside the loops (never a dequantized copy of the cache).
 // Layouts are those of include/snapkv/kv/codecs/kivi.h. Each fast kernel (AVX2+FMA at the avx2 ISA
-// level and up, snapkv/util/cpu.h; kivi_simd.cpp) has a *_scalar twin that decodes element by
-// element with kivi_decode; tests hold the fast ones to the twins. Private to kv/.
+// level and up, snapkv/util/cpu.h; kivi_keys_simd.cpp, kivi_values_simd.cpp) has a *_scalar twin
+// that decodes element by element with kivi_decode; tests hold the fast ones to the twins. Private
+// to kv/.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +45,7 @@ void kivi_key_block_dot_scalar(float* out, size_t out_stride, const float* q, si
 // mx for uniform codes (mean code^2 3.5). So it adds at most (0.077 / 0.289)^2 = 7% of the
 // codec's own error variance (2.5% for uniform codes) even when one channel dominates q'. For
 // 4-bit codes (code^2 up to 225, mean 77.5 uniform) the same ratio reaches 60%: they keep the
-// second part (about 15 bits: a single int8 vector lost up to 5% of a logit on keys with outlier
+// second part (about 15 bits: a single int8 vector moves a logit by up to 5% on keys with outlier
 // channels).
 void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q, size_t n_q,
                                   const float* scales, const float* zeros, const uint8_t* words,
@@ -102,9 +103,9 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
 // kKiviValueQ8Tile * 9 / 255^2 = 0.89% of its variance while the roundings are independent
 // (peaked weights: 0.04% measured), about 4% for near-uniform weights over 2048 rows (equal
 // u_r round alike: their errors add coherently while the codec's average out). 4-bit values do not
-// use this form: one u8 part there added 5-19% to the attention error against fp16 in the same
-// tests, and two int8 parts measured no faster than the float kernel (twice the vpdpbusd of one
-// part); they run the int16 form below (kivi_value_rows_accumulate_q16_scalar).
+// use this form: one u8 part there adds 5-19% to the attention error against fp16 in the same
+// tests, and two int8 parts run no faster than the float kernel (twice the vpdpbusd of one part);
+// they run the int16 form below (kivi_value_rows_accumulate_q16_scalar).
 void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                           const uint8_t* codes, const KiviParams* params,
                                           size_t n_rows, size_t head_dim, size_t group, int bits);
@@ -128,10 +129,11 @@ constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t g
 
 }  // namespace snapkv
 
-// The fast kernels as compiled for each ISA level (kivi_simd.cpp, kivi_q8_simd.cpp; util/isa.h),
-// with a caller's scratch: key_block_dot [kivi_key_scratch_floats(n_q, head_dim)] floats,
-// value_rows_accumulate [kivi_value_scratch_floats(n_q, head_dim, group)]. key_block_dot_q8 runs
-// the integer form (false, nothing written, where the level or shape has none: key_q8_handles).
+// The fast kernels as compiled for each ISA level (kivi_keys_simd.cpp, kivi_values_simd.cpp,
+// kivi_q8_simd.cpp, ...; util/isa.h), with a caller's scratch: key_block_dot
+// [kivi_key_scratch_floats(n_q, head_dim)] floats, value_rows_accumulate
+// [kivi_value_scratch_floats(n_q, head_dim, group)]. key_block_dot_q8 runs the integer form (false,
+// nothing written, where the level or shape has none: key_q8_handles).
 namespace snapkv {
 constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
   // float form: qs, qz; integer form: up to 8 hd floats of operand vectors (4-bit, 4 queries)
@@ -197,8 +199,8 @@ namespace snapkv {
 // rounding adds sum_r step rho_r code_r, RMS <= step / sqrt(12) * sqrt(sum_r code_r^2) <=
 // (mx / 32767) / sqrt(12) * 15 sqrt(128) (every code 15, one tile of 128 rows): the ratio of
 // the two is at most 170 / 32767 = 0.0052, 2.7e-5 of the codec's error variance, where one u8
-// part (step mx / 255, 64-row tiles: ratio 0.47, 22% of the variance) was the 5-19% measured in
-// the tests.
+// part (step mx / 255, 64-row tiles: ratio 0.47, 22% of the variance) gives the 5-19% the tests
+// measure.
 void kivi_value_rows_accumulate_q16_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                            const uint8_t* codes, const KiviParams* params,
                                            size_t n_rows, size_t head_dim, size_t group);

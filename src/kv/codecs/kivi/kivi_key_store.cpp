@@ -306,11 +306,11 @@ class KiviKeyStore final : public KiviStore {
   }
 
   // Blocks ahead of the one being dotted whose words and params are prefetched (T2, as the fp16
-  // rows are: kv/codecs/fp16_rows_simd.cpp): the hardware prefetcher alone left the key kernels
-  // waiting on the stream at 16K-64K rows.
+  // rows are: kv/codecs/fp16_rows_simd.cpp); the hardware prefetcher alone does not keep the key
+  // kernels fed at 16K-64K rows.
   static constexpr size_t kPrefetchBlocks = 4;
-  // The integer key kernels (kv/codecs/kivi/kivi_q8_simd.cpp) prefetch the words themselves, a line
-  // per step of their loop: a burst of a block's lines here left them waiting on the stream.
+  // The integer key kernels (kv/codecs/kivi/kivi_q8_blocks_simd.cpp) prefetch the words
+  // themselves, a line per step of their loop, so only the params are prefetched for them here.
   void prefetch_block(size_t b) const {
     if (!kivi_key_dot_uses_q8(head_dim_, bits_)) {
       const uint8_t* words = block_words(b);

@@ -2,7 +2,7 @@
 // int16 codes, two rows per dword lane), compiled once per ISA level (util/isa.h);
 // kivi_value_rows_accumulate_q16_scalar (kivi_kernels.h) is the arithmetic and its reference.
 // The levels without AVX-512 VNNI report "not handled" and keep the float kernel of
-// kivi_simd.cpp.
+// kivi_values_simd.cpp.
 //
 // A 4-bit row of head_dim 128 is one 64-byte vector, 128-bit lane L holding channels 32 L ..
 // 32 L + 31 (byte b: channels 2 b, 2 b + 1). Two rows a, b interleaved by 16-bit words
@@ -15,7 +15,7 @@
 // code vectors in registers for up to 4 queries (16 accumulators); the weights are quantized per
 // query and tile in "flat" order (f = row * n_groups + group, 16 per vector, lane f % 16 always
 // of group f % n_groups) and packed to a table of dwords [pair][group], from which one
-// permute per pair and query picks the pass's weight vector.
+// permute per pair and query picks the pass's weight vector (docs/KERNELS.md).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -53,8 +53,7 @@ constexpr size_t kBatch = 4;                     // queries per pass (a GQA grou
 constexpr size_t kAheadRows = 128;               // rows between a prefetch and its use
 static_assert(kTile % 16 == 0 && kTile * 15 * 32767 < (size_t{1} << 31), "int32 sums exact");
 
-// acc += vpdpwssd(a, b), in place (as kivi_q8_values_simd.cpp's dpbusd: GCC 12 moves the
-// accumulator of the intrinsic through a fresh register around every instruction).
+// acc += vpdpwssd(a, b), in place: the asm keeps the accumulator in its register.
 inline void dpwssd(__m512i& acc, __m512i a, __m512i b) {
 #if defined(__GNUC__)
   __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
@@ -101,9 +100,8 @@ struct alignas(64) Q16Scratch {
   size_t head_dim = 0, group = 0;                      // the shape of the tables above
 };
 
-// One per thread. Out of line: where GCC sees the thread_local inside the kernels it folds it
-// into their clones and reloads its address from the thread pointer in the loops (with a
-// vzeroupper and the vector registers spilled around each reload).
+// One per thread. Out of line, so the kernels take the scratch's address once, not from the
+// thread pointer inside their loops.
 __attribute__((noinline)) Q16Scratch& q16_scratch() {
   thread_local Q16Scratch sc;
   return sc;
@@ -208,10 +206,9 @@ void pass(float (*sums)[kMaxHeadDim], size_t sum_at,
   };
   const size_t full = nr / 2;
   // pass h = 0 also prefetches (T2) the codes kAheadRows ahead and the params of the next tile:
-  // spread over the loop (a burst of prefetches per tile stalled on the misses), and past the
-  // call's rows too, as kivi_q8_values_simd.cpp does (a store's spans follow each other;
-  // prefetches never fault). Addresses as integers: past the rows, pointer arithmetic would
-  // leave the array.
+  // spread over the loop, not in a burst per tile, and past the call's rows too, as
+  // kivi_q8_values_simd.cpp does (a store's spans follow each other; prefetches never fault).
+  // Addresses as integers: past the rows, pointer arithmetic would leave the array.
   const size_t pair_param_bytes = 2 * n_groups * sizeof(KiviParams);
   const uintptr_t codes_at = reinterpret_cast<uintptr_t>(rows) + kAheadRows * row_bytes + off;
   const uintptr_t params_at =

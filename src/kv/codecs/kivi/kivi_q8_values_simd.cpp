@@ -1,63 +1,37 @@
 // KIVI 2-bit value sums with integer dot products on the packed codes (vpdpbusd: u8 weights x
 // codes), compiled once per ISA level (util/isa.h); kivi_value_rows_accumulate_q8_scalar
 // (kivi_kernels.h) is the arithmetic and its reference. The levels without AVX-512 VNNI report
-// "not handled" and keep the float kernel of kivi_simd.cpp. The keys' integer kernel is in
-// kivi_q8_simd.cpp.
+// "not handled" and keep the float kernel of kivi_values_simd.cpp. The keys' integer kernel is in
+// kivi_q8_simd.cpp. The layout of the code vectors is in kivi_q8_values_simd.h, the sums of
+// one tile in kivi_q8_values_dot_simd.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
-#include "util/isa.h"
+#include "kv/codecs/kivi/kivi_q8_values_simd.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#define SNAPKV_KIVI_VNNI 1
+#if SNAPKV_KIVI_VNNI
 #include "kv/codecs/kivi/kivi_weights_range.h"
 #endif
 
 namespace snapkv::SNAPKV_ISA {
 
 #if SNAPKV_KIVI_VNNI
-// ---- values: integer weighted sums (kivi_value_rows_accumulate_q8_scalar is the reference) ----
-//
-// 2-bit value rows only (4-bit keeps the float kernel: kivi_kernels.h says why). A row is
-// [head_dim / 8] words of 8 channels, byte b holding channels 4 b .. 4 b + 3. Four rows' bytes
-// are interleaved so that a dword holds byte position p of 4 rows (unpack epi8 then
-// epi16, per 128-bit lane); masking bits 2 i, 2 i + 1 of every byte leaves code(row, 4 p + i)
-// (times kCodeMul[i]) in each byte, and vpdpbusd with the four rows' quantized weights (u8) sums
-// 4 rows of one channel per dword lane. Rows of 64 bytes (head_dim 256) fill a vector with 4 rows
-// x 64 byte positions; rows of 32 bytes (head_dim 128) put rows r, r + 2, r + 4, r + 6 in the
-// low half and r + 1, r + 3, r + 5, r + 7 in the high half (two rows to a 64-byte load; two lanes
-// per byte position, added in int32 at the end of each tile). The interleaved vectors of a tile
-// are built once and serve every query; a whole group of 4 queries masks them once per step
-// for its 4 sums (dot_quad); the float sums stay in lane order until the end of the call.
 namespace {
 
-// acc += vpdpbusd(u8 a, s8 b), in place: GCC 12 copies every accumulator of the intrinsic
-// _mm512_dpbusd_epi32 into a fresh register and back around each instruction (two moves per
-// multiply in the hot loop); the asm ties the accumulator to its register.
-inline void dpbusd(__m512i& acc, __m512i a, const __m512i& b) {
-#if defined(__GNUC__)
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
-#else
-  acc = _mm512_dpbusd_epi32(acc, a, b);
-#endif
-}
+using kivi_q8_values::build_step;
+using kivi_q8_values::dot_quad;
+using kivi_q8_values::dot_tile;
+using kivi_q8_values::kVK;
+using kivi_q8_values::kVTile;
+using kivi_q8_values::NextTile;
+using kivi_q8_values::prefetch_t2;
 
 // p, its origin hidden from the optimizer. The library is built position-independent, where a
-// thread_local's address is a call to __tls_get_addr: GCC 12 recomputed the scratch's and the
-// plan's addresses inside the tile loop (a call per query and tile, with vzeroupper and every
-// live vector spilled around it); through an opaque pointer it keeps the address in a register.
+// thread_local's address is a call to __tls_get_addr: through an opaque pointer the scratch's and
+// the plan's addresses are taken once and stay in a register through the tile loop.
 template <class T>
 T* opaque(T* p) {
 #if defined(__GNUC__)
@@ -65,9 +39,6 @@ T* opaque(T* p) {
 #endif
   return p;
 }
-
-constexpr size_t kVTile = kKiviValueQ8Tile;  // rows per tile: one weight step per (query, group)
-constexpr size_t kVK = 16;                   // code vectors per step = accumulators per query
 
 struct ValueQ8Shape {
   bool pair_rows = false;  // rows of 32 bytes: 8 rows per step, halves of the vector
@@ -97,180 +68,15 @@ size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
 // result is bit for bit that of unscaled codes (every sum below 2^24: exact in fp32).
 constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
 
-// The 4 vectors V_v of one step starting at `rows` (256 bytes, all readable) into dst.
-void build_step(__m512i* dst, const uint8_t* rows) {
-  // 64 bytes each: rows 2 t, 2 t + 1 of 32 bytes (the halves of a vector), or row t of 64
-  __m512i x[4];
-  for (size_t t = 0; t < 4; ++t) x[t] = _mm512_loadu_si512(rows + 64 * t);
-  // V_v lane L dword d <- byte 16 L + 4 v + d of the 4 rows
-  const __m512i ab_lo = _mm512_unpacklo_epi8(x[0], x[1]), ab_hi = _mm512_unpackhi_epi8(x[0], x[1]);
-  const __m512i cd_lo = _mm512_unpacklo_epi8(x[2], x[3]), cd_hi = _mm512_unpackhi_epi8(x[2], x[3]);
-  const __m512i vv[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
-                         _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
-  for (int v = 0; v < 4; ++v) _mm512_store_si512(dst + v, vv[v]);
-}
-
-// Code vectors 4 v .. 4 v + 3 of V_v: code i of each byte in place, times kCodeMul[i] (int8 <= 48),
-// one shift for the four (computed in the sums for every query: a zmm store costs two cycles
-// of store bandwidth here, and the masks issue beside the vpdpbusd)
-struct CodeMasks {
-  __m512i m03 = _mm512_set1_epi8(0x03), m0c = _mm512_set1_epi8(0x0C), m30 = _mm512_set1_epi8(0x30);
-};
-
-// The sums over the steps of one tile for one query, the accumulators as named locals (in an
-// array GCC 12 kept them in memory, a load and a store around every vpdpbusd): acc[4 v + i] +=
-// weight vector v (u8) x code vector 4 v + i (s8, masked from V_v); then sums[k] += step_v[k / 4]
-// * acc[k], or with Pair (rows of 32 bytes) sums[p] += step_v[p / 2] * [acc[2 p] | acc[2 p + 1]],
-// each half the sum of an accumulator's two row halves. The weight vectors are picked from the
-// sub-tile's two tables (tabs[sub]) by w_idx[step in sub-tile][u], one permute per distinct
-// vector u (the template: U_v is vector v's; stored per query and read back here, their stores
-// were about 15% of this kernel's samples); codes: [n_steps][4] vectors V_v.
-template <int U1, int U2, int U3, bool Pair>
-void dot_tile(__m512* sums, const __m512i (*tabs)[2], const int32_t (*w_idx)[4][16],
-              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512* step_v) {
-  const CodeMasks cm;
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-          a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
-  const auto four = [&](__m512i& b0, __m512i& b1, __m512i& b2, __m512i& b3, __m512i h, __m512i x) {
-    dpbusd(b0, h, _mm512_and_si512(x, cm.m03));
-    dpbusd(b1, h, _mm512_and_si512(x, cm.m0c));
-    dpbusd(b2, h, _mm512_and_si512(x, cm.m30));
-    dpbusd(b3, h, _mm512_and_si512(_mm512_srli_epi16(x, 2), cm.m30));
-  };
-  for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
-    const __m512i t0 = tabs[sub][0], t1 = tabs[sub][1];
-    const size_t sub_end = std::min(n_steps, st + sub_steps);
-    for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
-      const __m512i* c = codes + st * 4;
-      const auto pick = [&](int u) {
-        return _mm512_permutex2var_epi32(t0, _mm512_load_si512(wi[u]), t1);
-      };
-      // one permute per distinct weight vector (vector v is the U_v-th distinct one)
-      const __m512i h0 = pick(0);
-      const __m512i h1 = U1 == 0 ? h0 : pick(U1);
-      const __m512i h2 = U2 == 0 ? h0 : U2 == U1 ? h1 : pick(U2);
-      const __m512i h3 = U3 == 0 ? h0 : U3 == U1 ? h1 : U3 == U2 ? h2 : pick(U3);
-      four(a0, a1, a2, a3, h0, _mm512_load_si512(c));
-      four(a4, a5, a6, a7, h1, _mm512_load_si512(c + 1));
-      four(a8, a9, a10, a11, h2, _mm512_load_si512(c + 2));
-      four(a12, a13, a14, a15, h3, _mm512_load_si512(c + 3));
-    }
-  }
-  const __m512i acc[kVK] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};
-  if (Pair) {  // lanes l and l + 8 of acc[k] are one channel: sums[p] = [acc[2 p] | acc[2 p + 1]]
-    for (size_t p = 0; p < kVK / 2; ++p) {
-      const __m512i x = acc[2 * p], y = acc[2 * p + 1];
-      const __m512i both = _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
-                                            _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
-      sums[p] = _mm512_fmadd_ps(step_v[p / 2], _mm512_cvtepi32_ps(both), sums[p]);
-    }
-  } else {
-    for (size_t k = 0; k < kVK; ++k) {
-      sums[k] = _mm512_fmadd_ps(step_v[k / 4], _mm512_cvtepi32_ps(acc[k]), sums[k]);
-    }
-  }
-}
-
 // Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
 // kv/codecs/fp16_rows_simd.cpp does for fp16 rows). The prefetches run past the call's last row: a
 // store's rows follow each other, so a span's last tiles request the next span's first rows
 // (LayerCache::attend reads the store span by span); prefetch instructions never fault, and
-// past the store's end they fetch at most kVPrefetchRows rows' worth of unused lines. Stopped at
-// the call's end, a span's last three tiles requested nothing, and the next span's first two
-// tiles came only from the store's one burst of prefetches (kivi_value_store.cpp) a span before:
-// at 64K rows on two threads, the first tiles' code and param loads held a sixth of
-// value_rows_q8's samples.
+// past the store's end they fetch at most kVPrefetchRows rows' worth of unused lines.
 constexpr size_t kVPrefetchRows = 2 * kVTile;
 // (Addresses as integers: past the rows, pointer arithmetic would leave the array.)
 inline uintptr_t address(const void* p) {
   return reinterpret_cast<uintptr_t>(p);
-}
-inline void prefetch_t2(uintptr_t at, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(at + b), _MM_HINT_T2);
-  }
-}
-
-// The next tile's code vectors, built a step at a time inside dot_quad's first pass (whose
-// vpdpbusd stream leaves vector slots free) when that tile is whole; with the prefetches of its
-// steps' rows kVPrefetchRows ahead (pf_codes, pf_params: addresses, 0 for none).
-struct NextTile {
-  const uint8_t* src = nullptr;  // its rows, 256 bytes a step; null: nothing to build
-  __m512i* dst = nullptr;        // [steps][4] vectors V_v
-  uintptr_t pf_codes = 0;
-  uintptr_t pf_params = 0;
-  size_t pf_param_step = 0;  // param bytes per step
-};
-
-// dot_tile for the 4 queries of a GQA group at once, one code vector V_v at a time: its 4 masked
-// vectors are computed once per step and serve the 4 queries (16 accumulators: 4 queries x 4
-// codes), where dot_tile masks every V_v again for each query (the masks took half of its
-// vector slots beside the vpdpbusd). The same integer sums and float updates as 4 calls of
-// dot_tile; a weight vector shared by several V_v is picked again for each (one permute per
-// query, V_v and step). tabs[q], step_v[q]: query q's tables and steps; sums: [4][kVK]; first:
-// the call's first tile, whose products set the sums (step * isum, as fma(step, isum, 0) of the
-// twin: both are >= 0, so no -0 arises) instead of adding to them (no zeroing per call).
-template <int U1, int U2, int U3, bool Pair>
-void dot_quad(__m512* sums, const __m512i (*const* tabs)[2], const int32_t (*w_idx)[4][16],
-              const __m512i* codes, size_t n_steps, size_t sub_steps, const __m512 (*step_v)[4],
-              const NextTile& next, bool first) {
-  const CodeMasks cm;
-  for (size_t v = 0; v < 4; ++v) {
-    const int u = v == 0 ? 0 : v == 1 ? U1 : v == 2 ? U2 : U3;
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0,
-            b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
-    for (size_t sub = 0, st = 0; st < n_steps; ++sub) {
-      const __m512i ta0 = tabs[0][sub][0], ta1 = tabs[0][sub][1];
-      const __m512i tb0 = tabs[1][sub][0], tb1 = tabs[1][sub][1];
-      const __m512i tc0 = tabs[2][sub][0], tc1 = tabs[2][sub][1];
-      const __m512i td0 = tabs[3][sub][0], td1 = tabs[3][sub][1];
-      const size_t sub_end = std::min(n_steps, st + sub_steps);
-      for (const int32_t(*wi)[16] = w_idx[0]; st < sub_end; ++st, wi += 4) {
-        if (v == 0 && next.src != nullptr) {
-          if (next.pf_codes != 0) {
-            prefetch_t2(next.pf_codes + st * 256, 256);
-            prefetch_t2(next.pf_params + st * next.pf_param_step, next.pf_param_step);
-          }
-          build_step(next.dst + st * 4, next.src + st * 256);
-        }
-        const __m512i x = _mm512_load_si512(codes + st * 4 + v);
-        const __m512i k0 = _mm512_and_si512(x, cm.m03), k1 = _mm512_and_si512(x, cm.m0c);
-        const __m512i k2 = _mm512_and_si512(x, cm.m30);
-        const __m512i k3 = _mm512_and_si512(_mm512_srli_epi16(x, 2), cm.m30);
-        const __m512i idx = _mm512_load_si512(wi[u]);
-        const __m512i ha = _mm512_permutex2var_epi32(ta0, idx, ta1);
-        dpbusd(a0, ha, k0), dpbusd(a1, ha, k1), dpbusd(a2, ha, k2), dpbusd(a3, ha, k3);
-        const __m512i hb = _mm512_permutex2var_epi32(tb0, idx, tb1);
-        dpbusd(b0, hb, k0), dpbusd(b1, hb, k1), dpbusd(b2, hb, k2), dpbusd(b3, hb, k3);
-        const __m512i hc = _mm512_permutex2var_epi32(tc0, idx, tc1);
-        dpbusd(c0, hc, k0), dpbusd(c1, hc, k1), dpbusd(c2, hc, k2), dpbusd(c3, hc, k3);
-        const __m512i hd = _mm512_permutex2var_epi32(td0, idx, td1);
-        dpbusd(d0, hd, k0), dpbusd(d1, hd, k1), dpbusd(d2, hd, k2), dpbusd(d3, hd, k3);
-      }
-    }
-    const __m512i acc[4][4] = {
-        {a0, a1, a2, a3}, {b0, b1, b2, b3}, {c0, c1, c2, c3}, {d0, d1, d2, d3}};
-    for (size_t q = 0; q < 4; ++q) {
-      __m512* sq = sums + q * kVK;
-      if (Pair) {  // sums[2 v + i / 2] from acc[4 v + i] (i even) and acc[4 v + i + 1]
-        for (size_t i = 0; i < 4; i += 2) {
-          const __m512i x = acc[q][i], y = acc[q][i + 1];
-          const __m512i both =
-              _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
-          const size_t p = 2 * v + i / 2;
-          const __m512 f = _mm512_cvtepi32_ps(both);
-          sq[p] = first ? _mm512_mul_ps(step_v[q][v], f) : _mm512_fmadd_ps(step_v[q][v], f, sq[p]);
-        }
-      } else {
-        for (size_t i = 0; i < 4; ++i) {
-          const __m512 f = _mm512_cvtepi32_ps(acc[q][i]);
-          sq[4 * v + i] = first ? _mm512_mul_ps(step_v[q][v], f)
-                                : _mm512_fmadd_ps(step_v[q][v], f, sq[4 * v + i]);
-        }
-      }
-    }
-  }
 }
 
 // The maxima of four vectors: lanes 4 g .. 4 g + 3 of the result hold max(m[g]) (a transposed
@@ -387,8 +193,8 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   thread_local ValueQ8Scratch tls_scratch;
   ValueQ8Scratch& sc = *opaque(&tls_scratch);
   sc.codes.resize(2 * max_steps * 4);  // two tiles: the one summed, the next one
-  // the sums of whole GQA groups are set by their first tile (dot_quad's `first`); the rest
-  // start at 0 (so do the zero sums: set by the first tile, they were slower, 1.20x)
+  // the sums of whole GQA groups are set by their first tile (dot_quad's `first`); the rest,
+  // and the zero sums, start at 0
   const size_t n_quad = n_rows == 0 ? 0 : n_q / kQBatch * kQBatch;
   sc.sums.resize(n_q * kVK);
   std::fill(sc.sums.begin() + static_cast<std::ptrdiff_t>(n_quad * kVK), sc.sums.end(), Bytes64{});
@@ -406,8 +212,8 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
   // the low words of a's and b's dwords in the order of packs_epi32(a, b): word 8 L + k of
   // 128-bit lane L is the low word of dword 4 L + k % 4 of a (k < 4) or b
   const __m512i low_words = _mm512_load_si512(plan.low_words);
-  // the tile's params [group][16 rows] in fp32, in memory (as arrays of vectors GCC copied
-  // them between stack slots every tile); past n_groups: 0 (so are their weights and steps)
+  // the tile's params [group][16 rows] in fp32, in the thread's scratch (not arrays of vectors
+  // on the stack); past n_groups: 0 (so are their weights and steps)
   __m512* const scale_t = reinterpret_cast<__m512*>(sc.scale);  // [4][kQuarters]
   __m512* const zero_t = reinterpret_cast<__m512*>(sc.zero);
   for (size_t g = n_groups; g < 4; ++g) {
@@ -426,7 +232,7 @@ bool value_rows_q8(float* out, const float* w, size_t w_stride, size_t n_q, cons
     for (size_t st = 0; !built && st < n_steps; ++st) {
       const size_t row = st * s.step_rows;
       // the codes and params kVPrefetchRows ahead, a step at a time (spread between the steps'
-      // work rather than 48 prefetches in a burst), past the call's rows too (kVPrefetchRows)
+      // work, not in a burst), past the call's rows too (kVPrefetchRows)
       prefetch_t2(address(tile) + (row + kVPrefetchRows) * row_bytes, s.step_rows * row_bytes);
       prefetch_t2(address(params) + (r0 + row + kVPrefetchRows) * n_groups * sizeof(KiviParams),
                   s.step_rows * n_groups * sizeof(KiviParams));

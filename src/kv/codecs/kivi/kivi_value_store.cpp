@@ -86,8 +86,8 @@ class KiviValueStore final : public KiviStore {
 
   // The first rows of the next span (LayerCache::attend reads the rows span by span, keys then
   // values): their codes and params are requested while this span's values are summed, so the
-  // next call does not start on a cold stream (the float kernels of kivi_simd.cpp prefetch ahead
-  // only inside a call; the integer ones, kivi_q8_values_simd.cpp / kivi_q16_values_simd.cpp,
+  // next call does not start on a cold stream (the float kernels of kivi_values_simd.cpp prefetch
+  // ahead only inside a call; the integer ones, kivi_q8_values_simd.cpp / kivi_q16_values_simd.cpp,
   // also run past it, spread over their last tiles).
   static constexpr size_t kNextSpanPrefetchRows = 128;
   void prefetch_rows(size_t begin, size_t end) const {

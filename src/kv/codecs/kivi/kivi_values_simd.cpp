@@ -1,204 +1,14 @@
-// The AVX2 KIVI attention kernels (see kivi_kernels.h), compiled once per ISA level (util/isa.h);
-// a level without AVX2+FMA runs the scalar twins (kivi_kernels.cpp). They decode one code word
-// (8 codes) into 8 floats by table lookup, then feed up to 4 queries' FMAs from it, so the decode
-// cost is shared by the query heads of a GQA group:
-//   keys:   8 rows of one channel per word; out(8 rows) += (q_c * scale_c) * codes, no horizontal
-//           sums; the zero term sum_c q_c * zero_c is added once per row.
-//   values: 8 channels of one row per word; a tile of rows is walked per pair of words with the
-//           output in registers; the zero term sum_r w_r * zero_(r,g) is added once per group.
-#include <algorithm>
-#include <cstring>
-#include <type_traits>
-
-#include "kv/codecs/kivi/kivi_kernels.h"
-#include "util/isa.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
-// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#define SNAPKV_KIVI_AVX2 1
-#endif
+// The float KIVI value kernels (kivi_kernels.h: kivi_value_rows_accumulate), compiled once per
+// ISA level (kivi_simd.h). A value row stores 8 channels per word; a tile of rows is walked per
+// pair of words with the output in registers; the zero term sum_r w_r * zero_(r,g) is added once
+// per group. Levels with AVX-512 VNNI take the integer kernels of kivi_q8_values_simd.cpp (2-bit)
+// and kivi_q16_values_simd.cpp (4-bit) first.
+#include "kv/codecs/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
 #if SNAPKV_KIVI_AVX2
-
-size_t ceil_div(size_t a, size_t b) {
-  return (a + b - 1) / b;
-}
-
-// Word i of a packed array, inlined for the hot loops (kivi_load_word is the out-of-line twin).
-template <int Bits>
-inline uint32_t load_word(const uint8_t* words, size_t i) {
-  if constexpr (Bits == 2) {
-    uint16_t w;
-    std::memcpy(&w, words + 2 * i, sizeof w);
-    return w;
-  } else {
-    uint32_t w;
-    std::memcpy(&w, words + 4 * i, sizeof w);
-    return w;
-  }
-}
-
-// Byte -> codes as floats: 2-bit bytes hold 4 codes, 4-bit bytes 2 (element k in bits b*k..).
-template <int Bits>
-struct CodeTable {
-  static constexpr int kPerByte = 8 / Bits;
-  alignas(16) float codes[256][kPerByte];
-  constexpr CodeTable() : codes{} {
-    for (int byte = 0; byte < 256; ++byte) {
-      for (int k = 0; k < kPerByte; ++k) {
-        codes[byte][k] = static_cast<float>((byte >> (Bits * k)) & ((1 << Bits) - 1));
-      }
-    }
-  }
-};
-constexpr CodeTable<2> kCodes2;
-constexpr CodeTable<4> kCodes4;
-
-// The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident): on AVX2
-// cores with 128-bit units (Zen 1) this costs half the micro-ops of broadcast + variable shift +
-// mask + convert, which made the unpack as expensive as the FMAs it feeds.
-template <int Bits>
-inline __m256 unpack8(uint32_t word) {
-  if constexpr (Bits == 2) {
-    const __m128 lo = _mm_load_ps(kCodes2.codes[word & 0xFFu]);
-    const __m128 hi = _mm_load_ps(kCodes2.codes[(word >> 8) & 0xFFu]);
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
-  } else {
-    const auto pair = [](uint32_t byte) {
-      return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(kCodes4.codes[byte])));
-    };
-    const __m128 lo = _mm_movelh_ps(pair(word & 0xFFu), pair((word >> 8) & 0xFFu));
-    const __m128 hi = _mm_movelh_ps(pair((word >> 16) & 0xFFu), pair(word >> 24));
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
-  }
-}
-
-// Writes the 8 row results of one octet (rows past n_rows are dropped): dst[0..valid) = acc + qz.
-[[maybe_unused]] inline void store_octet(float* dst, __m256 acc, float qz, size_t valid) {
-  const __m256 v = _mm256_add_ps(acc, _mm256_set1_ps(qz));
-  if (valid == kKiviOctet) {
-    _mm256_storeu_ps(dst, v);
-  } else {
-    alignas(32) float tmp[kKiviOctet];
-    _mm256_store_ps(tmp, v);
-    std::copy_n(tmp, valid, dst);
-  }
-}
-
-// Up to four accumulators as named members: GCC keeps an __m256[NQ] array in memory and stores
-// it on every iteration, named members stay in registers.
-struct Acc4 {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-         a3 = _mm256_setzero_ps();
-  __m256 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
-};
-
-// Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
-// the one place the kernels' runtime shape becomes their template arguments.
-template <class F>
-inline void with_nq_bits(int nq, int bits, F&& f) {
-  const auto by_nq = [&](auto b) {
-    switch (nq) {
-      case 1:
-        return f(std::integral_constant<int, 1>{}, b);
-      case 2:
-        return f(std::integral_constant<int, 2>{}, b);
-      case 3:
-        return f(std::integral_constant<int, 3>{}, b);
-      default:
-        return f(std::integral_constant<int, 4>{}, b);
-    }
-  };
-  if (bits == 2) {
-    by_nq(std::integral_constant<int, 2>{});
-  } else {
-    by_nq(std::integral_constant<int, 4>{});
-  }
-}
-
-// acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
-template <int NQ>
-inline void fma_queries(Acc4& acc, const float* coef, size_t stride, __m256 x) {
-  acc.a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef), x, acc.a0);
-  if constexpr (NQ > 1) acc.a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + stride), x, acc.a1);
-  if constexpr (NQ > 2) {
-    acc.a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 2 * stride), x, acc.a2);
-  }
-  if constexpr (NQ > 3) {
-    acc.a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 3 * stride), x, acc.a3);
-  }
-}
-
-// The same for two inputs sharing each query's coefficient (two octets of a key block).
-template <int NQ>
-inline void fma_queries2(Acc4& p, Acc4& r, const float* coef, size_t stride, __m256 x0, __m256 x1) {
-  __m256 b = _mm256_broadcast_ss(coef);
-  p.a0 = _mm256_fmadd_ps(b, x0, p.a0);
-  r.a0 = _mm256_fmadd_ps(b, x1, r.a0);
-  if constexpr (NQ > 1) {
-    b = _mm256_broadcast_ss(coef + stride);
-    p.a1 = _mm256_fmadd_ps(b, x0, p.a1);
-    r.a1 = _mm256_fmadd_ps(b, x1, r.a1);
-  }
-  if constexpr (NQ > 2) {
-    b = _mm256_broadcast_ss(coef + 2 * stride);
-    p.a2 = _mm256_fmadd_ps(b, x0, p.a2);
-    r.a2 = _mm256_fmadd_ps(b, x1, r.a2);
-  }
-  if constexpr (NQ > 3) {
-    b = _mm256_broadcast_ss(coef + 3 * stride);
-    p.a3 = _mm256_fmadd_ps(b, x0, p.a3);
-    r.a3 = _mm256_fmadd_ps(b, x1, r.a3);
-  }
-}
-
-// NQ queries (<= 4) against every octet of a key block; qs: [NQ][qs_stride] = q * scale,
-// qz: [NQ] = sum_c q * zero.
-template <int NQ, int Bits>
-void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_stride,
-                      const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
-  const size_t n_oct = ceil_div(n_rows, kKiviOctet);
-  size_t oct = 0;
-  for (; oct + 2 <= n_oct; oct += 2) {  // two octets at a time: 2 * NQ independent FMA chains
-    Acc4 acc0, acc1;
-    const uint8_t* w0 = words + oct * head_dim * Bits;
-    const uint8_t* w1 = w0 + head_dim * Bits;
-    for (size_t c = 0; c < head_dim; ++c) {
-      const __m256 x0 = unpack8<Bits>(load_word<Bits>(w0, c));
-      const __m256 x1 = unpack8<Bits>(load_word<Bits>(w1, c));
-      fma_queries2<NQ>(acc0, acc1, qs + c, qs_stride, x0, x1);
-    }
-    for (int j = 0; j < NQ; ++j) {
-      float* dst = out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet;
-      store_octet(dst, acc0.get(j), qz[j], kKiviOctet);
-      store_octet(dst + kKiviOctet, acc1.get(j), qz[j],
-                  std::min(kKiviOctet, n_rows - (oct + 1) * kKiviOctet));
-    }
-  }
-  if (oct < n_oct) {
-    Acc4 acc;
-    const uint8_t* w0 = words + oct * head_dim * Bits;
-    for (size_t c = 0; c < head_dim; ++c) {
-      fma_queries<NQ>(acc, qs + c, qs_stride, unpack8<Bits>(load_word<Bits>(w0, c)));
-    }
-    for (int j = 0; j < NQ; ++j) {
-      store_octet(out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet, acc.get(j), qz[j],
-                  n_rows - oct * kKiviOctet);
-    }
-  }
-}
 
 // NQ queries (<= 4) over value rows [0, n_rows); coef: [n_rows][n_groups][4] = w * scale.
 // Requires head_dim % 8 == 0 and every word inside one group (group % 8 == 0 or one group).
@@ -247,92 +57,7 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
   }
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-#define SNAPKV_KIVI_AVX512 1
-
-// 16 codes as 16 floats: Bits = 2: the 32-bit word `w` holds codes 0..15 at bits 2k; Bits = 4: the
-// 64-bit `w` holds codes 0..15 at bits 4k. A variable shift per lane, a mask and a convert.
-template <int Bits>
-inline __m512 unpack16(uint64_t w) {
-  if constexpr (Bits == 2) {
-    const __m512i shifts =
-        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i v = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(w)), shifts);
-    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(3)));
-  } else {
-    const __m512i shifts =
-        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i both = _mm512_permutexvar_epi32(
-        halves, _mm512_zextsi128_si512(_mm_cvtsi64_si128(static_cast<long long>(w))));
-    const __m512i v = _mm512_srlv_epi32(both, shifts);
-    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
-  }
-}
-
-struct Acc4x16 {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-         a3 = _mm512_setzero_ps();
-  __m512 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
-};
-
-// acc.aj += coef[j * stride] * x for j < NQ.
-template <int NQ>
-inline void fma16(Acc4x16& acc, const float* coef, size_t stride, __m512 x) {
-  acc.a0 = _mm512_fmadd_ps(_mm512_set1_ps(coef[0]), x, acc.a0);
-  if constexpr (NQ > 1) acc.a1 = _mm512_fmadd_ps(_mm512_set1_ps(coef[stride]), x, acc.a1);
-  if constexpr (NQ > 2) acc.a2 = _mm512_fmadd_ps(_mm512_set1_ps(coef[2 * stride]), x, acc.a2);
-  if constexpr (NQ > 3) acc.a3 = _mm512_fmadd_ps(_mm512_set1_ps(coef[3 * stride]), x, acc.a3);
-}
-
-// The codes of rows 16p .. 16p+15 of channel c in a key block (two octets; the second one past
-// the block's last octet reads as 0).
-template <int Bits>
-inline uint64_t key_pair_word(const uint8_t* words, size_t pair, size_t n_oct, size_t c,
-                              size_t head_dim) {
-  const uint8_t* w0 = words + (2 * pair) * head_dim * Bits;
-  const uint64_t lo = load_word<Bits>(w0, c);
-  const uint64_t hi = 2 * pair + 1 < n_oct ? load_word<Bits>(w0 + head_dim * Bits, c) : 0;
-  return lo | (hi << (8 * Bits));
-}
-
-// NQ queries (<= 4) against a key block, 16 rows (two octets) per vector, two vectors (32 rows, a
-// whole block of G = 32) per pass; qs, qz as in key_block_dot_nq.
-template <int NQ, int Bits>
-void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t qs_stride,
-                        const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
-  const size_t n_oct = ceil_div(n_rows, kKiviOctet);
-  const size_t n_pairs = ceil_div(n_oct, 2);
-  auto store = [&](const Acc4x16& acc, size_t pair) {
-    const size_t row0 = pair * 16;
-    const size_t valid = std::min<size_t>(16, n_rows - row0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-    for (int j = 0; j < NQ; ++j) {
-      const __m512 v = _mm512_add_ps(acc.get(j), _mm512_set1_ps(qz[j]));
-      _mm512_mask_storeu_ps(out + static_cast<size_t>(j) * out_stride + row0, mask, v);
-    }
-  };
-  size_t p = 0;
-  for (; p + 2 <= n_pairs; p += 2) {
-    Acc4x16 acc0, acc1;
-    for (size_t c = 0; c < head_dim; ++c) {
-      const __m512 x0 = unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim));
-      const __m512 x1 = unpack16<Bits>(key_pair_word<Bits>(words, p + 1, n_oct, c, head_dim));
-      fma16<NQ>(acc0, qs + c, qs_stride, x0);
-      fma16<NQ>(acc1, qs + c, qs_stride, x1);
-    }
-    store(acc0, p);
-    store(acc1, p + 1);
-  }
-  if (p < n_pairs) {
-    Acc4x16 acc0;
-    for (size_t c = 0; c < head_dim; ++c) {
-      fma16<NQ>(acc0, qs + c, qs_stride,
-                unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim)));
-    }
-    store(acc0, p);
-  }
-}
+#if SNAPKV_KIVI_AVX512
 
 // The 16 codes of channels 16k .. 16k+15 of a value row (two words).
 template <int Bits>
@@ -477,67 +202,18 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
   }
 }
 
-#endif  // AVX-512
+#endif  // SNAPKV_KIVI_AVX512
 
 #endif  // SNAPKV_KIVI_AVX2
 
 }  // namespace
-
-void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
-                        const float* scales, const float* zeros, const uint8_t* words,
-                        size_t n_rows, size_t head_dim, int bits, float* scratch) {
-  if (kivi_key_block_dot_q8(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, bits,
-                            scratch)) {
-    return;  // integer dot products (kivi_q8_simd.cpp)
-  }
-#if SNAPKV_KIVI_AVX2
-  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c]
-  float* qs = scratch;
-  float* qz = scratch + n_q * head_dim;
-  for (size_t j = 0; j < n_q; ++j) {
-    const float* qj = q + j * head_dim;
-    __m256 z8 = _mm256_setzero_ps();
-    size_t c = 0;
-    for (; c + 8 <= head_dim; c += 8) {
-      const __m256 qv = _mm256_loadu_ps(qj + c);
-      _mm256_storeu_ps(qs + j * head_dim + c, _mm256_mul_ps(qv, _mm256_loadu_ps(scales + c)));
-      z8 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(zeros + c), z8);
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, z8);
-    float z = 0.0f;
-    for (float x : lanes) z += x;
-    for (; c < head_dim; ++c) {
-      qs[j * head_dim + c] = qj[c] * scales[c];
-      z += qj[c] * zeros[c];
-    }
-    qz[j] = z;
-  }
-  for (size_t j0 = 0; j0 < n_q; j0 += 4) {
-    const int nq = static_cast<int>(std::min<size_t>(4, n_q - j0));
-    float* o = out + j0 * out_stride;
-    const float* s = qs + j0 * head_dim;
-    with_nq_bits(nq, bits, [&](auto n, auto b) {
-      constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
-#if SNAPKV_KIVI_AVX512
-      key_block_dot16_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
-#else
-      key_block_dot_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
-#endif
-    });
-  }
-#else
-  (void)scratch;
-  kivi_key_block_dot_scalar(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim, bits);
-#endif
-}
 
 void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,
                                 const uint8_t* codes, const KiviParams* params, size_t n_rows,
                                 size_t head_dim, size_t group, int bits, float* scratch) {
   if (kivi_value_rows_accumulate_q8(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group,
                                     bits)) {
-    return;  // integer weighted sums (kivi_q8_simd.cpp)
+    return;  // integer weighted sums (kivi_q8_values_simd.cpp)
   }
   if (kivi_value_rows_accumulate_q16(out, w, w_stride, n_q, codes, params, n_rows, head_dim, group,
                                      bits)) {
