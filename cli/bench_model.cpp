@@ -20,16 +20,13 @@
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
 #include "snapkv/util/rusage.h"
+#include "snapkv/util/text.h"
 #include "snapkv/util/timer.h"
 
 namespace snapkv::cli {
 namespace {
 
 constexpr const char* kComponent = "bench";
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 double mib(size_t bytes) {
   return static_cast<double>(bytes) / (1024.0 * 1024.0);
