@@ -19,6 +19,7 @@
 #include "snapkv/util/error.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/parallel.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
@@ -26,10 +27,6 @@ namespace {
 constexpr const char* kComponent = "layer_cache";
 // Query rows per attention work unit (bounds the logits scratch to kAttendBlock * rows floats).
 constexpr size_t kAttendBlock = 32;
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 void check_dims(const CacheDims& dims) {
   if (dims.n_heads == 0 || dims.n_kv_heads == 0 || dims.head_dim == 0) {
