@@ -43,9 +43,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_data.h"
 #include "ops/kernels.h"
 #include "read_words.h"
-#include "snapkv/gguf/quant.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
 #include "snapkv/util/timer.h"
@@ -84,28 +84,6 @@ const Kernel kKernels[] = {
     {WeightType::q4_K, GemmPrecision::f32, F16GemvKernel::per_row, "q4_K f32"},
     {WeightType::f16, GemmPrecision::f32, F16GemvKernel::by_width, "f16 by_width"},
 };
-
-std::vector<float> noise(size_t n, uint64_t seed) {
-  std::vector<float> out(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (float& x : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0) * 0.05f;
-  }
-  return out;
-}
-
-// One [rows][cols] matrix in `type`.
-std::vector<uint8_t> encoded(WeightType type, Shape s) {
-  const auto gtype = snapkv::gguf::tensor_type_from_name(snapkv::to_string(type));
-  const size_t row_bytes = snapkv::weight_row_bytes(type, s.cols);
-  std::vector<uint8_t> bytes(s.rows * row_bytes);
-  const std::vector<float> m = noise(s.rows * s.cols, 1);
-  for (size_t r = 0; r < s.rows; ++r) {
-    snapkv::gguf::quantize_row(bytes.data() + r * row_bytes, m.data() + r * s.cols, *gtype, s.cols);
-  }
-  return bytes;
-}
 
 // `n` bytes on huge pages, or from operator new under SNAPKV_HUGEPAGES=0.
 struct Buffer {
@@ -188,8 +166,8 @@ void BM_GemvDecode(benchmark::State& state) {
   const Shape s = kShapes[state.range(1)];
   const int saved = snapkv::num_threads();
   snapkv::set_num_threads(static_cast<int>(state.range(2)));
-  const Pool pool = make_pool(encoded(k.type, s));
-  const std::vector<float> x = noise(s.cols, 2);
+  const Pool pool = make_pool(snapkv_bench::encoded_weights(k.type, s.rows, s.cols));
+  const std::vector<float> x = snapkv_bench::noise(s.cols, 2, snapkv_bench::kMatrixScale);
   std::vector<float> out(s.rows);
   read_bandwidth();  // measured before the timed loop
   size_t i = 0;
@@ -224,10 +202,10 @@ void BM_LayerDecode(benchmark::State& state) {
   std::vector<Pool> pools;
   double layer_bytes = 0;
   for (const Shape s : shapes) {
-    pools.push_back(make_pool(encoded(type, s)));
+    pools.push_back(make_pool(snapkv_bench::encoded_weights(type, s.rows, s.cols)));
     layer_bytes += static_cast<double>(pools.back().matrix_bytes);
   }
-  const std::vector<float> x = noise(5632, 2);
+  const std::vector<float> x = snapkv_bench::noise(5632, 2, snapkv_bench::kMatrixScale);
   std::vector<float> out(5632);
   read_bandwidth();
   size_t i = 0;

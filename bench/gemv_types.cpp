@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "snapkv/gguf/quant.h"
+#include "bench_data.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
 
@@ -23,33 +23,12 @@ namespace {
 
 constexpr size_t kRows = 4096, kCols = 4096;
 
-std::vector<float> noise(size_t n, uint64_t seed) {
-  std::vector<float> out(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (float& x : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0) * 0.05f;
-  }
-  return out;
-}
-
-std::vector<uint8_t> encoded(snapkv::WeightType type) {
-  const auto gtype = snapkv::gguf::tensor_type_from_name(snapkv::to_string(type));
-  const size_t row_bytes = snapkv::weight_row_bytes(type, kCols);
-  std::vector<uint8_t> bytes(kRows * row_bytes);
-  const std::vector<float> m = noise(kRows * kCols, 1);
-  for (size_t r = 0; r < kRows; ++r) {
-    snapkv::gguf::quantize_row(bytes.data() + r * row_bytes, m.data() + r * kCols, *gtype, kCols);
-  }
-  return bytes;
-}
-
 // range(0): WeightType, range(1): GemmPrecision
 void BM_Gemv(benchmark::State& state) {
   const auto type = static_cast<snapkv::WeightType>(state.range(0));
   const auto precision = static_cast<snapkv::GemmPrecision>(state.range(1));
-  const std::vector<uint8_t> bytes = encoded(type);
-  const std::vector<float> x = noise(kCols, 2);
+  const std::vector<uint8_t> bytes = snapkv_bench::encoded_weights(type, kRows, kCols);
+  const std::vector<float> x = snapkv_bench::noise(kCols, 2, snapkv_bench::kMatrixScale);
   std::vector<float> out(kRows);
   const snapkv::WeightMatrix w{type, bytes.data(), kRows, kCols};
   snapkv::set_num_threads(1);
@@ -74,8 +53,8 @@ void BM_Matmul(benchmark::State& state) {
   constexpr size_t kTokens = 64;
   const auto type = static_cast<snapkv::WeightType>(state.range(0));
   const auto precision = static_cast<snapkv::GemmPrecision>(state.range(1));
-  const std::vector<uint8_t> bytes = encoded(type);
-  const std::vector<float> x = noise(kTokens * kCols, 3);
+  const std::vector<uint8_t> bytes = snapkv_bench::encoded_weights(type, kRows, kCols);
+  const std::vector<float> x = snapkv_bench::noise(kTokens * kCols, 3, snapkv_bench::kMatrixScale);
   std::vector<float> out(kTokens * kRows);
   const snapkv::WeightMatrix w{type, bytes.data(), kRows, kCols};
   snapkv::set_num_threads(1);

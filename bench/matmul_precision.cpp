@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "snapkv/gguf/quant.h"
+#include "bench_data.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
 
@@ -21,19 +21,6 @@ namespace {
 
 constexpr size_t kTokens = 512, kCols = 2048;
 
-std::vector<float> noise(size_t n, uint64_t seed) {
-  std::vector<float> out(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (float& x : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0) * 0.05f;
-  }
-  return out;
-}
-
-constexpr snapkv::gguf::TensorType kFileTypes[] = {
-    snapkv::gguf::TensorType::q8_0, snapkv::gguf::TensorType::q4_0, snapkv::gguf::TensorType::q4_K,
-    snapkv::gguf::TensorType::q6_K};
 constexpr snapkv::WeightType kTypes[] = {snapkv::WeightType::q8_0, snapkv::WeightType::q4_0,
                                          snapkv::WeightType::q4_K, snapkv::WeightType::q6_K};
 
@@ -43,14 +30,8 @@ void BM_MatmulPrecision(benchmark::State& state) {
       state.range(1) == 1 ? snapkv::GemmPrecision::q8 : snapkv::GemmPrecision::f32;
   const size_t rows = static_cast<size_t>(state.range(2));
   snapkv::set_num_threads(static_cast<int>(state.range(3)));
-  const size_t row_bytes = snapkv::weight_row_bytes(kTypes[type], kCols);
-  std::vector<uint8_t> bytes(rows * row_bytes);
-  const std::vector<float> m = noise(rows * kCols, 1);
-  for (size_t r = 0; r < rows; ++r) {
-    snapkv::gguf::quantize_row(bytes.data() + r * row_bytes, m.data() + r * kCols, kFileTypes[type],
-                               kCols);
-  }
-  const std::vector<float> x = noise(kTokens * kCols, 2);
+  const std::vector<uint8_t> bytes = snapkv_bench::encoded_weights(kTypes[type], rows, kCols);
+  const std::vector<float> x = snapkv_bench::noise(kTokens * kCols, 2, snapkv_bench::kMatrixScale);
   std::vector<float> out(kTokens * rows);
   const snapkv::WeightMatrix w{kTypes[type], bytes.data(), rows, kCols};
   for (auto _ : state) {

@@ -16,23 +16,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "snapkv/gguf/quant.h"
+#include "bench_data.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"
 
 namespace {
 
 constexpr size_t kTokens = 512, kCols = 2048;
-
-std::vector<float> noise(size_t n, uint64_t seed) {
-  std::vector<float> out(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (float& x : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0) * 0.05f;
-  }
-  return out;
-}
 
 // The two-pool matmul body (dequantize a tile over parallel_for, then a multi-threaded sgemm).
 void matmul_two_pools(float* out, const float* x, const snapkv::WeightMatrix& w, size_t n_tokens) {
@@ -60,14 +50,9 @@ void BM_Matmul(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   const bool one_pool = state.range(1) == 1;
   const size_t rows = static_cast<size_t>(state.range(2));
-  const size_t row_bytes = snapkv::weight_row_bytes(snapkv::WeightType::q8_0, kCols);
-  std::vector<uint8_t> bytes(rows * row_bytes);
-  const std::vector<float> m = noise(rows * kCols, 1);
-  for (size_t r = 0; r < rows; ++r) {
-    snapkv::gguf::quantize_row(bytes.data() + r * row_bytes, m.data() + r * kCols,
-                               snapkv::gguf::TensorType::q8_0, kCols);
-  }
-  const std::vector<float> x = noise(kTokens * kCols, 2);
+  const std::vector<uint8_t> bytes =
+      snapkv_bench::encoded_weights(snapkv::WeightType::q8_0, rows, kCols);
+  const std::vector<float> x = snapkv_bench::noise(kTokens * kCols, 2, snapkv_bench::kMatrixScale);
   std::vector<float> out(kTokens * rows);
   const snapkv::WeightMatrix w{snapkv::WeightType::q8_0, bytes.data(), rows, kCols};
   snapkv::set_num_threads(threads);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "bench_data.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/snapkv_score.h"
@@ -29,16 +30,7 @@ namespace {
 constexpr size_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kWindow = 32;
 constexpr size_t kGroup = kHeads / kKvHeads;
 
-// Deterministic values in [-1, 1): [n]
-std::vector<float> noise(size_t n, uint64_t seed) {
-  std::vector<float> out(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
-  for (float& x : out) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<double>(s >> 11) * 0x1.0p-52 - 1.0);
-  }
-  return out;
-}
+using snapkv_bench::noise;  // values in [-1, 1)
 
 double score_flops(size_t S) {
   const double rows = static_cast<double>(kHeads * kWindow), s = static_cast<double>(S);

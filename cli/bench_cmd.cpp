@@ -26,6 +26,7 @@
 #include "bench_model.h"
 #include "cache_options.h"
 #include "command.h"
+#include "snapkv/eval/model_bench.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/llama.h"
@@ -59,12 +60,6 @@ struct BenchOptions {
 };
 
 using snapkv::split_list;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Measurement {
   std::string type, method;
@@ -167,12 +162,8 @@ int run_bench(BenchOptions& o) {
     json_models.push_back({{"type", type_name}, {"weight_bytes", model.weight_bytes()}});
 
     for (size_t length : lengths) {
-      std::vector<int32_t> prompt(length);
-      uint64_t state = o.seed * 7919 + length;
-      for (auto& t : prompt) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        t = static_cast<int32_t>((state >> 33) % o.vocab);
-      }
+      const std::vector<int32_t> prompt =
+          eval::random_tokens(length, o.vocab, o.seed * 7919 + length);
       Measurement full_m;
       for (const Method& method : methods) {
         const CacheConfig config = cache_options.config_for(method, length);
@@ -205,8 +196,8 @@ int run_bench(BenchOptions& o) {
                          prefill_tps.back(), decode_tps.empty() ? 0.0 : decode_tps.back());
           }
         }
-        m.prefill_tps = median(prefill_tps);
-        m.decode_tps = decode_tps.empty() ? 0.0 : median(decode_tps);
+        m.prefill_tps = eval::summarize(prefill_tps).median;
+        m.decode_tps = decode_tps.empty() ? 0.0 : eval::summarize(decode_tps).median;
         if (method.name == "full") full_m = m;
         if (full_m.prefill_tps > 0) {
           m.prefill_ratio = m.prefill_tps / full_m.prefill_tps;

@@ -1,18 +1,7 @@
-// `snapkv bench --model M.gguf`: times any GGUF the engine loads the way llama.cpp's `llama-bench`
-// does, so that the two can be set side by side (scripts/bench_vs_llamacpp.sh).
-//
-// Tests, per cache method and thread count (llama-bench's names):
-//   pp<P>        prefill of P random tokens into an empty context (tokens/s of the prompt)
-//   tg<N>        N tokens generated one at a time from an empty context (the first is a one-token
-//                prompt, every one a single-token forward)
-//   tg<N>@d<P>   N decode steps right after the pp<P> prefill of the same session (llama-bench's
-//                `-d P`): the decode speed a cache method leaves after compressing a P-token prompt
-// Each test runs `repetitions` times in fresh sessions; the table reports the median, min and max
-// tokens/s, the ratio to the same test at the first thread count of the list (thread scaling),
-// the cores kept busy (process CPU time / wall time: threads that spin count as busy, so a
-// thread count whose cores rise without its speed shows wasted work), and the peak resident set
-// size of the phase (prefill or generation: reset before each run where
-// Linux allows it) with its growth over the RSS at the start of the run.
+// `snapkv bench --model M.gguf`: any GGUF the engine loads, timed as llama.cpp's `llama-bench`
+// times it (the tests and the figures: eval/model_bench.h), printed as a table (median, min, max
+// tokens/s, scaling against the first thread count, cores busy, peak RSS of the phase and its
+// growth, KV bytes) or written as JSON.
 //
 // Leaves out: the random-model mode (cli/bench_cmd.cpp) and flag parsing (bench registers the
 // flags; this file gets the parsed values).

@@ -24,6 +24,7 @@
 #include "snapkv/util/error.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
+#include "snapkv/util/text.h"
 
 namespace {
 
@@ -40,9 +41,7 @@ struct SelectOptions {
   bool window_given = false;
 };
 
-std::string num(size_t v) {
-  return std::to_string(v);
-}
+using snapkv::num;
 
 std::string shape_string(const snapkv::NpyArray& a) {
   std::string s = "[";

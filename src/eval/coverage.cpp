@@ -12,14 +12,11 @@
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
+#include "snapkv/util/text.h"
 #include "snapkv/util/timer.h"
 
 namespace snapkv::eval {
 namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 std::string pool_suffix(PoolKind pool, size_t kernel) {
   if (pool == PoolKind::none) return "";

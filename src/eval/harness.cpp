@@ -13,14 +13,11 @@
 #include "snapkv/eval/scoring.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 #include "snapkv/util/timer.h"
 
 namespace snapkv::eval {
 namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 // Running sums of one (task, method, keep) cell: the cache figures (RunMetrics) and the task's.
 struct CellSums {

@@ -13,16 +13,10 @@
 #include "snapkv/eval/run_metrics.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 #include "snapkv/util/timer.h"
 
 namespace snapkv::eval {
-namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 double token_nll(std::span<const float> logits, int32_t token) {
   if (logits.empty()) throw_invalid("perplexity", "empty logits", "0", ">= 1 value");

@@ -10,6 +10,7 @@
 #include "snapkv/eval/coverage.h"
 #include "snapkv/ops/rope.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv::eval {
 namespace {
@@ -118,10 +119,6 @@ void apply_rope(std::vector<float>& x, size_t n_vectors, size_t n_tokens, size_t
                   x.data() + (h * n_tokens + t) * d);
     }
   }
-}
-
-std::string num(size_t v) {
-  return std::to_string(v);
 }
 
 }  // namespace

@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "snapkv/ops/quant_blocks.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/quant_blocks.h"
 
 namespace snapkv::gguf {
 namespace {
@@ -137,7 +137,7 @@ size_t block_size(TensorType type) {
     case TensorType::q8_0:
       return kQ8BlockSize;
     case TensorType::q4_0:
-      return kQK4_0;
+      return kQ4_0BlockSize;
     case TensorType::q2_K:
     case TensorType::q3_K:
     case TensorType::q4_K:
@@ -163,7 +163,7 @@ size_t type_size(TensorType type) {
     case TensorType::q8_0:
       return sizeof(BlockQ8_0);
     case TensorType::q4_0:
-      return sizeof(block_q4_0);
+      return sizeof(BlockQ4_0);
     case TensorType::q2_K:
       return sizeof(BlockQ2_K);
     case TensorType::q3_K:
@@ -223,10 +223,7 @@ size_t row_n_bytes(TensorType type, size_t n) {
 // ---- bf16 ----------------------------------------------------------------------------------
 
 float bf16_to_fp32(bf16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+  return bf16_bits_to_fp32(h);
 }
 
 bf16_t fp32_to_bf16(float f) {
@@ -274,28 +271,28 @@ void quantize_row_q8_0(BlockQ8_0* out, const float* in, size_t n) {
 
 // ---- q4_0 ----------------------------------------------------------------------------------
 
-void dequantize_row_q4_0(float* out, const block_q4_0* in, size_t n) {
+void dequantize_row_q4_0(float* out, const BlockQ4_0* in, size_t n) {
   check_row_length(TensorType::q4_0, n, "dequantize_row_q4_0");
-  constexpr size_t half = kQK4_0 / 2;
-  for (size_t b = 0; b < n / kQK4_0; ++b) {
+  constexpr size_t half = kQ4_0BlockSize / 2;
+  for (size_t b = 0; b < n / kQ4_0BlockSize; ++b) {
     const float d = fp16_to_fp32(in[b].d);
     for (size_t j = 0; j < half; ++j) {
-      out[b * kQK4_0 + j] = static_cast<float>((in[b].qs[j] & 0x0F) - 8) * d;
-      out[b * kQK4_0 + j + half] = static_cast<float>((in[b].qs[j] >> 4) - 8) * d;
+      out[b * kQ4_0BlockSize + j] = static_cast<float>((in[b].qs[j] & 0x0F) - 8) * d;
+      out[b * kQ4_0BlockSize + j + half] = static_cast<float>((in[b].qs[j] >> 4) - 8) * d;
     }
   }
 }
 
 // ggml's Q4_0 rule: the element of largest magnitude (with its sign), m, maps to nibble 0, so
 // d = m / -8 and nibble = clamp(round(x / d) + 8, 0, 15). Every x but -m is within |d| / 2.
-void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n) {
+void quantize_row_q4_0(BlockQ4_0* out, const float* in, size_t n) {
   check_row_length(TensorType::q4_0, n, "quantize_row_q4_0");
-  constexpr size_t half = kQK4_0 / 2;
-  for (size_t b = 0; b < n / kQK4_0; ++b) {
-    const float* x = in + b * kQK4_0;
+  constexpr size_t half = kQ4_0BlockSize / 2;
+  for (size_t b = 0; b < n / kQ4_0BlockSize; ++b) {
+    const float* x = in + b * kQ4_0BlockSize;
     float amax = 0.0f;
     float extreme = 0.0f;
-    for (size_t j = 0; j < kQK4_0; ++j) {
+    for (size_t j = 0; j < kQ4_0BlockSize; ++j) {
       if (std::fabs(x[j]) > amax) {
         amax = std::fabs(x[j]);
         extreme = x[j];
@@ -312,14 +309,16 @@ void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n) {
   }
 }
 
-// ---- K-quants: whole blocks through ops/quant_blocks.h, copied so any alignment works -------
+// ---- K-quants: whole blocks through util/quant_blocks.h, copied so any alignment works -----
 
+// The reference decoder of each weight (bit for bit what the matmul kernels' decode_block gives).
 template <class Block>
-void dequantize_k_row(float* out, const uint8_t* src, size_t n) {
+void dequantize_k_row(float* out, const uint8_t* src, size_t n,
+                      float (*value)(const Block&, size_t)) {
   for (size_t b = 0; b < n / kQK_K; ++b) {
     Block blk;
     std::memcpy(&blk, src + b * sizeof blk, sizeof blk);
-    decode_block(out + b * kQK_K, blk);
+    for (size_t i = 0; i < kQK_K; ++i) out[b * kQK_K + i] = value(blk, i);
   }
 }
 
@@ -363,22 +362,22 @@ void dequantize_row(float* out, const void* in, TensorType type, size_t n) {
       }
       return;
     case TensorType::q4_0:
-      for (size_t b = 0; b < n / kQK4_0; ++b) {
-        block_q4_0 blk;
+      for (size_t b = 0; b < n / kQ4_0BlockSize; ++b) {
+        BlockQ4_0 blk;
         std::memcpy(&blk, src + b * sizeof blk, sizeof blk);
-        dequantize_row_q4_0(out + b * kQK4_0, &blk, kQK4_0);
+        dequantize_row_q4_0(out + b * kQ4_0BlockSize, &blk, kQ4_0BlockSize);
       }
       return;
     case TensorType::q2_K:
-      return dequantize_k_row<BlockQ2_K>(out, src, n);
+      return dequantize_k_row<BlockQ2_K>(out, src, n, q2_K_value);
     case TensorType::q3_K:
-      return dequantize_k_row<BlockQ3_K>(out, src, n);
+      return dequantize_k_row<BlockQ3_K>(out, src, n, q3_K_value);
     case TensorType::q4_K:
-      return dequantize_k_row<BlockQ4_K>(out, src, n);
+      return dequantize_k_row<BlockQ4_K>(out, src, n, q4_K_value);
     case TensorType::q5_K:
-      return dequantize_k_row<BlockQ5_K>(out, src, n);
+      return dequantize_k_row<BlockQ5_K>(out, src, n, q5_K_value);
     case TensorType::q6_K:
-      return dequantize_k_row<BlockQ6_K>(out, src, n);
+      return dequantize_k_row<BlockQ6_K>(out, src, n, q6_K_value);
   }
   block_size(type);  // throws for an unknown type
 }
@@ -410,9 +409,9 @@ void quantize_row(void* out, const float* in, TensorType type, size_t n) {
       }
       return;
     case TensorType::q4_0:
-      for (size_t b = 0; b < n / kQK4_0; ++b) {
-        block_q4_0 blk;
-        quantize_row_q4_0(&blk, in + b * kQK4_0, kQK4_0);
+      for (size_t b = 0; b < n / kQ4_0BlockSize; ++b) {
+        BlockQ4_0 blk;
+        quantize_row_q4_0(&blk, in + b * kQ4_0BlockSize, kQ4_0BlockSize);
         std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
       }
       return;

@@ -22,6 +22,7 @@
 #include "model/arch_weights.h"
 #include "snapkv/model/arch.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
@@ -34,10 +35,6 @@ constexpr std::array<ArchInfo, 3> kArchs = {{
     {ModelArch::qwen3, "qwen3", RopeKind::neox, Presence::absent, Presence::absent,
      Presence::required, Presence::absent},
 }};
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 class TensorLoader {
  public:

@@ -15,6 +15,7 @@
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
+#include "snapkv/util/text.h"
 #include "snapkv/util/timer.h"
 
 namespace snapkv {
@@ -23,10 +24,6 @@ namespace {
 constexpr const char* kComponent = "kvzip";
 // Query rows per block (bounds the logits scratch to kQueryBlock * n_rows floats).
 constexpr size_t kQueryBlock = 32;
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 void check_sizes(size_t n_rows, size_t n_group, size_t n_queries, size_t head_dim) {
   if (n_rows == 0 || n_group == 0 || n_queries == 0 || head_dim == 0) {

@@ -6,13 +6,10 @@
 
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 // Reads one architecture's keys; `arch` is both the error component and the key prefix.
 class KeyReader {

@@ -8,10 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <queue>
 #include <string>
 #include <utility>
 
+#include "bigram_merge.h"
 #include "snapkv/util/error.h"
 #include "tokenizer_bpe.h"
 
@@ -20,13 +20,6 @@ namespace {
 
 constexpr std::string_view kComponent = "tokenizer";
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
-
-// Byte length of the UTF-8 sequence a lead byte announces, by its high nibble, as llama.cpp's
-// unicode_len_utf8: continuation or invalid bytes count as one-byte characters.
-size_t utf8_char_length(unsigned char lead) {
-  static constexpr size_t kByHighNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kByHighNibble[lead >> 4];
-}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -259,79 +252,18 @@ TokenType Tokenizer::type(TokenId id) const {
 // ---------------------------------------------------------------------------------------------
 // Encode
 
-namespace {
-
-// One symbol of the SPM merge: a byte range of the escaped text, linked to its live neighbours.
-struct Symbol {
-  int prev = -1;
-  int next = -1;
-  size_t offset = 0;  // into the escaped text
-  size_t n = 0;       // bytes; 0 once merged into its left neighbour
-};
-
-// A candidate merge of two adjacent symbols whose joined text is a piece.
-struct Bigram {
-  int left = 0;
-  int right = 0;
-  float score = 0.0f;
-  size_t size = 0;  // bytes of the joined text when the candidate was made
-};
-
-// Highest score first; equal scores: the leftmost pair first (llama.cpp's llm_bigram_spm order).
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
-
-}  // namespace
-
 void Tokenizer::encode_spm(std::string_view text, std::vector<TokenId>& out) const {
-  // text: already escaped (spaces as U+2581, dummy prefix added by the caller).
-  std::vector<Symbol> symbols;
-  symbols.reserve(text.size());
-  for (size_t offset = 0; offset < text.size();) {
-    Symbol sym;
-    sym.offset = offset;
-    sym.n =
-        std::min(utf8_char_length(static_cast<unsigned char>(text[offset])), text.size() - offset);
-    offset += sym.n;
-    const int index = static_cast<int>(symbols.size());
-    sym.prev = index - 1;
-    sym.next = offset == text.size() ? -1 : index + 1;
-    symbols.push_back(sym);
-  }
-
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-  const auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const size_t size = symbols[left].n + symbols[right].n;
-    const TokenId id = find(text.substr(symbols[left].offset, size));
-    if (id < 0) return;
-    queue.push(Bigram{left, right, vocab_.scores[id], size});
+  // text: already escaped (spaces as U+2581, dummy prefix added by the caller). Two symbols merge
+  // when their joined text is a piece, highest piece score first.
+  const auto score = [&](std::string_view left, std::string_view right) -> std::optional<double> {
+    const TokenId id = find(std::string_view(left.data(), left.size() + right.size()));
+    if (id < 0) return std::nullopt;
+    return vocab_.scores[id];
   };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    // Stale candidate: one side was merged away or grew since the candidate was made.
-    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-
   // Every merged symbol is a piece (merges only make pieces), so a final symbol is either a piece
   // or one unmerged character that is not: llama.cpp's rev_merge re-split never applies to the
   // latter, which falls back to one byte token per byte.
-  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
-    const std::string_view piece = text.substr(symbols[i].offset, symbols[i].n);
+  for (const std::string_view piece : detail::merge_bigrams(text, score)) {
     const TokenId id = find(piece);
     if (id >= 0) {
       out.push_back(id);

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <array>
-#include <queue>
 
+#include "bigram_merge.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv::detail {
@@ -49,32 +49,6 @@ const ByteAlphabet& alphabet() {
   static const ByteAlphabet a;
   return a;
 }
-
-size_t utf8_length(unsigned char lead) {
-  static constexpr size_t kByHighNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kByHighNibble[lead >> 4];
-}
-
-struct Symbol {
-  int prev = -1;
-  int next = -1;
-  size_t offset = 0;
-  size_t n = 0;  // 0 once merged into its left neighbour
-};
-
-struct Bigram {
-  int left = 0;
-  int right = 0;
-  int rank = 0;
-  size_t size = 0;  // bytes of left + right when the candidate was made
-};
-
-// Lowest rank first; equal ranks: leftmost first (std::priority_queue pops the "largest").
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  }
-};
 
 }  // namespace
 
@@ -139,45 +113,14 @@ void BpeEncoder::merge_word(std::string_view word,
       return;
     }
   }
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  for (size_t offset = 0; offset < word.size();) {
-    Symbol sym;
-    sym.offset = offset;
-    sym.n = std::min(utf8_length(static_cast<unsigned char>(word[offset])), word.size() - offset);
-    offset += sym.n;
-    const int index = static_cast<int>(symbols.size());
-    sym.prev = index - 1;
-    sym.next = offset == word.size() ? -1 : index + 1;
-    symbols.push_back(sym);
-  }
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+  // Two symbols merge when "left right" is a merge, lowest rank first.
   std::string key;
-  const auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[left];
-    const Symbol& r = symbols[right];
-    const int rk = rank(word.substr(l.offset, l.n), word.substr(r.offset, r.n), key);
-    if (rk < 0) return;
-    queue.push(Bigram{left, right, rk, l.n + r.n});
+  const auto rank_of = [&](std::string_view left, std::string_view right) -> std::optional<double> {
+    const int rk = rank(left, right, key);
+    if (rk < 0) return std::nullopt;
+    return -static_cast<double>(rk);
   };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    // Stale: a side was merged away or grew since the candidate was made.
-    if (left.n == 0 || right.n == 0 || left.n + right.n != bigram.size) continue;
-    left.n += right.n;
-    right.n = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
-    const std::string_view piece = word.substr(symbols[i].offset, symbols[i].n);
+  for (const std::string_view piece : merge_bigrams(word, rank_of)) {
     const TokenId id = find(piece);
     if (id >= 0) {
       out.push_back(id);

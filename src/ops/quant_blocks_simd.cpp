@@ -1,13 +1,13 @@
 // The one-pass decoders of the Q4_0 and K-quant blocks (quant_blocks.h), compiled once per ISA
 // level (util/isa.h): plain loops the compiler vectorizes, and for Q4_0, Q2_K, Q3_K, Q5_K and
 // Q6_K AVX2 byte arithmetic when the level targets it. Every weight is the fp32 expression
-// documented in quant_blocks.h, evaluated in the same order as the references (quant_blocks.cpp),
-// so the two agree bit for bit.
+// documented in util/quant_blocks.h, evaluated in the same order as the references there, so the
+// two agree bit for bit.
 #include <cstring>
 
 #include "ops/kernels.h"
-#include "ops/quant_scales.h"
 #include "util/isa.h"
+#include "util/quant_scales.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -17,7 +17,7 @@
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-using namespace ops_internal;  // the packed scales
+using namespace quant_internal;  // the packed scales
 
 #if SNAPKV_QUANT_AVX2
 // y[0..32) = dl[l / 16] * q[l] - ml[l / 16] for 32 int8 quants q (two runs of 16 with their own

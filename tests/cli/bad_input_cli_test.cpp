@@ -1,7 +1,7 @@
-// Bad inputs of issue 17 that the library layers (gguf, util, kv, eval) must turn into named
-// errors, checked through the real `snapkv` binary: a model truncated while mapped (SIGBUS), FIFOs
-// as inputs, a GGUF whose tensor count was lowered, keys beyond the fp16 range, and an impossible
-// perplexity context (checked before any text is built).
+// Bad inputs that the library layers (gguf, util, kv, eval) must turn into named errors, checked
+// through the real `snapkv` binary: a model truncated while mapped (SIGBUS), FIFOs as inputs, a
+// GGUF whose tensor count was lowered, keys beyond the fp16 range, and an impossible perplexity
+// context (checked before any text is built).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -113,13 +113,13 @@ TEST(BadInputCli, PerplexityContextBeyondTheModelFailsBeforeBuildingText) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "prefix + continuation longer than the model's context")) << r.err;
-  // Not a speed assertion: building 10^7 tokens of filler (the old order) takes minutes even when
-  // linear; the check itself is instant. 60 s leaves a loaded CI machine room.
+  // Not a speed assertion: building 10^7 tokens of filler before the check would take minutes even
+  // when linear; the check itself is instant. 60 s leaves a loaded CI machine room.
   EXPECT_LT(seconds, 60.0);
 }
 
 // The model file is truncated while `snapkv run` has it mapped (SNAPKV_WEIGHTS=mmap, the default):
-// the next weight read faults (SIGBUS), which must become the named error and exit 1 (was: killed
+// the next weight read faults (SIGBUS), which must become the named error and exit 1 (not a death
 // by SIGBUS, exit 135).
 TEST(BadInputCli, ModelTruncatedWhileMappedExitsOneWithNamedError) {
   TempDir dir("sigbus");
@@ -183,8 +183,8 @@ TEST(BadInputCli, ModelTruncatedWhileMappedExitsOneWithNamedError) {
   FAIL() << "the run finished before its model could be truncated in 5 attempts";
 }
 
-// Under an address-space limit OpenBLAS's threads spin forever on 128 MiB buffers (the issue: the
-// result printed, then no exit). `snapkv` re-executes itself with OPENBLAS_NUM_THREADS=1 and does
+// Under an address-space limit OpenBLAS's threads spin forever on 128 MiB buffers (the result
+// printed, then no exit). `snapkv` re-executes itself with OPENBLAS_NUM_THREADS=1 and does
 // its products without OpenBLAS, so it finishes. (Sanitizer builds reserve terabytes of shadow
 // memory and cannot run under such a limit at all.)
 TEST(BadInputCli, RunFinishesUnderAnAddressSpaceLimit) {
@@ -199,7 +199,7 @@ TEST(BadInputCli, RunFinishesUnderAnAddressSpaceLimit) {
                           "' </dev/null";
   const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << read_text(err);  // 124: timeout, the old spin
+  EXPECT_EQ(WEXITSTATUS(status), 0) << read_text(err);  // 124: timeout, OpenBLAS spinning
   EXPECT_FALSE(read_text(out).empty());
 #endif
 }

@@ -1,6 +1,6 @@
 // The shared cache options through the real binary: every command that builds a cache parses
 // the same flags to the same defaults (CacheConfig{}), flags reach the configuration the same way
-// everywhere, and the bad inputs of issue 17 are clean named errors (exit 2 for usage, 1 for
+// everywhere, and bad inputs are clean named errors (exit 2 for usage, 1 for
 // files), checked before any work starts.
 #include <gtest/gtest.h>
 
@@ -173,7 +173,7 @@ TEST(CacheOptionsCli, ZeroCountsAndKernelsAreRefused) {
   TempDir dir("cacheopts");
   expect_usage_error("tasks gen --n 0", "--n", dir);
   expect_usage_error("eval --model " + kModel + " --n 0", "--n", dir);
-  // select used to turn --kernel 0 into 7 and --heads 0 into the default.
+  // select must not turn --kernel 0 into 7 or --heads 0 into the default.
   const std::string keys = dir.file("K.npy");
   write_npy(keys, std::vector<float>(2 * 64 * 8, 0.25f), std::vector<size_t>{2, 64, 8});
   expect_usage_error("select --keys " + keys + " --kernel 0", "kernel", dir);

@@ -1,5 +1,5 @@
 // `snapkv run --verbose`: the load / prefill / decode times and the resident memory after the load,
-// after the prefill and at its peak, on one stderr line (issue 13: load time and peak RSS).
+// after the prefill and at its peak, on one stderr line.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -161,7 +161,7 @@ TEST(GgufMalformed, OddButValidLayoutsParse) {
 }
 
 TEST(GgufMalformed, LoweredTensorCountOfARealLayoutIsAnError) {
-  // The case: a written file whose tensor count is lowered by one. Its last info is read
+  // A written file whose tensor count is lowered by one. Its last info is read
   // as padding (or, when it fits in the padding, its data is left over): never a silent load.
   const std::vector<uint8_t> bytes = sample_writer().to_bytes();
   const File full = File::from_bytes(bytes);

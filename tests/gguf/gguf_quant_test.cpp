@@ -15,7 +15,7 @@ namespace {
 
 using testing::test_values;
 
-static_assert(offsetof(BlockQ8_0, qs) == 2 && offsetof(block_q4_0, qs) == 2);
+static_assert(offsetof(BlockQ8_0, qs) == 2 && offsetof(BlockQ4_0, qs) == 2);
 
 // Values spanning many magnitudes: uniform in [-1, 1] times 2^k for k in [-12, 12] per block.
 std::vector<float> multi_scale_values(size_t n_blocks, uint64_t seed) {
@@ -62,7 +62,7 @@ TEST(GgufQuant, BlockLayoutsMatchGgml) {
   dequantize_row_q8_0(out, &q8, 32);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], 0.5f * static_cast<float>(j - 16));
 
-  block_q4_0 q4{};
+  BlockQ4_0 q4{};
   q4.d = 0x4000;  // 2.0
   for (int j = 0; j < 16; ++j) q4.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
   dequantize_row_q4_0(out, &q4, 32);
@@ -110,7 +110,7 @@ TEST(GgufQuant, Q8_0ErrorWithinHalfAStepOfItsBlockScale) {
 TEST(GgufQuant, Q4_0ErrorWithinItsBlockScale) {
   constexpr size_t kBlocks = 1000;
   const std::vector<float> x = multi_scale_values(kBlocks, 12);
-  std::vector<block_q4_0> q(kBlocks);
+  std::vector<BlockQ4_0> q(kBlocks);
   std::vector<float> y(x.size());
   quantize_row_q4_0(q.data(), x.data(), x.size());
   dequantize_row_q4_0(y.data(), q.data(), y.size());
@@ -139,7 +139,7 @@ TEST(GgufQuant, Q4_0ErrorWithinItsBlockScale) {
 TEST(GgufQuant, ZeroBlocksStoreZeroScale) {
   const std::vector<float> zeros(64, 0.0f);
   std::vector<BlockQ8_0> q8(2);
-  std::vector<block_q4_0> q4(2);
+  std::vector<BlockQ4_0> q4(2);
   std::vector<float> out(64, 1.0f);
   quantize_row_q8_0(q8.data(), zeros.data(), 64);
   dequantize_row_q8_0(out.data(), q8.data(), 64);
@@ -191,10 +191,10 @@ TEST(GgufQuant, GenericRowsEqualTypedRowsAndHandleUnalignedInput) {
   dequantize_row_q8_0(a.data(), q8.data(), 128);
   dequantize_row(b.data(), buf.data() + 1, TensorType::q8_0, 128);
   EXPECT_EQ(a, b);
-  std::vector<block_q4_0> q4(4);
+  std::vector<BlockQ4_0> q4(4);
   quantize_row_q4_0(q4.data(), x.data(), 128);
   quantize_row(buf.data() + 1, x.data(), TensorType::q4_0, 128);
-  EXPECT_EQ(std::memcmp(buf.data() + 1, q4.data(), 4 * sizeof(block_q4_0)), 0);
+  EXPECT_EQ(std::memcmp(buf.data() + 1, q4.data(), 4 * sizeof(BlockQ4_0)), 0);
   // NaN and inf inputs never reach a float -> int conversion out of range (UBSan would report)
   std::vector<float> bad(32, 1.0f);
   bad[3] = std::numeric_limits<float>::quiet_NaN();

@@ -1,7 +1,7 @@
 // The codecs beside KIVI: rotated KIVI (kivi2r, kivi4r) and kitty. Round-trip distortion against
 // bounds derived from each group's range, fused dot/accumulate against double references over the
-// decoded rows, the no-drift rule under repeated eviction, .kvc store records, byte accounting
-// and clear errors for bad configurations.
+// decoded rows, .kvc store records, byte accounting and clear errors for bad configurations. The
+// no-drift rule under repeated eviction: codec_contract_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
-#include "kv/no_drift_util.h"
 #include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/kv/codecs/rotation.h"
 #include "snapkv/kv/core/row_store.h"
@@ -25,6 +24,7 @@
 namespace snapkv {
 namespace {
 
+using kivi_test::read_all;
 using kivi_test::realistic_rows;
 using kivi_test::round_fp16;
 using kivi_test::scale_bound;
@@ -40,12 +40,6 @@ CacheConfig codec_config(CodecKind codec, size_t group, size_t residual, size_t 
   c.rotation_seed = 1234;
   c.kitty_channels = 4;
   return c;
-}
-
-std::vector<float> read_all(const RowStore& s) {
-  std::vector<float> out(s.rows() * s.head_dim());
-  s.read(out.data(), 0, s.rows());
-  return out;
 }
 
 double norm(const double* x, size_t d) {
@@ -233,66 +227,64 @@ std::unique_ptr<RowStore> evicted_store(CodecKind codec, RowRole role, size_t he
   return s;
 }
 
-constexpr CodecKind kNewCodecs[] = {CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty,
-                                    CodecKind::kivi42, CodecKind::kivi24, CodecKind::kivi42r,
-                                    CodecKind::kivi32, CodecKind::kivimix};
+// The codecs beside KIVI, one test of each family below per codec.
+class CodecVariant : public ::testing::TestWithParam<CodecKind> {};
 
 // dot_rows on packed rows vs double dots with read() rows. In the codec's coordinates the KIVI
 // kernel's bound of kivi_attention_test.cpp holds: 2 (hd + K + 6) u * sum_c |q'_c| (|x'_c| +
 // 2 A_c) (K: kitty's fp16 channels, summed apart); rotated codecs add the two transforms'
 // rounding 2 (L + 3) u ||q|| ||x'|| (q' = R q, x' = R x in double from the dense reference).
-TEST(CodecVariants, FusedDotMatchesDequantizedReference) {
-  for (CodecKind codec : kNewCodecs) {
-    for (size_t hd : {size_t{64}, size_t{40}}) {
-      if (kivi_test::one_part_key_dots(codec, hd)) continue;  // see kivi_test_util.h
-      auto s = evicted_store(codec, RowRole::key, hd, 16, 42);
-      const size_t n = s->rows();
-      const std::vector<float> x = read_all(*s);
-      std::vector<double> xr(x.begin(), x.end());  // x' (codec coordinates)
-      const std::vector<double> m = hadamard_rotation_matrix(hd, 1234);
-      if (rotated(codec, RowRole::key)) {
-        for (size_t r = 0; r < n; ++r) {
-          for (size_t i = 0; i < hd; ++i) {
-            double v = 0;
-            for (size_t j = 0; j < hd; ++j) v += m[i * hd + j] * x[r * hd + j];
-            xr[r * hd + i] = v;
-          }
-        }
-      }
-      std::vector<double> col_max(hd, 0.0);
-      for (size_t i = 0; i < n * hd; ++i) {
-        col_max[i % hd] = std::max(col_max[i % hd], std::fabs(xr[i]));
-      }
-      const size_t n_q = 3;
-      const std::vector<float> q = realistic_rows(n_q, hd, 7, false);
-      std::vector<float> out(n_q * n, NAN);
-      s->dot_rows(out.data(), q.data(), n_q);
-      const double stages = double(HadamardRotation(hd, 0).stages());
-      for (size_t j = 0; j < n_q; ++j) {
-        std::vector<double> qr(hd);
+TEST_P(CodecVariant, FusedDotMatchesDequantizedReference) {
+  const CodecKind codec = GetParam();
+  for (size_t hd : {size_t{64}, size_t{40}}) {
+    if (kivi_test::one_part_key_dots(codec, hd)) continue;  // see kivi_test_util.h
+    auto s = evicted_store(codec, RowRole::key, hd, 16, 42);
+    const size_t n = s->rows();
+    const std::vector<float> x = read_all(*s);
+    std::vector<double> xr(x.begin(), x.end());  // x' (codec coordinates)
+    const std::vector<double> m = hadamard_rotation_matrix(hd, 1234);
+    if (rotated(codec, RowRole::key)) {
+      for (size_t r = 0; r < n; ++r) {
         for (size_t i = 0; i < hd; ++i) {
-          double v = q[j * hd + i];
-          if (rotated(codec, RowRole::key)) {
-            v = 0;
-            for (size_t k = 0; k < hd; ++k) v += m[i * hd + k] * q[j * hd + k];
-          }
-          qr[i] = v;
+          double v = 0;
+          for (size_t j = 0; j < hd; ++j) v += m[i * hd + j] * x[r * hd + j];
+          xr[r * hd + i] = v;
         }
-        for (size_t r = 0; r < n; ++r) {
-          double ref = 0, mag = 0, xn = 0;
-          for (size_t c = 0; c < hd; ++c) {
-            ref += double(q[j * hd + c]) * x[r * hd + c];
-            mag += std::fabs(qr[c]) * (std::fabs(xr[r * hd + c]) + 2 * col_max[c]);
-            xn += xr[r * hd + c] * xr[r * hd + c];
-          }
-          // K: kitty's 4 fp16 channels, kivimix's hd / 2 low halves, summed apart
-          const double extra = codec == CodecKind::kivimix ? double(hd / 2) : 4.0;
-          double bound = 2.0 * (double(hd) + extra + 6) * kU32 * mag;
-          if (rotated(codec, RowRole::key)) {
-            bound += 2.0 * (stages + 3) * kU32 * norm(qr.data(), hd) * std::sqrt(xn) * 1.01;
-          }
-          ASSERT_NEAR(out[j * n + r], ref, bound) << to_string(codec) << " hd " << hd << " r " << r;
+      }
+    }
+    std::vector<double> col_max(hd, 0.0);
+    for (size_t i = 0; i < n * hd; ++i) {
+      col_max[i % hd] = std::max(col_max[i % hd], std::fabs(xr[i]));
+    }
+    const size_t n_q = 3;
+    const std::vector<float> q = realistic_rows(n_q, hd, 7, false);
+    std::vector<float> out(n_q * n, NAN);
+    s->dot_rows(out.data(), q.data(), n_q);
+    const double stages = double(HadamardRotation(hd, 0).stages());
+    for (size_t j = 0; j < n_q; ++j) {
+      std::vector<double> qr(hd);
+      for (size_t i = 0; i < hd; ++i) {
+        double v = q[j * hd + i];
+        if (rotated(codec, RowRole::key)) {
+          v = 0;
+          for (size_t k = 0; k < hd; ++k) v += m[i * hd + k] * q[j * hd + k];
         }
+        qr[i] = v;
+      }
+      for (size_t r = 0; r < n; ++r) {
+        double ref = 0, mag = 0, xn = 0;
+        for (size_t c = 0; c < hd; ++c) {
+          ref += double(q[j * hd + c]) * x[r * hd + c];
+          mag += std::fabs(qr[c]) * (std::fabs(xr[r * hd + c]) + 2 * col_max[c]);
+          xn += xr[r * hd + c] * xr[r * hd + c];
+        }
+        // K: kitty's 4 fp16 channels, kivimix's hd / 2 low halves, summed apart
+        const double extra = codec == CodecKind::kivimix ? double(hd / 2) : 4.0;
+        double bound = 2.0 * (double(hd) + extra + 6) * kU32 * mag;
+        if (rotated(codec, RowRole::key)) {
+          bound += 2.0 * (stages + 3) * kU32 * norm(qr.data(), hd) * std::sqrt(xn) * 1.01;
+        }
+        ASSERT_NEAR(out[j * n + r], ref, bound) << to_string(codec) << " hd " << hd << " r " << r;
       }
     }
   }
@@ -302,117 +294,108 @@ TEST(CodecVariants, FusedDotMatchesDequantizedReference) {
 // beta_c = 2 (n + 4) u sum_r |w_r| (|x'_rc| + 2 B_r) holds per element; rotating the sum back
 // adds (L + 3) u ||S'|| to the vector error, so ||out - ref||_2 <= ||beta||_2 + (L + 3) u ||S'|| +
 // u ||out||.
-TEST(CodecVariants, FusedAccumulateMatchesDequantizedReference) {
-  for (CodecKind codec : kNewCodecs) {
-    for (size_t hd : {size_t{64}, size_t{40}}) {
-      auto s = evicted_store(codec, RowRole::value, hd, 16, 43);
-      const size_t n = s->rows();
-      const std::vector<float> x = read_all(*s);
-      std::vector<double> xr(x.begin(), x.end());
-      const std::vector<double> m = hadamard_rotation_matrix(hd, 1234);
-      if (rotated(codec, RowRole::value)) {
-        for (size_t r = 0; r < n; ++r) {
-          for (size_t i = 0; i < hd; ++i) {
-            double v = 0;
-            for (size_t j = 0; j < hd; ++j) v += m[i * hd + j] * x[r * hd + j];
-            xr[r * hd + i] = v;
-          }
+TEST_P(CodecVariant, FusedAccumulateMatchesDequantizedReference) {
+  const CodecKind codec = GetParam();
+  for (size_t hd : {size_t{64}, size_t{40}}) {
+    auto s = evicted_store(codec, RowRole::value, hd, 16, 43);
+    const size_t n = s->rows();
+    const std::vector<float> x = read_all(*s);
+    std::vector<double> xr(x.begin(), x.end());
+    const std::vector<double> m = hadamard_rotation_matrix(hd, 1234);
+    if (rotated(codec, RowRole::value)) {
+      for (size_t r = 0; r < n; ++r) {
+        for (size_t i = 0; i < hd; ++i) {
+          double v = 0;
+          for (size_t j = 0; j < hd; ++j) v += m[i * hd + j] * x[r * hd + j];
+          xr[r * hd + i] = v;
         }
-      }
-      std::vector<double> row_max(n, 0.0);
-      for (size_t i = 0; i < n * hd; ++i) {
-        row_max[i / hd] = std::max(row_max[i / hd], std::fabs(xr[i]));
-      }
-      const size_t n_q = 4;
-      std::mt19937 rng(9);
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      std::vector<float> w(n_q * n);
-      for (float& v : w) v = u(rng);
-      std::vector<float> out(n_q * hd, 0.5f);
-      s->accumulate_rows(out.data(), w.data(), n_q);
-      const double stages = double(HadamardRotation(hd, 0).stages());
-      for (size_t j = 0; j < n_q; ++j) {
-        std::vector<double> beta(hd), sum_r(hd, 0.0);
-        double err2 = 0, out2 = 0;
-        for (size_t c = 0; c < hd; ++c) {
-          double ref = 0.5, mag = 0;
-          for (size_t r = 0; r < n; ++r) {
-            ref += double(w[j * n + r]) * x[r * hd + c];
-            sum_r[c] += double(w[j * n + r]) * xr[r * hd + c];
-            mag += std::fabs(w[j * n + r]) * (std::fabs(xr[r * hd + c]) + 2 * row_max[r]);
-          }
-          beta[c] = 2.0 * double(n + 4) * kU32 * mag;
-          err2 += (out[j * hd + c] - ref) * (out[j * hd + c] - ref);
-          out2 += double(out[j * hd + c]) * out[j * hd + c];
-        }
-        double bound = norm(beta.data(), hd) + kU32 * std::sqrt(out2);
-        if (rotated(codec, RowRole::value))
-          bound += (stages + 3) * kU32 * norm(sum_r.data(), hd) * 1.01;
-        EXPECT_LE(std::sqrt(err2), bound) << to_string(codec) << " hd " << hd << " q " << j;
       }
     }
-  }
-}
-
-// Eviction never re-quantizes: after every retain each kept row decodes bit for bit as before it.
-TEST(CodecVariants, RepeatedEvictionNeverChangesKeptRows) {
-  for (CodecKind codec : kNewCodecs) {
-    for (RowRole role : {RowRole::key, RowRole::value}) {
-      auto s = make_row_store(codec_config(codec, 8, 16, 2), role, 24);
-      const std::string what =
-          std::string(to_string(codec)) + (role == RowRole::key ? " keys" : " values");
-      const kv_test::NoDriftStats st = kv_test::check_no_drift(
-          *s, {.rounds = 25, .rng_seed = 5, .data_seed = 500}, what.c_str());
-      EXPECT_GT(st.appended, 300u) << what;
-      EXPECT_GT(st.changed, 50u) << what;
+    std::vector<double> row_max(n, 0.0);
+    for (size_t i = 0; i < n * hd; ++i) {
+      row_max[i / hd] = std::max(row_max[i / hd], std::fabs(xr[i]));
+    }
+    const size_t n_q = 4;
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(n_q * n);
+    for (float& v : w) v = u(rng);
+    std::vector<float> out(n_q * hd, 0.5f);
+    s->accumulate_rows(out.data(), w.data(), n_q);
+    const double stages = double(HadamardRotation(hd, 0).stages());
+    for (size_t j = 0; j < n_q; ++j) {
+      std::vector<double> beta(hd), sum_r(hd, 0.0);
+      double err2 = 0, out2 = 0;
+      for (size_t c = 0; c < hd; ++c) {
+        double ref = 0.5, mag = 0;
+        for (size_t r = 0; r < n; ++r) {
+          ref += double(w[j * n + r]) * x[r * hd + c];
+          sum_r[c] += double(w[j * n + r]) * xr[r * hd + c];
+          mag += std::fabs(w[j * n + r]) * (std::fabs(xr[r * hd + c]) + 2 * row_max[r]);
+        }
+        beta[c] = 2.0 * double(n + 4) * kU32 * mag;
+        err2 += (out[j * hd + c] - ref) * (out[j * hd + c] - ref);
+        out2 += double(out[j * hd + c]) * out[j * hd + c];
+      }
+      double bound = norm(beta.data(), hd) + kU32 * std::sqrt(out2);
+      if (rotated(codec, RowRole::value))
+        bound += (stages + 3) * kU32 * norm(sum_r.data(), hd) * 1.01;
+      EXPECT_LE(std::sqrt(err2), bound) << to_string(codec) << " hd " << hd << " q " << j;
     }
   }
 }
 
 // The store record reloads into a store that decodes, dots, accumulates, counts bytes and goes on
 // appending bit for bit like the original; a rotated record with another seed is refused.
-TEST(CodecVariants, StoreRecordRoundTripIsBitIdentical) {
-  for (CodecKind codec : kNewCodecs) {
-    for (RowRole role : {RowRole::key, RowRole::value}) {
-      const size_t hd = 40;
-      auto a = evicted_store(codec, role, hd, 16, 11);
-      std::vector<uint8_t> record;
-      a->save(record);
-      const CacheConfig cfg = codec_config(codec, 16, 64, 3);
-      auto b = load_row_store(cfg, role, hd, record);
-      auto same = [&](const char* when) {
-        ASSERT_EQ(a->rows(), b->rows()) << when;
-        EXPECT_EQ(a->bytes(), b->bytes()) << when;
-        EXPECT_EQ(read_all(*a), read_all(*b)) << when;
-        const std::vector<float> q = realistic_rows(2, hd, 3, false);
-        std::vector<float> da(2 * a->rows()), db(2 * b->rows());
-        a->dot_rows(da.data(), q.data(), 2);
-        b->dot_rows(db.data(), q.data(), 2);
-        EXPECT_EQ(da, db) << when;
-        std::vector<float> w(2 * a->rows(), 0.25f), oa(2 * hd, 0.0f), ob(2 * hd, 0.0f);
-        a->accumulate_rows(oa.data(), w.data(), 2);
-        b->accumulate_rows(ob.data(), w.data(), 2);
-        EXPECT_EQ(oa, ob) << when;
-        std::vector<uint8_t> ra, rb;
-        a->save(ra);
-        b->save(rb);
-        EXPECT_EQ(ra, rb) << when;
-      };
-      same("loaded");
-      const std::vector<float> more = realistic_rows(70, hd, 12, true);
-      a->append(more.data(), 70);
-      b->append(more.data(), 70);
-      same("after appends");
-      if (rotated(codec, role)) {
-        CacheConfig other = cfg;
-        other.rotation_seed = 4321;
-        EXPECT_THROW(load_row_store(other, role, hd, record), RuntimeError);
-      }
-      record.push_back(0);  // one byte too many
-      EXPECT_THROW(load_row_store(cfg, role, hd, record), RuntimeError) << to_string(codec);
+TEST_P(CodecVariant, StoreRecordRoundTripIsBitIdentical) {
+  const CodecKind codec = GetParam();
+  for (RowRole role : {RowRole::key, RowRole::value}) {
+    const size_t hd = 40;
+    auto a = evicted_store(codec, role, hd, 16, 11);
+    std::vector<uint8_t> record;
+    a->save(record);
+    const CacheConfig cfg = codec_config(codec, 16, 64, 3);
+    auto b = load_row_store(cfg, role, hd, record);
+    auto same = [&](const char* when) {
+      ASSERT_EQ(a->rows(), b->rows()) << when;
+      EXPECT_EQ(a->bytes(), b->bytes()) << when;
+      EXPECT_EQ(read_all(*a), read_all(*b)) << when;
+      const std::vector<float> q = realistic_rows(2, hd, 3, false);
+      std::vector<float> da(2 * a->rows()), db(2 * b->rows());
+      a->dot_rows(da.data(), q.data(), 2);
+      b->dot_rows(db.data(), q.data(), 2);
+      EXPECT_EQ(da, db) << when;
+      std::vector<float> w(2 * a->rows(), 0.25f), oa(2 * hd, 0.0f), ob(2 * hd, 0.0f);
+      a->accumulate_rows(oa.data(), w.data(), 2);
+      b->accumulate_rows(ob.data(), w.data(), 2);
+      EXPECT_EQ(oa, ob) << when;
+      std::vector<uint8_t> ra, rb;
+      a->save(ra);
+      b->save(rb);
+      EXPECT_EQ(ra, rb) << when;
+    };
+    same("loaded");
+    const std::vector<float> more = realistic_rows(70, hd, 12, true);
+    a->append(more.data(), 70);
+    b->append(more.data(), 70);
+    same("after appends");
+    if (rotated(codec, role)) {
+      CacheConfig other = cfg;
+      other.rotation_seed = 4321;
+      EXPECT_THROW(load_row_store(other, role, hd, record), RuntimeError);
     }
+    record.push_back(0);  // one byte too many
+    EXPECT_THROW(load_row_store(cfg, role, hd, record), RuntimeError) << to_string(codec);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(NewCodecs, CodecVariant,
+                         ::testing::Values(CodecKind::kivi2r, CodecKind::kivi4r, CodecKind::kitty,
+                                           CodecKind::kivi42, CodecKind::kivi24, CodecKind::kivi42r,
+                                           CodecKind::kivi32, CodecKind::kivimix),
+                         [](const ::testing::TestParamInfo<CodecKind>& p) {
+                           return std::string(to_string(p.param));
+                         });
 
 // Exact bytes: kitty keys hold KIVI-2's layout plus 2 bytes per block channel index and 2 per
 // fp16 value; rotated stores hold their KIVI store plus the 8-byte seed.
@@ -441,14 +424,7 @@ TEST(CodecVariants, BytesAreExact) {
 }
 
 TEST(CodecVariants, BadConfigurationsAreClearErrors) {
-  auto message = [](auto&& fn) -> std::string {
-    try {
-      fn();
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "";
-  };
+  const auto message = [](auto&& fn) { return kivi_test::error_of(fn); };
   CacheConfig c = codec_config(CodecKind::kitty, 8, 16);
   c.kitty_channels = 0;
   EXPECT_NE(message([&] { c.validate(); }).find("kitty_channels must be positive"),

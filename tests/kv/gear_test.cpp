@@ -1,7 +1,8 @@
 // GEAR codec (include/snapkv/kv/codecs/gear.h): the low-rank routine against a planted spectrum in
 // double, the KIVI part left untouched (rank 0, sparse 0 decodes like KIVI bit for bit), the
 // error bound the corrections promise, fused attention against dequantize-then-attend, exact
-// bytes, no drift under repeated eviction, .kvc record round trip, and bad configurations.
+// bytes and bad configurations. No drift under repeated eviction (coefficients and sparse entries
+// move with their rows) and .kvc record round trips: codec_contract_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,25 +13,18 @@
 
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
-#include "kv/no_drift_util.h"
 #include "snapkv/kv/codecs/gear.h"
 #include "snapkv/kv/core/row_store.h"
-#include "snapkv/util/error.h"
 
 namespace snapkv {
 namespace {
 
+using kivi_test::read_all;
 using kivi_test::realistic_rows;
 using kivi_test::round_fp16;
 
 constexpr double kU32 = 1.0 / 16777216.0;  // fp32 unit roundoff 2^-24
 constexpr double kU16 = 1.0 / 2048.0;      // fp16 unit roundoff 2^-11
-
-std::vector<float> read_all(const RowStore& s) {
-  std::vector<float> out(s.rows() * s.head_dim());
-  s.read(out.data(), 0, s.rows());
-  return out;
-}
 
 CacheConfig gear_config(size_t group, size_t residual, size_t rank, double sparse, size_t bits) {
   CacheConfig c;
@@ -249,45 +243,6 @@ TEST(GearStore, FusedAttentionMatchesDequantizeThenAttend) {
             << "role " << int(role) << " channel " << ch;
       }
     }
-  }
-}
-
-// Eviction moves coefficients and sparse entries with their rows: every kept row decodes
-// bit-identically after each retain and each later append (as KIVI's own test).
-TEST(GearStore, RepeatedEvictionNeverChangesKeptRows) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    auto s = make_row_store(gear_config(8, 16, 2, 0.05, 2), role, 20);
-    const kv_test::NoDriftStats st =
-        kv_test::check_no_drift(*s, {.rounds = 25, .rng_seed = 41, .data_seed = 500}, "gear");
-    EXPECT_GT(st.compared, 200u);
-    EXPECT_GT(st.changed, 50u);  // rows did get quantized (with corrections) along the way
-  }
-}
-
-// save() then load_row_store(): the same rows, bytes and record; a cut record is a named error.
-TEST(GearStore, RecordRoundTripIsExact) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    const CacheConfig c = gear_config(8, 16, 3, 0.04, 2);
-    auto s = make_row_store(c, role, 24);
-    const std::vector<float> x = realistic_rows(90, 24, 21, true);
-    s->append(x.data(), 60);
-    s->append(x.data() + 60 * 24, 30);
-    std::vector<uint32_t> keep;
-    for (uint32_t i = 0; i < 90; i += 2) keep.push_back(i);
-    s->retain(keep);
-    std::vector<uint8_t> record;
-    s->save(record);
-    auto loaded = load_row_store(c, role, 24, record);
-    EXPECT_EQ(read_all(*loaded), read_all(*s));
-    EXPECT_EQ(loaded->bytes(), s->bytes());
-    std::vector<uint8_t> again;
-    loaded->save(again);
-    EXPECT_EQ(again, record);
-    const std::vector<uint8_t> cut(record.begin(), record.end() - 3);
-    EXPECT_THROW(load_row_store(c, role, 24, cut), RuntimeError);
-    CacheConfig other = c;
-    other.gear_rank = 2;
-    EXPECT_THROW(load_row_store(other, role, 24, record), RuntimeError);
   }
 }
 

@@ -1,6 +1,6 @@
 // KIVI codec: parameter choice, packing, round-trip distortion per bit width on realistic data,
-// constant groups, residual flush boundaries, sinks, byte accounting, bad configs, and the
-// no-drift rule under repeated eviction.
+// constant groups, residual flush boundaries, sinks, byte accounting, bad configs and clones. The
+// no-drift rule under repeated eviction: codec_contract_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +15,6 @@
 
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
-#include "kv/no_drift_util.h"
 #include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/kv/core/row_store.h"
 
@@ -23,17 +22,12 @@ namespace snapkv {
 namespace {
 
 using kivi_test::fp16_rounding;
+using kivi_test::read_all;
 using kivi_test::realistic_rows;
 using kivi_test::round_fp16;
 using kivi_test::scale_bound;
 
 constexpr double kU32 = 1.0 / 16777216.0;  // fp32 unit roundoff 2^-24
-
-std::vector<float> read_all(const RowStore& s) {
-  std::vector<float> out(s.rows() * s.head_dim());
-  s.read(out.data(), 0, s.rows());
-  return out;
-}
 
 TEST(KiviParams, ConstantGroupIsExactWithZeroScale) {
   for (int bits : {2, 4}) {
@@ -384,7 +378,7 @@ TEST(KiviStore, BadConfigsAreClearErrors) {
   // 0.
   expect_error([&] { make_kivi_row_store(RowRole::value, 2, 64, 32, 0, 0); },
                "multiple of kivi_group");
-  for (int bits : {0, 1, 5, 8}) {  // 3 is kivi32's key width (kivi32_test.cpp)
+  for (int bits : {0, 1, 5, 8}) {  // 3 is kivi32's key width (kivi_mixed_test.cpp)
     expect_error([&] { make_kivi_row_store(RowRole::key, bits, 64, 32, 128, 0); },
                  "unsupported bit width");
   }
@@ -403,21 +397,6 @@ TEST(KiviStore, BadConfigsAreClearErrors) {
   expect_error([&] { s->retain(out_of_range); }, "strictly increasing");
   float out[8];
   expect_error([&] { s->read(out, 0, 2); }, "out of bounds");
-}
-
-// Eviction on packed rows never re-quantizes: every kept row decodes bit-identically after each
-// retain, so its error against the original input never grows. Appends in between (which flush
-// the residual) must not touch rows that were already quantized either.
-TEST(KiviStore, RepeatedEvictionNeverChangesKeptRows) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    for (int bits : {2, 4}) {
-      auto s = make_kivi_row_store(role, bits, 40, 8, 16, 2);
-      const kv_test::NoDriftStats st = kv_test::check_no_drift(
-          *s, {.rounds = 30, .rng_seed = uint32_t(17 + bits), .data_seed = 1000}, "kivi");
-      EXPECT_GT(st.appended, 300u);
-      EXPECT_GT(st.changed, 50u);  // residual flushes quantized rows along the way
-    }
-  }
 }
 
 TEST(KiviStore, CloneIsIndependent) {

@@ -1,16 +1,29 @@
-// Shared helpers of the KIVI tests: realistic KV data and small reference computations.
+// Shared helpers of the codec tests: realistic KV data, a store's decoded rows, error messages and
+// small reference computations.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <ostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kv/codecs/kivi/kivi_kernels.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/row_store.h"
 #include "snapkv/util/fp16.h"
+
+namespace snapkv {
+
+// gtest prints a codec parameter by its name.
+inline void PrintTo(CodecKind codec, std::ostream* os) {
+  *os << to_string(codec);
+}
+
+}  // namespace snapkv
 
 namespace snapkv::kivi_test {
 
@@ -30,6 +43,23 @@ inline std::vector<float> realistic_rows(size_t n, size_t head_dim, uint32_t see
     }
   }
   return x;
+}
+
+// Every row of a store, decoded: [rows][head_dim].
+inline std::vector<float> read_all(const RowStore& s) {
+  std::vector<float> out(s.rows() * s.head_dim());
+  s.read(out.data(), 0, s.rows());
+  return out;
+}
+
+// The message of the std::invalid_argument fn() throws, "" when it throws none.
+inline std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline float round_fp16(float x) {

@@ -345,7 +345,7 @@ TEST(LayerCache, InvalidInputsThrowAndLeaveTheCacheUnchanged) {
 
 // Keys or values that fit fp32 but not fp16 (stored rows are fp16 or fp16-based for every codec):
 // one named error for every codec and policy, in update() and attend(), instead of infinities
-// turning scores into zeros (the keys x 1e30) for one codec and an error for another.
+// turning scores into zeros (keys x 1e30) for one codec and an error for another.
 TEST(LayerCache, ValuesOutsideTheFp16RangeAreOneNamedErrorForEveryCodec) {
   const size_t n_heads = 2, n_kv = 2, s = 40, d = 8;
   const auto p = make_prompt(n_kv, s, d, 21);

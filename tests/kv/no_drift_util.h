@@ -1,5 +1,5 @@
 // The no-drift rule every quantizing RowStore keeps under repeated eviction, as one shared check
-// (kivi_codec_test, codec_variants_test, zipcache_test, zipcacher_test, gear_test use it).
+// (codec_contract_test.cpp runs it over every quantizing codec).
 //
 // Rule: a kept row changes its decoded value at most once in its life (from its fp16 form to its
 // quantized form, when an append flushes it or a settle routes it) and never in a retain: eviction

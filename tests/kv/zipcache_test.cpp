@@ -1,8 +1,9 @@
 // ZipCache-adapted codec (include/snapkv/kv/codecs/zipcache.h): routing by saliency, round-trip
 // distortion within the derived per-element bound, fused attention against dequantize-then-
-// attend, exact bytes, no drift under repeated eviction, .kvc record round trip, LayerCache
-// stacking (the policy's rows kept; the policy's top-scored rows high precision; the full
-// policy's window-attention fallback) and bad configurations.
+// attend, exact bytes, LayerCache stacking (the policy's rows kept; the policy's top-scored rows
+// high precision; the full policy's window-attention fallback) and bad configurations, which
+// zipcacher (zipcacher_test.cpp) refuses alike. No drift under repeated eviction and .kvc record
+// round trips: codec_contract_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
-#include "kv/no_drift_util.h"
 #include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/kv/codecs/zipcache.h"
 #include "snapkv/kv/core/layer_cache.h"
@@ -27,17 +27,12 @@
 namespace snapkv {
 namespace {
 
+using kivi_test::read_all;
 using kivi_test::realistic_rows;
 using kivi_test::round_fp16;
 using kivi_test::scale_bound;
 
 constexpr double kU32 = 1.0 / 16777216.0;
-
-std::vector<float> read_all(const RowStore& s) {
-  std::vector<float> out(s.rows() * s.head_dim());
-  s.read(out.data(), 0, s.rows());
-  return out;
-}
 
 CacheConfig zip_config(size_t group, size_t residual, double salient, size_t high) {
   CacheConfig c;
@@ -238,46 +233,16 @@ TEST(ZipCacheStore, FusedAttentionMatchesDequantizeThenAttend) {
   }
 }
 
-TEST(ZipCacheStore, RepeatedEvictionNeverChangesKeptRows) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    auto s = make_row_store(zip_config(8, 16, 0.3, 4), role, 20);
-    const kv_test::NoDriftStats st = kv_test::check_no_drift(
-        *s, {.rounds = 25, .rng_seed = 61, .data_seed = 700, .settle = true}, "zipcache");
-    EXPECT_GT(st.compared, 200u);
-    EXPECT_GT(st.changed, 50u);  // settling quantizes whole segments of the routed rows
-  }
-}
+// zipcache and zipcacher refuse the same bad configurations with the same named errors.
+class ZipBadConfig : public ::testing::TestWithParam<CodecKind> {};
 
-TEST(ZipCacheStore, RecordRoundTripIsExact) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    for (size_t high : {4u, 16u}) {
-      const CacheConfig c = zip_config(8, 16, 0.25, high);
-      auto s = make_row_store(c, role, 24);
-      const std::vector<float> x = realistic_rows(90, 24, 31, true);
-      s->append(x.data(), 60);
-      std::vector<float> sal(60);
-      for (size_t i = 0; i < 60; ++i) sal[i] = float((i * 11) % 23);
-      s->settle(sal);
-      s->append(x.data() + 60 * 24, 30);  // 3 segments flushed; 30 rows wait unrouted
-      std::vector<uint32_t> keep;
-      for (uint32_t i = 0; i < 90; i += 3) keep.push_back(i);
-      s->retain(keep);
-      std::vector<uint8_t> record;
-      s->save(record);
-      auto loaded = load_row_store(c, role, 24, record);
-      EXPECT_EQ(read_all(*loaded), read_all(*s));
-      EXPECT_EQ(loaded->bytes(), s->bytes());
-      EXPECT_EQ(loaded->unsettled_rows(), s->unsettled_rows());
-      std::vector<uint8_t> again;
-      loaded->save(again);
-      EXPECT_EQ(again, record);
-      const std::vector<uint8_t> cut(record.begin(), record.end() - 1);
-      EXPECT_THROW(load_row_store(c, role, 24, cut), RuntimeError);
-    }
-  }
-}
-
-TEST(ZipCacheStore, BadConfigsAreClearErrors) {
+TEST_P(ZipBadConfig, BadConfigsAreClearErrors) {
+  const CodecKind codec = GetParam();
+  const auto config = [&](double salient, size_t high) {
+    CacheConfig c = zip_config(8, 16, salient, high);
+    c.codec = codec;
+    return c;
+  };
   auto expect_error = [](const CacheConfig& c, const std::string& part) {
     try {
       make_row_store(c, RowRole::value, 32);
@@ -286,20 +251,29 @@ TEST(ZipCacheStore, BadConfigsAreClearErrors) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  expect_error(zip_config(8, 16, 1.2, 4), "zip_salient out of range");
-  expect_error(zip_config(8, 16, -0.5, 4), "zip_salient out of range");
-  expect_error(zip_config(8, 16, 0.2, 8), "zip_high_bits unsupported");
-  CacheConfig sinks = zip_config(8, 16, 0.2, 4);
-  sinks.kivi_fp16_sinks = 4;
-  expect_error(sinks, "kivi_fp16_sinks");
-  CacheConfig c = zip_config(8, 16, 1.5, 4);
+  expect_error(config(1.2, 4), "zip_salient out of range");
+  expect_error(config(-0.5, 4), "zip_salient out of range");
+  expect_error(config(-0.1, 4), "zip_salient out of range");
+  expect_error(config(0.2, 8), "zip_high_bits unsupported");
+  for (size_t sinks : {2u, 4u}) {
+    CacheConfig with_sinks = config(0.2, 4);
+    with_sinks.kivi_fp16_sinks = sinks;
+    expect_error(with_sinks, "kivi_fp16_sinks");
+  }
+  CacheConfig c = config(1.5, 4);
   EXPECT_THROW(c.validate(), std::invalid_argument);
-  auto s = make_row_store(zip_config(8, 16, 0.2, 4), RowRole::key, 8);
+  auto s = make_row_store(config(0.2, 4), RowRole::key, 8);
   const std::vector<float> x = realistic_rows(4, 8, 1, false);
   s->append(x.data(), 4);
   const std::vector<float> wrong(3, 1.0f);
   EXPECT_THROW(s->settle(wrong), std::invalid_argument);
 }
+
+INSTANTIATE_TEST_SUITE_P(Codecs, ZipBadConfig,
+                         ::testing::Values(CodecKind::zipcache, CodecKind::zipcacher),
+                         [](const ::testing::TestParamInfo<CodecKind>& p) {
+                           return std::string(to_string(p.param));
+                         });
 
 // Under LayerCache: snapkv + zipcache keeps exactly snapkv + fp16's rows (selection runs before
 // anything is quantized), and the kept rows the policy scored highest are the fp16 ones.

@@ -3,9 +3,9 @@
 // value store is exactly a zipcache store of the rotated rows read back through R^T, the key store
 // a zipcache store; round-trip distortion within the bound derived from the inner store's
 // per-element bound plus the two transforms' rounding; lower distortion than zipcache on values
-// with outlier channels; fused attention against dequantize-then-attend; no drift under repeated
-// eviction; .kvc record round trip; LayerCache stacking keeps the policy's rows; bad configurations
-// are clear errors.
+// with outlier channels; fused attention against dequantize-then-attend; LayerCache stacking keeps
+// the policy's rows. Bad configurations: zipcache_test.cpp (ZipBadConfig); no drift under repeated
+// eviction and .kvc record round trips: codec_contract_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
-#include "kv/no_drift_util.h"
 #include "snapkv/kv/codecs/rotation.h"
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/row_store.h"
@@ -27,6 +26,7 @@
 namespace snapkv {
 namespace {
 
+using kivi_test::read_all;
 using kivi_test::realistic_rows;
 using kivi_test::round_fp16;
 using kivi_test::scale_bound;
@@ -48,12 +48,6 @@ CacheConfig zipr_config(size_t group, size_t residual, double salient, size_t hi
 
 bool rotates(RowRole role) {
   return role == RowRole::value;
-}
-
-std::vector<float> read_all(const RowStore& s) {
-  std::vector<float> out(s.rows() * s.head_dim());
-  s.read(out.data(), 0, s.rows());
-  return out;
 }
 
 double norm(const float* x, size_t d) {
@@ -251,71 +245,8 @@ TEST(ZipCacheR, FusedAttentionMatchesDequantizeThenAttend) {
   }
 }
 
-// Kept rows decode bit-identically after any number of evictions, appends and settles: a row
-// changes at most once in its life (pending fp16 -> quantized, at a settle), never in a retain.
-TEST(ZipCacheR, RepeatedEvictionNeverChangesKeptRows) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    auto s = make_row_store(zipr_config(8, 16, 0.3, 4), role, 20);
-    const kv_test::NoDriftStats st = kv_test::check_no_drift(
-        *s, {.rounds = 25, .rng_seed = 61, .data_seed = 700, .settle = true}, "zipcacher");
-    EXPECT_GT(st.compared, 200u);
-    EXPECT_GT(st.changed, 50u);  // rows did get quantized along the way
-  }
-}
-
-TEST(ZipCacheR, RecordRoundTripIsExact) {
-  for (RowRole role : {RowRole::key, RowRole::value}) {
-    for (size_t high : {4u, 16u}) {
-      const CacheConfig c = zipr_config(8, 16, 0.25, high);
-      auto s = make_row_store(c, role, 24);
-      const std::vector<float> x = realistic_rows(90, 24, 31, true);
-      s->append(x.data(), 60);
-      std::vector<float> sal(60);
-      for (size_t i = 0; i < 60; ++i) sal[i] = float((i * 11) % 23);
-      s->settle(sal);
-      s->append(x.data() + 60 * 24, 30);  // 3 segments quantized; 30 rows wait unrouted
-      std::vector<uint32_t> keep;
-      for (uint32_t i = 0; i < 90; i += 3) keep.push_back(i);
-      s->retain(keep);
-      std::vector<uint8_t> record;
-      s->save(record);
-      auto loaded = load_row_store(c, role, 24, record);
-      EXPECT_EQ(read_all(*loaded), read_all(*s));
-      EXPECT_EQ(loaded->bytes(), s->bytes());
-      EXPECT_EQ(loaded->unsettled_rows(), s->unsettled_rows());
-      EXPECT_GT(loaded->unsettled_rows(), 0u);
-      std::vector<uint8_t> again;
-      loaded->save(again);
-      EXPECT_EQ(again, record);
-      const std::vector<uint8_t> cut(record.begin(), record.end() - 1);
-      EXPECT_THROW(load_row_store(c, role, 24, cut), RuntimeError);
-      if (rotates(role)) {
-        CacheConfig other = c;
-        other.rotation_seed = kSeed + 1;
-        EXPECT_THROW(load_row_store(other, role, 24, record), RuntimeError);
-      }
-    }
-  }
-}
-
-TEST(ZipCacheR, BadConfigsAreClearErrors) {
-  auto message = [](const CacheConfig& c) {
-    try {
-      make_row_store(c, RowRole::value, 32);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message(zipr_config(8, 16, 1.2, 4)).find("zip_salient out of range"),
-            std::string::npos);
-  EXPECT_NE(message(zipr_config(8, 16, -0.1, 4)).find("zip_salient out of range"),
-            std::string::npos);
-  EXPECT_NE(message(zipr_config(8, 16, 0.2, 8)).find("zip_high_bits unsupported"),
-            std::string::npos);
-  CacheConfig sinks = zipr_config(8, 16, 0.2, 4);
-  sinks.kivi_fp16_sinks = 2;
-  EXPECT_NE(message(sinks).find("kivi_fp16_sinks"), std::string::npos);
+// The name and the traits; its bad configurations are zipcache's (zipcache_test.cpp, ZipBadConfig).
+TEST(ZipCacheR, NameAndTraits) {
   EXPECT_EQ(parse_codec("zipcacher"), CodecKind::zipcacher);
   EXPECT_EQ(to_string(CodecKind::zipcacher), "zipcacher");
   EXPECT_TRUE(codec_is_rotated(CodecKind::zipcacher));

@@ -400,7 +400,7 @@ TEST(Arch, ArchitectureSpecificTensorsAreChecked) {
                {"[qwen3]", "qwen3.block_count"});
 }
 
-// ---- The cache library on the new architectures -------------------------------------------------
+// ---- The cache library on Llama 3 and Qwen 3 ---------------------------------------------------
 
 TEST(Arch, SnapKvWithKiviRunsOnLlama3AndQwen3) {
   for (const char* name : {"llama3", "qwen3"}) {

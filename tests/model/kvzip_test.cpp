@@ -181,7 +181,7 @@ TEST(KvzipPlan, PositionsStayInsideTheContext) {
   ASSERT_EQ(plain.size(), 3u);
   EXPECT_EQ(plain[1].begin, 1024u);
   EXPECT_EQ(plain[1].first_position, 3000u);
-  // 2K context on a 2K model (the case that used to run past context_length): shrunk chunks.
+  // 2K context on a 2K model (chunks must not run past context_length): shrunk chunks.
   const auto shrunk = reconstruction_plan(1999, 2000, 2048, options);
   EXPECT_EQ(shrunk.front().end, 32u);                           // room 30 < 32: the minimal chunk
   EXPECT_EQ(shrunk.front().first_position, 2000u);              // 10 + 32 tokens still fit

@@ -153,7 +153,7 @@ TEST(Rope, LinearScaleAndFactorsDivideTheAngle) {
 }
 
 TEST(Rope, NoScalingIsBitwiseTheOriginalTable) {
-  // The Llama path must not change by a bit: scale 1 and no factors give the old table exactly.
+  // The Llama path must not change by a bit: scale 1 and no factors give the plain table exactly.
   const std::vector<int64_t> positions = {0, 1, 77, 4095};
   auto a = random_vec(positions.size() * 3 * 32, 17);
   auto b = a;

@@ -2,8 +2,9 @@
 // checks, and row conversion (quantize / dequantize) between fp32 and each type.
 //
 // Covers F32, F16, BF16, Q8_0, Q4_0 and the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K exactly as ggml
-// lays them out (the K-quant block layouts and decoders live in ops/quant_blocks.h, shared with
-// the matmul kernels); every other ggml type is "unsupported" here and named by ggml_type_name.
+// lays them out (the block layouts, K-quant decoders and encoders live in util/quant_blocks.h,
+// shared with the matmul kernels); every other ggml type is "unsupported" here and named by
+// ggml_type_name.
 // Scalar code only: these are the reference conversions. K-quant encoding (quantize_row) is a
 // simple round-to-nearest, not ggml's scale search.
 #pragma once
@@ -14,8 +15,8 @@
 #include <span>
 #include <string_view>
 
-#include "snapkv/ops/gemm.h"  // BlockQ8_0, kQ8BlockSize (header only)
 #include "snapkv/util/fp16.h"
+#include "snapkv/util/quant_blocks.h"
 
 namespace snapkv::gguf {
 
@@ -33,19 +34,11 @@ enum class TensorType : int32_t {
   bf16 = 30,
 };
 
-// Elements per block of a quantized type.
-inline constexpr size_t kQK4_0 = 32;
-
-// Q8_0 (value[j] = qs[j] * d, d = amax / 127 in fp16, 34 bytes per 32 values): the one layout is
-// snapkv::BlockQ8_0 / kQ8BlockSize of ops/gemm.h, which the matmul kernels read in place.
-
-// Q4_0: value[j] = ((qs[j] & 0xF) - 8) * d and value[j + 16] = ((qs[j] >> 4) - 8) * d for j < 16.
-// 18 bytes per 32 values.
-struct block_q4_0 {
-  fp16_t d;                // scale
-  uint8_t qs[kQK4_0 / 2];  // nibbles: element j low, element j + 16 high
-};
-static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must match ggml's 18-byte layout");
+// Q8_0 (value[j] = qs[j] * d, d = amax / 127 in fp16, 34 bytes per 32 values) and Q4_0
+// (value[j] = ((qs[j] & 0xF) - 8) * d and value[j + 16] = ((qs[j] >> 4) - 8) * d for j < 16,
+// 18 bytes per 32 values): the one layout of each is snapkv::BlockQ8_0 / kQ8BlockSize and
+// snapkv::BlockQ4_0 / kQ4_0BlockSize of util/quant_blocks.h, which the matmul kernels read in
+// place.
 
 using bf16_t = uint16_t;  // raw bfloat16 bits (upper half of an IEEE binary32)
 
@@ -90,8 +83,8 @@ void quantize_row(void* out, const float* in, TensorType type, size_t n);
 void dequantize_row_q8_0(float* out, const BlockQ8_0* in, size_t n);
 // d = amax / 127, q = round(x / d) half away from zero; d = 0 for an all-zero block (ggml's rule).
 void quantize_row_q8_0(BlockQ8_0* out, const float* in, size_t n);
-void dequantize_row_q4_0(float* out, const block_q4_0* in, size_t n);
-void quantize_row_q4_0(block_q4_0* out, const float* in, size_t n);
+void dequantize_row_q4_0(float* out, const BlockQ4_0* in, size_t n);
+void quantize_row_q4_0(BlockQ4_0* out, const float* in, size_t n);
 void dequantize_row_bf16(float* out, const bf16_t* in, size_t n);
 void quantize_row_bf16(bf16_t* out, const float* in, size_t n);
 

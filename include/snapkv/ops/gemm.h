@@ -1,5 +1,5 @@
 // Matrix products against weight matrices that stay in their stored format (F32, F16, BF16, Q8_0,
-// Q4_0 and the K-quants Q2_K..Q6_K; block layouts in quant_blocks.h). The weights are used in
+// Q4_0 and the K-quants Q2_K..Q6_K; block layouts in util/quant_blocks.h). The weights are used in
 // place (e.g. straight from a memory-mapped GGUF file): encoded rows are dequantized inside the
 // kernels, a block or a tile at a time, never copied whole to fp32.
 //
@@ -31,15 +31,6 @@
 namespace snapkv {
 
 enum class WeightType { f32, f16, q8_0, bf16, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K };
-
-// Q8_0 as ggml stores it: 32 weights share one fp16 scale, value = d * qs[j]. The project's one
-// Q8_0 layout (gguf/quant.h reads, writes and quantizes it: gguf::quantize_row_q8_0).
-inline constexpr size_t kQ8BlockSize = 32;
-struct BlockQ8_0 {
-  fp16_t d;
-  int8_t qs[kQ8BlockSize];
-};
-static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 block must be 34 bytes as in ggml");
 
 // Token counts at or above this use the dequantize-tile + sgemm path.
 inline constexpr size_t kGemmMinTokens = 4;

@@ -10,15 +10,9 @@
 #include "kv/file/kvc_bytes.h"
 #include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
-namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 GearCorrection::GearCorrection(size_t head_dim, size_t rank, double sparse)
     : head_dim_(head_dim), rank_(rank), sparse_fraction_(sparse) {}

@@ -18,13 +18,10 @@
 #include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 size_t ceil_div(size_t a, size_t b) {
   return (a + b - 1) / b;

@@ -4,14 +4,9 @@
 #include <algorithm>
 #include <string>
 
+#include "snapkv/util/text.h"
+
 namespace snapkv {
-namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 bool wants_window_queries(const CacheConfig& config) {
   if (config.query_source == QuerySource::keys) return false;

@@ -4,15 +4,12 @@
 
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
 
 constexpr const char* kComponent = "layer_cache";
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 void check_decode_window(const CacheDims& dims, const CacheConfig& config, size_t tokens_seen,
                          size_t compressions, const LayerCache::DecodeWindow& w) {

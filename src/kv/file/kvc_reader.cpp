@@ -17,15 +17,12 @@
 #include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/util/sha256.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
 
 constexpr const char* kComponent = "kvc";
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 [[noreturn]] void fail(KvcErrorKind kind, std::string_view what, std::string_view got,
                        std::string_view expected) {

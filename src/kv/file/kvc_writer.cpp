@@ -13,15 +13,12 @@
 #include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/util/sha256.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
 
 constexpr const char* kComponent = "kvc";
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 template <size_t N>
 void put_name(char (&field)[N], std::string_view name) {

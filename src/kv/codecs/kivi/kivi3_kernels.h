@@ -14,7 +14,7 @@ namespace snapkv {
 // The two sums run in fp32 in channel order (no dequantized rows). Its distance from the scalar
 // twin, which sums q_c * (scale_c * code + zero_c) per channel, is float rounding only: at most
 // about 2 (head_dim + 2) u * sum_c |q_c| (|scale_c code(r, c)| + |zero_c|) (u = 2^-24), the bound
-// tests/kv/kivi32_test.cpp holds it to.
+// tests/kv/kivi_mixed_test.cpp holds it to.
 void kivi3_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
                          const float* scales, const float* zeros, const uint8_t* words,
                          size_t n_rows, size_t head_dim);

@@ -17,15 +17,9 @@
 #include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
-namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 KiviStore::KiviStore(int bits, size_t head_dim, size_t group, size_t residual, size_t fp16_sinks)
     : bits_(bits),

@@ -1,13 +1,13 @@
-// Internal to ops/: the packed sub-block scales of Q3_K, Q4_K and Q5_K (layouts in
-// snapkv/ops/quant_blocks.h), shared by the fast decoders (quant_blocks_simd.cpp, compiled per ISA
-// level) and the references (quant_blocks.cpp). Internal linkage, so the per-level copies never
-// share a symbol (util/isa.h).
+// Internal: the packed sub-block scales of Q3_K, Q4_K and Q5_K (layouts in
+// snapkv/util/quant_blocks.h), shared by the references (util/quant_blocks.cpp) and the fast
+// decoders (ops/quant_blocks_simd.cpp, compiled per ISA level). Internal linkage, so the per-level
+// copies never share a symbol (util/isa.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace snapkv::ops_internal {
+namespace snapkv::quant_internal {
 namespace {
 
 // Q4_K / Q5_K: 6-bit scale and min of sub-block s (< 8) from the 12 packed bytes.
@@ -29,4 +29,4 @@ inline int scale_q3_K(const uint8_t* q, size_t s) {
 }
 
 }  // namespace
-}  // namespace snapkv::ops_internal
+}  // namespace snapkv::quant_internal

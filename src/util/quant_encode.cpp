@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "snapkv/ops/quant_blocks.h"
+#include "snapkv/util/quant_blocks.h"
 
 namespace snapkv {
 namespace {
