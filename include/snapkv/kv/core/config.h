@@ -72,7 +72,7 @@ enum class ChunkMode {
 // token); kivi24 the mirror (2-bit keys, 4-bit values), the measurement that splits a 2-bit cache's
 // loss between keys and values; kivi42r: kivi42 whose value rows are turned by the rotation of
 // kivi2r (keys plain). kivi32: 3-bit keys (per channel), 2-bit values (per token): 2.5 code bits
-// per element on average, the ~2.5-bit point of issue 16 (docs/results/codecs-25bit/). kivimix: 2.5
+// per element on average (docs/results/codecs-25bit/). kivimix: 2.5
 // code bits per element too, spent unevenly on the keys: in every key block the head_dim/2 channels
 // of largest range (max - min over the block) get 4-bit codes, the others 2-bit (3 bits per key
 // element on average), values 2-bit per token (kv/codecs/kivi.h "Mixed key widths";
