@@ -1,7 +1,7 @@
 // Dot products and scaled row additions on plain fp32 / fp16 arrays: the inner kernels of SnapKV
 // scoring and of attention over stored rows. Each fast kernel (AVX2+FMA / F16C at the avx2 ISA
-// level and up, snapkv/util/cpu.h) has a scalar twin (*_scalar) that tests hold it to; dot_ref accumulates in double.
-// Nothing here allocates or knows about caches.
+// level and up, snapkv/util/cpu.h) has a scalar twin (*_scalar) that tests hold it to; dot_ref
+// accumulates in double. Nothing here allocates or knows about caches.
 #pragma once
 
 #include <cstddef>
