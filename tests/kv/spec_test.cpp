@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -139,11 +139,15 @@ TEST(CacheSpec, CHeaderListsEveryKey) {
   ASSERT_NE(begin, std::string::npos);
   ASSERT_NE(end, std::string::npos);
   const std::string block = text.substr(begin, end - begin);
-  std::set<std::string> documented;
-  const std::regex key(R"(([a-z_0-9]+)=)");
-  for (auto it = std::sregex_iterator(block.begin(), block.end(), key);
-       it != std::sregex_iterator(); ++it) {
-    documented.insert((*it)[1].str());
+  std::set<std::string> documented;  // every word directly before a '='
+  for (size_t eq = block.find('='); eq != std::string::npos; eq = block.find('=', eq + 1)) {
+    size_t b = eq;
+    while (b > 0 &&
+           (std::islower(static_cast<unsigned char>(block[b - 1])) ||
+            std::isdigit(static_cast<unsigned char>(block[b - 1])) || block[b - 1] == '_')) {
+      --b;
+    }
+    if (b < eq) documented.insert(block.substr(b, eq - b));
   }
   std::set<std::string> names;
   for (const CacheOption& o : cache_options()) {
