@@ -150,19 +150,21 @@ snapkv::cli::RegisterCommand reg{
           "Each question is appended to a fresh copy of the loaded cache (never evicted) and\n"
           "answered greedily up to --max-tokens or a newline. A cache written for another model\n"
           "is refused.");
-      sub.add_option("--model", o->model, "GGUF model file (the one the cache was made with)")
+      sub.add_option("--model,-m", o->model, "GGUF model file (the one the cache was made with)")
           ->required();
       sub.add_option("--cache", o->cache, ".kvc file from `snapkv compress`")->required();
       sub.add_option("--question", o->question, "One question");
       sub.add_option("--questions", o->questions_file, "File with one question per line");
-      sub.add_option("--max-tokens", o->max_tokens, "Tokens per answer (stops at EOS)")
+      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
+                     "Tokens per answer (stops at EOS)")
           ->capture_default_str();
       sub.add_flag("--multiline", o->multiline, "Do not stop an answer at its first newline");
       sub.add_flag("--ignore-eos", o->ignore_eos,
                    "Do not stop an answer at EOS (fixed-length decode, for benchmarks)");
       sub.add_option("--prefill-chunk", o->chunk, "Tokens per forward of the question")
           ->capture_default_str();
-      sub.add_option("--threads", o->threads, "Worker threads and OpenBLAS threads (0 = all cores)")
+      sub.add_option("--threads,-t", o->threads,
+                     "Worker threads and OpenBLAS threads (0 = all cores)")
           ->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json,
                                    "answers, time to first token per question, bytes read");

@@ -272,7 +272,7 @@ snapkv::cli::RegisterCommand reg{
           "Defaults are a 16-layer, 2048-wide model (32/8 heads, head_dim 64): several GB of\n"
           "memory and minutes per 16K prefill on a few cores. 'pre x' / 'dec x' are tokens/s\n"
           "ratios vs the full cache at the same type and prompt length.");
-      sub.add_option("--model", o->model,
+      sub.add_option("--model,-m", o->model,
                      "GGUF file to time as llama-bench does (else a random-weight model)");
       o->random_only = {
           sub.add_option("--layers", o->layers, "Layers (random model)")->capture_default_str(),
@@ -298,7 +298,7 @@ snapkv::cli::RegisterCommand reg{
       spec.threads = false;  // bench's --threads takes a list (below)
       snapkv::cli::add_cache_options(sub, o->cache, spec);
       o->methods_option = sub.get_option("--methods");
-      sub.add_option("--threads", o->threads,
+      sub.add_option("--threads,-t", o->threads,
                      "Worker threads (0 = all cores; at most " +
                          std::to_string(snapkv::cli::max_threads()) +
                          "); with --model a comma-separated list, e.g. 1,2, for thread scaling")

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -172,7 +173,7 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
         ->group(group);
   }
   if (spec.threads) {
-    app.add_option("--threads", o.threads,
+    app.add_option("--threads,-t", o.threads,
                    "Worker threads (0 = all cores; at most " + std::to_string(max_threads()) + ")")
         ->capture_default_str()
         ->group(group);
@@ -301,7 +302,32 @@ void reject_negative_unsigned(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) reject_negative_unsigned(*sub);
 }
 
+namespace {
+// Reads fd to its end, at most max_bytes bytes (more is refused, naming `what`).
+std::string read_bounded(const char* component, int fd, const std::string& what, size_t max_bytes) {
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_runtime(component, "read failed", what, "a readable file");
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes) {
+      throw_invalid(
+          component, "file too long for the model's context: " + what,
+          "more than " + std::to_string(max_bytes) + " bytes",
+          "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
+    }
+  }
+  if (text.empty()) throw_invalid(component, "empty file", what, "at least one character");
+  return text;
+}
+}  // namespace
+
 std::string read_text_file(const char* component, const std::string& path, size_t max_bytes) {
+  // "-": standard input (a pipe, a file or a terminal), read to its end.
+  if (path == "-") return read_bounded(component, STDIN_FILENO, "- (standard input)", max_bytes);
   // stat first: a FIFO would block open(); a directory reads as empty on some systems.
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
@@ -313,27 +339,14 @@ std::string read_text_file(const char* component, const std::string& path, size_
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw_runtime(component, "cannot open the file", path, "a readable file");
-  std::string text;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      ::close(fd);
-      throw_runtime(component, "read failed", path, "a readable file");
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > max_bytes) {
-      ::close(fd);
-      throw_invalid(
-          component, "file too long for the model's context: " + path,
-          "more than " + std::to_string(max_bytes) + " bytes",
-          "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
-    }
+  try {
+    std::string text = read_bounded(component, fd, path, max_bytes);
+    ::close(fd);
+    return text;
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
-  ::close(fd);
-  if (text.empty()) throw_invalid(component, "empty file", path, "at least one character");
-  return text;
 }
 
 }  // namespace snapkv::cli

@@ -130,7 +130,8 @@ bool print_cache_config_if_asked(const CLI::App& app);
 // anything but decimal digits (CLI11 would read "010" as octal 8 and "0x10" as 16).
 void reject_negative_unsigned(CLI::App& app);
 
-// Reads a prompt/text file: a regular file (not a directory, FIFO or device) of at most
+// Reads a prompt/text file: "-" for standard input (read to its end), else a regular file (not a
+// directory, FIFO or device); at most
 // max_bytes bytes, not empty; throws snapkv::RuntimeError naming the path otherwise.
 std::string read_text_file(const char* component, const std::string& path, size_t max_bytes);
 

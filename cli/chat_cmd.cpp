@@ -200,15 +200,15 @@ snapkv::cli::RegisterCommand reg{
           "(--no-chat: none, each turn a plain line of text).\n"
           "The first turn is compressed to --budget like run's prompt; later turns and replies\n"
           "are kept under --decode-budget (default: --budget), re-selected by --method.");
-      sub.add_option("--model", o->model, "GGUF model file with a chat template")->required();
+      sub.add_option("--model,-m", o->model, "GGUF model file with a chat template")->required();
       sub.add_option("--system", o->system, "System message");
       snapkv::cli::add_cache_options(sub, o->cache, {});
-      sub.add_option("--max-tokens", o->max_tokens,
+      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
                      "Tokens per reply (stops at an end-of-generation token)")
           ->capture_default_str();
-      sub.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+      sub.add_option("--temperature,--temp", o->temperature, "0 = greedy")->capture_default_str();
       sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();
-      sub.add_option("--seed", o->seed, "Sampler and random-policy seed")->capture_default_str();
+      sub.add_option("--seed,-s", o->seed, "Sampler and random-policy seed")->capture_default_str();
       snapkv::cli::add_json_option(
           sub, o->json,
           "one object per turn (reply, tokens, kept rows, KV bytes): a line per turn on stdout, "

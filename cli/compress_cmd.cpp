@@ -113,9 +113,12 @@ snapkv::cli::RegisterCommand reg{
           "The document is compressed alone (question-agnostic, once at its end); ask questions\n"
           "with `snapkv ask --cache doc.kvc`. The file records the model's fingerprint and is\n"
           "refused for any other model.");
-      sub.add_option("--model", o->model, "GGUF model file")->required();
-      sub.add_option("--prompt-file", o->prompt_file, "The document (text)")->required();
-      sub.add_option("--out", o->out, "The .kvc file to write (replaced atomically)")->required();
+      sub.add_option("--model,-m", o->model, "GGUF model file")->required();
+      sub.add_option("--prompt-file,-f,--file", o->prompt_file,
+                     "The document (text; - = standard input)")
+          ->required();
+      sub.add_option("--out,-o", o->out, "The .kvc file to write (replaced atomically)")
+          ->required();
       snapkv::cli::CacheOptionSpec spec;
       spec.default_methods = "kvzip";
       spec.default_keep = "0.2";

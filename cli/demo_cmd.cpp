@@ -148,11 +148,11 @@ snapkv::cli::RegisterCommand reg{
           "models/snapkv-tiny4.gguf (else the first models/*.gguf) under the current directory\n"
           "is used.");
       auto o = std::make_shared<DemoOptions>();
-      sub.add_option("--model", o->model, "GGUF model (default: models/snapkv-tiny4.gguf)");
+      sub.add_option("--model,-m", o->model, "GGUF model (default: models/snapkv-tiny4.gguf)");
       sub.add_option("--context", o->context, "Tokens of prompt + answer")->capture_default_str();
       sub.add_option("--task", o->task, "passkey, niah_single, niah_multikey, vt, ...")
           ->capture_default_str();
-      sub.add_option("--seed", o->seed, "Sample seed")->capture_default_str();
+      sub.add_option("--seed,-s", o->seed, "Sample seed")->capture_default_str();
       snapkv::cli::CacheOptionSpec spec;
       spec.methods = snapkv::cli::MethodArity::none;
       spec.budget = snapkv::cli::BudgetStyle::keep_one;

@@ -166,7 +166,7 @@ snapkv::cli::RegisterCommand reg{
           "Perplexity mode: --context is the compressed prefix (BOS included); the next\n"
           "--continuation tokens are scored; text = --text FILE, else seeded filler sentences.");
       auto o = std::make_shared<EvalCliOptions>();
-      sub.add_option("--model", o->model, "GGUF model file")->required();
+      sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--tasks", o->tasks, "Comma-separated tasks, or 'all'")->capture_default_str();
       sub.add_option("--context", o->context, "Tokens of prompt + answer (perplexity: prefix)")
           ->capture_default_str();
@@ -178,7 +178,7 @@ snapkv::cli::RegisterCommand reg{
       sub.add_flag("--no-share-prefill", o->no_share_prefill,
                    "Prefill every method and keep separately (slower; the default prefills each "
                    "sample once per codec and forks the caches, with identical results)");
-      sub.add_option("--seed", o->seed, "Task seed (< 2^63); also the random policy's seed")
+      sub.add_option("--seed,-s", o->seed, "Task seed (< 2^63); also the random policy's seed")
           ->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json, "every number, the configuration and the run");
       sub.add_option("--plot", o->plot, "Write PNG plots (gnuplot) to this path");

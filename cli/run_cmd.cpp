@@ -226,9 +226,12 @@ int run_generate(RunOptions& o) {
     // replaced when writing.
     o.json.write(j, "run");
   }
-  if (!o.json.to_stdout()) {
-    std::printf(
-        "\n[stats] prompt %zu tokens | generated %zu | kept rows/layer min %zu mean %.1f max %zu | "
+  if (!o.json.to_stdout()) std::printf("\n");  // the text ends its line; stdout holds only it
+  if (!o.json.to_stdout() && !o.quiet) {  // the figures go to stderr, as llama.cpp's timings do
+    std::fflush(stdout);
+    std::fprintf(
+        stderr,
+        "[stats] prompt %zu tokens | generated %zu | kept rows/layer min %zu mean %.1f max %zu | "
         "KV %s vs %s full fp16 (%.1f%%) | prefill %.1f tok/s | decode %.1f tok/s | peak RSS "
         "%s\n",
         prompt.size(), generated.size(), kept_min, kept_mean, kept_max,
@@ -249,17 +252,19 @@ snapkv::cli::RegisterCommand reg{
           "an fp16 cache of every token, prefill and decode tokens/s. A prompt longer than the\n"
           "model's context is an error. The last prefill chunk always holds the prompt's last\n"
           "--window positions (the SnapKV observation window's real queries).");
-      sub.add_option("--model", o->model,
+      sub.add_option("--model,-m", o->model,
                      "GGUF model file (general.architecture llama, qwen2 or qwen3)")
           ->required();
-      sub.add_option("--prompt", o->prompt, "Prompt text");
-      sub.add_option("--prompt-file", o->prompt_file, "Read the prompt from this file");
+      sub.add_option("--prompt,-p", o->prompt, "Prompt text");
+      sub.add_option("--prompt-file,-f,--file", o->prompt_file,
+                     "Read the prompt from this file (- = standard input)");
       snapkv::cli::add_cache_options(sub, o->cache, {});
-      sub.add_option("--max-tokens", o->max_tokens, "Tokens to generate (stops at EOS)")
+      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
+                     "Tokens to generate (stops at EOS)")
           ->capture_default_str();
-      sub.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+      sub.add_option("--temperature,--temp", o->temperature, "0 = greedy")->capture_default_str();
       sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();
-      sub.add_option("--seed", o->seed, "Sampler and random-policy seed")->capture_default_str();
+      sub.add_option("--seed,-s", o->seed, "Sampler and random-policy seed")->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json, "the text, tokens and cache statistics");
       auto* quiet = sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
       sub.add_flag("--verbose", o->verbose,

@@ -70,7 +70,7 @@ snapkv::cli::RegisterCommand reg{
           "GET/DELETE /v1/caches/{id}; \"cache_id\" on a completion asks a compressed document.\n"
           "Chat messages are rendered with the model's tokenizer.chat_template (Llama 3, ChatML /\n"
           "Qwen, Mistral [INST]); without one, chat requests get a 400 unless --no-chat.");
-      sub.add_option("--model", o->model, "GGUF model file")->required();
+      sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
       sub.add_option("--model-id", o->server.model_id, "Model id reported and accepted")
@@ -84,7 +84,8 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--cache-dir", o->server.cache_dir,
                      "Where {\"save\": true} writes .kvc files");
-      sub.add_option("--max-tokens", o->server.default_max_tokens, "Default max_tokens")
+      sub.add_option("--max-tokens,-n,--n-predict", o->server.default_max_tokens,
+                     "Default max_tokens")
           ->capture_default_str();
       sub.add_flag(
           "--no-chat", o->no_chat,

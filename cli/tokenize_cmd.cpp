@@ -62,7 +62,7 @@ snapkv::cli::RegisterCommand reg{
     "tokenize", "Print the token ids of a text as [id, id, ...] (like llama-tokenize --ids)",
     [](CLI::App& sub) -> snapkv::cli::Action {
       auto opts = std::make_shared<TokenizeOptions>();
-      sub.add_option("--model", opts->model, "GGUF file whose tokenizer is used")->required();
+      sub.add_option("--model,-m", opts->model, "GGUF file whose tokenizer is used")->required();
       sub.add_option("--text", opts->text, "the text to tokenize")
           ->each([opts](const std::string&) { opts->text_given = true; });
       sub.add_option("--file", opts->file, "read the text from this file (bytes as they are)");
