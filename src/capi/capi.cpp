@@ -19,6 +19,7 @@
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/spec.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 struct snapkv_caches {
   snapkv::ModelDims dims;
@@ -27,13 +28,11 @@ struct snapkv_caches {
 
 namespace {
 
+using snapkv::num;
+
 constexpr std::string_view kComponent = "capi";
 
 thread_local std::string g_last_error;
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 // One key of the config string: any option of the cache spec by its name or an alias
 // (kv/core/spec.h), its value checked by the spec.

@@ -11,11 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-// The options every method of the run shares, as the cache spec's record (kv/core/spec.h).
-json method_defaults_json(const CacheConfig& d) {
-  return config_record_json(d);
-}
-
 // Each method's name and whether it uses keep, beside its configuration's record.
 json methods_json(const std::vector<Method>& methods) {
   json out = json::array();
@@ -134,7 +129,7 @@ json to_json(const EvalResults& results, const LlamaModel& model, const RunInfo&
               {"share_prefill", o.share_prefill},
               {"prefill_chunk", o.prefill_chunk},
               {"answer_slack", o.answer_slack},
-              {"method_defaults", method_defaults_json(o.defaults)},
+              {"method_defaults", config_record_json(o.defaults)},
               {"budget_rule",
                "max(ceil(keep * compressed tokens), n_sink + window if keep_window else n_sink + "
                "1); compressed tokens = whole prompt (query_aware) or context (question_agnostic); "
@@ -166,7 +161,7 @@ json to_json(const PerplexityResults& results, const LlamaModel& model, const Ru
               {"prefill_chunk", o.prefill_chunk},
               {"text_source", o.text_source},
               {"stream_tokens", results.stream_tokens},
-              {"method_defaults", method_defaults_json(o.defaults)},
+              {"method_defaults", config_record_json(o.defaults)},
               {"budget_rule",
                "max(ceil(keep * prefix), n_sink + window if keep_window else "
                "n_sink + 1); policy-full methods ignore keep"}}},

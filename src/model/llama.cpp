@@ -16,15 +16,12 @@
 #include "snapkv/ops/rmsnorm.h"
 #include "snapkv/ops/rope.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
 
 constexpr const char* kComponent = "llama";
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 // dst [n_heads][S][hd] <- src [S][n_heads][hd]
 void to_head_major(float* dst, const float* src, size_t n_tokens, size_t n_heads, size_t hd) {

@@ -5,15 +5,9 @@
 
 #include "snapkv/model/llama.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
-namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<LayerCache> caches,
                                        SessionOptions options) {

@@ -6,13 +6,10 @@
 #include <utility>
 
 #include "snapkv/util/error.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv {
 namespace {
-
-std::string num(size_t v) {
-  return std::to_string(v);
-}
 
 template <typename Enum, size_t N>
 Enum parse_enum(std::string_view s, const std::array<std::pair<std::string_view, Enum>, N>& names,

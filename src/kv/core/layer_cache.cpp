@@ -18,7 +18,6 @@ namespace {
 using layer_cache_checks::check_tensor;
 using layer_cache_checks::check_values;
 using layer_cache_checks::kComponent;
-using layer_cache_checks::num;
 
 void check_dims(const CacheDims& dims) {
   if (dims.n_heads == 0 || dims.n_kv_heads == 0 || dims.head_dim == 0) {

@@ -19,7 +19,6 @@ namespace {
 using layer_cache_checks::check_tensor;
 using layer_cache_checks::check_values;
 using layer_cache_checks::kComponent;
-using layer_cache_checks::num;
 
 // Query rows per attention work unit (bounds the logits scratch to kAttendBlock * rows floats).
 constexpr size_t kAttendBlock = 32;

@@ -15,10 +15,6 @@
 
 namespace snapkv::layer_cache_checks {
 
-std::string num(size_t v) {
-  return std::to_string(v);
-}
-
 void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* dim0_name,
                   size_t head_dim) {
   if (t.dim0 != dim0) {

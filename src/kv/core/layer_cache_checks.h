@@ -6,12 +6,11 @@
 #include <string>
 
 #include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/util/text.h"
 
 namespace snapkv::layer_cache_checks {
 
 inline constexpr const char* kComponent = "layer_cache";
-
-std::string num(size_t v);
 
 // t is [dim0][S >= 1][head_dim] with non-null data; a mismatch is the named invalid_argument.
 void check_tensor(const Tensor3& t, const char* name, size_t dim0, const char* dim0_name,

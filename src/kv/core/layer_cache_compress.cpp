@@ -20,7 +20,6 @@ namespace snapkv {
 namespace {
 
 using layer_cache_checks::kComponent;
-using layer_cache_checks::num;
 
 }  // namespace
 
