@@ -92,11 +92,15 @@ LlamaModel::~LlamaModel() = default;
 
 LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
                            SessionOptions options)
-    : model_(&model), cache_config_(cache_config), options_(options) {
+    : LlamaSession(model, cache_config, options,
+                   build_caches(model.config().dims(), cache_config)) {}
+
+LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
+                           SessionOptions options, std::vector<LayerCache> caches)
+    : model_(&model), cache_config_(cache_config), options_(options), caches_(std::move(caches)) {
   if (options_.prefill_chunk == 0) {
     throw_invalid(kComponent, "prefill chunk size", "0", ">= 1");
   }
-  caches_ = build_caches(model.config().dims(), cache_config_);
   for (LayerCache& cache : caches_) cache.set_rope(model.rope_params());
   plan_ = prefill_plan(cache_config_);
 }
@@ -129,8 +133,11 @@ LlamaSession LlamaSession::fork(const CacheConfig& config,
                   prefilled_ ? "a prefill that ended its prompt" : "no prompt",
                   "prefill_shared() first");
   }
-  LlamaSession out(*model_, config, options_);
-  for (size_t l = 0; l < caches_.size(); ++l) out.caches_[l] = caches_[l].fork(config, l);
+  config.validate();
+  std::vector<LayerCache> forked;
+  forked.reserve(caches_.size());
+  for (size_t l = 0; l < caches_.size(); ++l) forked.push_back(caches_[l].fork(config, l));
+  LlamaSession out(*model_, config, options_, std::move(forked));
   out.prefilled_ = true;
   out.prompt_tokens_ = prompt_tokens_;
   if (out.plan_.scoring_pass) {

@@ -16,7 +16,7 @@ LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<Laye
     throw_invalid("llama", "cache count", num(caches.size()), "n_layers = " + num(c.n_layers));
   }
   const CacheConfig config = caches.front().config();
-  LlamaSession session(model, config, options);  // validates the options and the config
+  config.validate();
   const size_t offset = caches.front().offset();
   for (size_t l = 0; l < caches.size(); ++l) {
     const LayerCache& cache = caches[l];
@@ -33,15 +33,16 @@ LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<Laye
                     "an ended prompt of the same 1.." + num(c.n_ctx) + " tokens in every layer");
     }
   }
-  session.caches_ = std::move(caches);
-  for (LayerCache& cache : session.caches_) cache.set_rope(model.rope_params());
+  LlamaSession session(model, config, options, std::move(caches));  // validates the options
   session.prefilled_ = true;
   return session;
 }
 
 LlamaSession LlamaSession::clone() const {
-  LlamaSession copy(*model_, cache_config_, options_);
-  for (size_t l = 0; l < caches_.size(); ++l) copy.caches_[l] = caches_[l].clone();
+  std::vector<LayerCache> copies;
+  copies.reserve(caches_.size());
+  for (const LayerCache& cache : caches_) copies.push_back(cache.clone());
+  LlamaSession copy(*model_, cache_config_, options_, std::move(copies));
   copy.prefilled_ = prefilled_;
   copy.plan_ = plan_;
   copy.shared_prompt_ = shared_prompt_;

@@ -181,6 +181,11 @@ class LlamaSession {
   const LlamaModel& model() const { return *model_; }
 
  private:
+  // Adopts `caches` (one per layer: built, restored, cloned or forked) instead of building them;
+  // validates the options and sets the caches' RoPE and the prefill plan.
+  LlamaSession(const LlamaModel& model, const CacheConfig& cache_config, SessionOptions options,
+               std::vector<LayerCache> caches);
+
   // Forward of S tokens at positions n_past() .. n_past()+S-1 (or first_position .. when given:
   // only for the reconstruction probe, which stores nothing); logits for the rows requested.
   void forward(std::span<const int32_t> tokens, UpdateKind kind, size_t n_window_rows,
