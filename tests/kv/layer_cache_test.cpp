@@ -27,8 +27,6 @@ using test::round_fp16;
 using test::slice_tokens;
 using test::view;
 
-constexpr double kU = 1.0 / 16777216.0;
-
 struct Prompt {
   size_t n_kv, s, d;
   std::vector<float> k, v;

@@ -102,6 +102,7 @@ TEST_P(RotatedCache, StackingKeepsExactlyTheRowsOfFp16) {
     seen += s;
     compare("prefill");
   }
+  EXPECT_EQ(rot.offset(), seen);
   EXPECT_EQ(rot.size(), base.budget);
   for (int step = 0; step < 40; ++step) {  // decode: appends flush the residual into KIVI
     const auto k = rotated_binary(dims.n_kv_heads, 1, dims.head_dim, a, rng, RowRole::key);
