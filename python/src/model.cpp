@@ -85,7 +85,9 @@ std::vector<int32_t> check_prompt(const ModelHandle& m, std::vector<int32_t> tok
 std::vector<int32_t> prompt_tokens(const ModelHandle& m, const py::handle& prompt) {
   std::vector<int32_t> tokens;
   if (py::isinstance<py::str>(prompt)) {
-    tokens = m.tokenizer.encode(prompt.cast<std::string>());
+    const std::string t = prompt.cast<std::string>();
+    if (t.empty()) throw_invalid(kComponent, "empty prompt", "''", "a non-empty str");
+    tokens = m.tokenizer.encode(t);
   } else {
     try {
       tokens = prompt.cast<std::vector<int32_t>>();
