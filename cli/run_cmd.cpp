@@ -25,6 +25,7 @@
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_template.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/model/tokenizer.h"
@@ -140,31 +141,26 @@ int run_generate(RunOptions& o) {
   LlamaSession session(
       model, config,
       SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
-  Sampler sampler(sampler_config);
   Timer prefill_timer;
   std::vector<float> logits = session.prefill(prompt);
   const double prefill_s = prefill_timer.seconds();
   const size_t rss_after_prefill = current_rss_bytes();
 
-  std::vector<int32_t> generated;
-  size_t decode_steps = 0;
-  Timer decode_timer;
-  std::string out_text;
-  while (generated.size() < o.max_tokens) {
-    const int32_t token = sampler.sample(logits);
-    if (tokenizer.is_eog(token)) break;  // eos, or a turn's end ("<|eot_id|>", "<|im_end|>")
-    generated.push_back(token);
-    const std::string piece = tokenizer.token_to_piece(token);
-    out_text += piece;
-    if (!o.json.to_stdout()) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (generated.size() == o.max_tokens || session.n_past() >= mc.n_ctx) break;
-    logits = session.decode(token);
-    ++decode_steps;
-  }
-  const double decode_s = decode_timer.seconds();
+  GenerationConfig generation;
+  generation.max_tokens = o.max_tokens;
+  generation.sampler = sampler_config;
+  const GenerationResult result = generate(
+      session, std::move(logits), tokenizer, generation, prompt, [&](const GenerationPiece& piece) {
+        if (!o.json.to_stdout()) {
+          std::fwrite(piece.text.data(), 1, piece.text.size(), stdout);
+          std::fflush(stdout);
+        }
+        return true;
+      });
+  const std::vector<int32_t>& generated = result.tokens;
+  const std::string& out_text = result.text;
+  const size_t decode_steps = result.decode_steps;
+  const double decode_s = result.decode_s;
 
   const CacheStats stats = session.cache_stats();
   std::vector<size_t> kept;

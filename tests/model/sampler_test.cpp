@@ -117,6 +117,67 @@ TEST(SamplerNucleus, TruncatesToTheShortestPrefixReachingTopP) {
   for (const auto& c : all) EXPECT_NEAR(c.p, std::sqrt(p[c.id]) / z, tol) << "id " << c.id;
 }
 
+TEST(SamplerNucleus, TopKThenTopPThenMinP) {
+  const std::vector<double> p = {0.0625, 0.5, 0.125, 0.25, 0.0625};
+  const auto logits = logits_of(p);
+  const double tol = 64 * std::numeric_limits<float>::epsilon();
+  const auto ids = [](const std::vector<Candidate>& c) {
+    std::vector<int32_t> out;
+    for (const auto& x : c) out.push_back(x.id);
+    return out;
+  };
+  // top_k 3 keeps {1, 3, 2} (mass 7/8), renormalised: 4/7, 2/7, 1/7.
+  const auto k3 = nucleus(logits, 1.0f, 1.0f, 3);
+  EXPECT_EQ(ids(k3), (std::vector<int32_t>{1, 3, 2}));
+  EXPECT_NEAR(k3[0].p, 4.0 / 7.0, tol);
+  EXPECT_NEAR(k3[2].p, 1.0 / 7.0, tol);
+  // top_p is measured within the top_k: 0.8 of 7/8 = 0.7 is reached by {1, 3} (0.75).
+  EXPECT_EQ(ids(nucleus(logits, 1.0f, 0.8f, 3)), (std::vector<int32_t>{1, 3}));
+  // top_k >= n keeps all; top_k 1 is the arg-max.
+  EXPECT_EQ(ids(nucleus(logits, 1.0f, 1.0f, 9)).size(), 5u);
+  EXPECT_EQ(ids(nucleus(logits, 1.0f, 1.0f, 1)), (std::vector<int32_t>{1}));
+  // min_p 0.2 drops p < 0.1: {1, 3, 2} stay; min_p 0.3 drops 0.125 too.
+  EXPECT_EQ(ids(nucleus(logits, 1.0f, 1.0f, 0, 0.2f)), (std::vector<int32_t>{1, 3, 2}));
+  EXPECT_EQ(ids(nucleus(logits, 1.0f, 1.0f, 0, 0.3f)), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(ids(nucleus(logits, 1.0f, 1.0f, 0, 1.0f)), (std::vector<int32_t>{1}));
+  EXPECT_NE(invalid_message([&] { (void)nucleus(logits, 1.0f, 1.0f, 0, 1.5f); }).find("min_p"),
+            std::string::npos);
+}
+
+TEST(SamplerPenalties, RepeatPresenceAndFrequencyOverTheLastN) {
+  const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f};
+  SamplerConfig c;
+  c.repeat_penalty = 2.0f;
+  c.repeat_last_n = 3;
+  // History: token 3 long ago (outside the window), then 0, 1, 0.
+  const std::vector<int32_t> history = {3, 0, 1, 0};
+  const auto out = penalized(logits, history, c);
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f}));
+  c.repeat_penalty = 1.0f;
+  c.frequency_penalty = 0.5f;
+  c.presence_penalty = 0.25f;
+  const auto out2 = penalized(logits, history, c);
+  // Token 0 seen twice: 2 - 2 * 0.5 - 0.25; token 1 once: -1 - 0.5 - 0.25.
+  EXPECT_EQ(out2, (std::vector<float>{0.75f, -1.75f, 0.5f, 3.0f}));
+  // Greedy follows the penalised logits: token 3 wins, or token 0 once 3 is penalised hard.
+  SamplerConfig g;
+  g.repeat_penalty = 4.0f;
+  Sampler s(g);
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{}), 3);
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{3}), 0);
+  // Out-of-range ids in the history are ignored, not a crash.
+  EXPECT_EQ(s.sample(logits, std::vector<int32_t>{-5, 99}), 3);
+  SamplerConfig bad;
+  bad.repeat_penalty = 0.0f;
+  EXPECT_NE(invalid_message([&] { bad.validate(); }).find("repeat_penalty"), std::string::npos);
+  bad = {};
+  bad.presence_penalty = 2.5f;
+  EXPECT_NE(invalid_message([&] { bad.validate(); }).find("presence_penalty"), std::string::npos);
+  bad = {};
+  bad.frequency_penalty = std::nanf("");
+  EXPECT_NE(invalid_message([&] { bad.validate(); }).find("frequency_penalty"), std::string::npos);
+}
+
 TEST(SamplerNucleus, InfiniteLogits) {
   const auto c = nucleus(std::vector<float>{0.0f, kInf, -kInf, kInf}, 1.0f, 1.0f);
   ASSERT_EQ(c.size(), 4u);
