@@ -68,9 +68,11 @@ class Completion:
     @property
     def tokens(self) -> List[int]: ...
     @property
-    def stop_reason(self) -> str: ...
+    def finish_reason(self) -> str: ...
     @property
     def stats(self) -> Dict[str, Union[int, float]]: ...
+    @property
+    def logprobs(self) -> Optional[List[Dict[str, Any]]]: ...
 
 class Stream(Iterator[str]):
     def __iter__(self) -> "Stream": ...
@@ -99,12 +101,19 @@ class Model:
                  parse_special: bool = False) -> List[int]: ...
     def detokenize(self, ids: Sequence[int], special: bool = False) -> str: ...
     def generate(self, prompt: Union[str, Sequence[int]], cache: Optional[Config] = None,
-                 max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0, stop: Optional[List[str]] = None, stream: bool = False,
+                 max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, min_p: float = 0.0, repeat_penalty: float = 1.0,
+                 repeat_last_n: int = 64, presence_penalty: float = 0.0,
+                 frequency_penalty: float = 0.0, seed: int = 0,
+                 stop: Optional[List[str]] = None, ignore_eos: bool = False,
+                 top_logprobs: int = -1, stream: bool = False,
                  prefill_chunk: int = 512) -> Union[Completion, Stream]: ...
     def chat(self, messages: List[Dict[str, str]], cache: Optional[Config] = None,
-             max_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
-             stop: Optional[List[str]] = None, stream: bool = False,
+             max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+             top_k: int = 0, min_p: float = 0.0, repeat_penalty: float = 1.0,
+             repeat_last_n: int = 64, presence_penalty: float = 0.0,
+             frequency_penalty: float = 0.0, seed: int = 0, stop: Optional[List[str]] = None,
+             ignore_eos: bool = False, top_logprobs: int = -1, stream: bool = False,
              prefill_chunk: int = 512) -> Union[Completion, Stream]: ...
     def compress(self, document: str, cache: Optional[Config] = None,
                  prefill_chunk: int = 512) -> Doc: ...

@@ -13,7 +13,11 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +25,7 @@
 
 #include "common.h"
 #include "snapkv/model/chat_template.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/prompt_cache.h"
@@ -118,7 +123,10 @@ std::vector<int32_t> check_prompt(const ModelHandle& m, std::vector<int32_t> tok
 }
 
 CacheConfig cache_config(const py::handle& cache, size_t tokens, uint64_t seed) {
-  if (cache.is_none()) return CacheBuilder("snapkv", {}, {}, py::dict()).config_for(tokens);
+  if (cache.is_none()) {  // the shared defaults (model/generation.h)
+    return CacheBuilder(std::string(kDefaultMethod), kDefaultKeep, {}, py::dict())
+        .config_for(tokens);
+  }
   CacheConfig c = config_from(cache, tokens, "cache");
   // The sampler's seed seeds the random policy too (as `snapkv run --seed`), unless the builder
   // names its own.
@@ -128,195 +136,201 @@ CacheConfig cache_config(const py::handle& cache, size_t tokens, uint64_t seed) 
   return c;
 }
 
-// One generation: the `snapkv run` loop, one token per step().
-class Generator {
+// One generation: the prefill, then the library's one decode loop (model/generation.h).
+class Generation {
  public:
-  Generator(ModelPtr m, std::vector<int32_t> prompt, const CacheConfig& config,
-            const SamplerConfig& sampler, size_t max_tokens, std::vector<std::string> stop,
-            size_t prefill_chunk)
+  Generation(ModelPtr m, std::vector<int32_t> prompt, const CacheConfig& config, GenerationConfig g,
+             size_t prefill_chunk)
       : m_(std::move(m)),
         prompt_(std::move(prompt)),
         session_(m_->model, config, session_options(*m_, prefill_chunk)),
-        sampler_(sampler),
-        max_tokens_(max_tokens),
-        stop_(std::move(stop)) {
-    for (const std::string& s : stop_) {
-      if (s.empty()) throw_invalid(kComponent, "stop", "''", "non-empty strings");
-    }
+        g_(std::move(g)) {
+    g_.validate();
   }
 
-  // The prefill (GIL released by the caller).
-  void start() {
+  // Runs everything; on_piece as generate() takes it. Called once, without the GIL.
+  void run(const PieceCallback& on_piece) {
     Timer t;
-    logits_ = session_.prefill(prompt_);
+    std::vector<float> logits = session_.prefill(prompt_);
     prefill_s_ = t.seconds();
-    started_ = true;
-    if (max_tokens_ == 0) finish("length");
+    result_ = generate(session_, std::move(logits), m_->tokenizer, g_, prompt_, on_piece);
   }
 
-  // One token; false once finished.
-  bool step() {
-    if (!started_) start();
-    if (done_) return false;
-    Timer t;
-    const int32_t token = sampler_.sample(logits_);
-    if (m_->tokenizer.is_eog(token)) {
-      finish("eog");
-    } else {
-      generated_.push_back(token);
-      text_ += m_->tokenizer.token_to_piece(token);
-      if (!cut_at_stop()) {
-        if (generated_.size() == max_tokens_) {
-          finish("length");
-        } else if (session_.n_past() >= m_->model.config().n_ctx) {
-          finish("context");
-        } else {
-          logits_ = session_.decode(token);
-          ++decode_steps_;
-        }
-      }
-    }
-    decode_s_ += t.seconds();
-    return !done_;
-  }
-
-  // Text not yet handed out that can be handed out now.
-  std::string take_ready() {
-    size_t end = text_.size();
-    if (!done_) {
-      end = std::min(end, text_.size() - held_for_stop());
-      end = std::min(end, utf8_complete(text_.substr(0, end)));
-    }
-    std::string out = end > emitted_ ? text_.substr(emitted_, end - emitted_) : std::string();
-    emitted_ = std::max(emitted_, end);
-    return out;
-  }
-
-  bool done() const { return done_; }
-  const std::string& text_so_far() const { return text_; }
-  const std::vector<int32_t>& tokens() const { return generated_; }
-  const std::string& stop_reason() const { return stop_reason_; }
+  const GenerationResult& result() const { return result_; }
 
   py::dict stats() const {
     py::dict d = stats_dict(session_.cache_stats());
     d["prompt_tokens"] = prompt_.size();
-    d["generated_tokens"] = generated_.size();
+    d["generated_tokens"] = result_.tokens.size();
     d["prefill_s"] = prefill_s_;
-    d["decode_s"] = decode_s_;
-    d["decode_steps"] = decode_steps_;
+    d["decode_s"] = result_.decode_s;
+    d["decode_steps"] = result_.decode_steps;
     d["prefill_tokens_per_s"] = static_cast<double>(prompt_.size()) / std::max(prefill_s_, 1e-9);
     d["decode_tokens_per_s"] =
-        decode_steps_ > 0 ? static_cast<double>(decode_steps_) / std::max(decode_s_, 1e-9) : 0.0;
+        result_.decode_steps > 0
+            ? static_cast<double>(result_.decode_steps) / std::max(result_.decode_s, 1e-9)
+            : 0.0;
     return d;
   }
 
  private:
-  void finish(const char* reason) {
-    done_ = true;
-    stop_reason_ = reason;
-  }
-
-  // Cuts the text at the first stop string; true when one was found.
-  bool cut_at_stop() {
-    size_t at = std::string::npos;
-    for (const std::string& s : stop_) at = std::min(at, text_.find(s));
-    if (at == std::string::npos) return false;
-    text_.resize(at);
-    finish("stop");
-    return true;
-  }
-
-  // The longest tail of the text that is a proper prefix of a stop string.
-  size_t held_for_stop() const {
-    size_t held = 0;
-    for (const std::string& s : stop_) {
-      for (size_t n = std::min(s.size() - 1, text_.size()); n > held; --n) {
-        if (text_.compare(text_.size() - n, n, s, 0, n) == 0) {
-          held = n;
-          break;
-        }
-      }
-    }
-    return held;
-  }
-
   ModelPtr m_;
   std::vector<int32_t> prompt_;
   LlamaSession session_;
-  Sampler sampler_;
-  size_t max_tokens_;
-  std::vector<std::string> stop_;
-  std::vector<float> logits_;
-  std::vector<int32_t> generated_;
-  std::string text_;
-  size_t emitted_ = 0;
-  bool started_ = false;
-  bool done_ = false;
-  std::string stop_reason_;
+  GenerationConfig g_;
+  GenerationResult result_;
   double prefill_s_ = 0.0;
-  double decode_s_ = 0.0;
-  size_t decode_steps_ = 0;
 };
 
 struct Completion {
   std::string text;
   std::vector<int32_t> tokens;
-  std::string stop_reason;
+  std::string finish_reason;
   py::dict stats;
+  py::object logprobs;  // None, or per token {'id', 'logprob', 'top': [(id, logprob), ...]}
 };
 
-Completion completion_of(const Generator& g) {
-  return Completion{g.text_so_far(), g.tokens(), g.stop_reason(), g.stats()};
+Completion completion_of(const Generation& g) {
+  const GenerationResult& r = g.result();
+  py::object logprobs = py::none();
+  if (!r.details.empty()) {
+    py::list l;
+    for (const GeneratedToken& t : r.details) {
+      py::list top;
+      for (const TokenLogprob& a : t.top) top.append(py::make_tuple(a.id, a.logprob));
+      py::dict d;
+      d["id"] = t.id;
+      d["logprob"] = t.logprob;
+      d["top"] = top;
+      l.append(d);
+    }
+    logprobs = l;
+  }
+  return Completion{r.text, r.tokens, std::string(to_string(r.finish)), g.stats(), logprobs};
 }
 
-// A streaming generate: iterating yields str pieces; .result once exhausted.
-struct Stream {
-  std::shared_ptr<Generator> gen;
-  std::optional<Completion> result;
+// A streaming generate: a worker thread runs the generation and queues its pieces; iterating
+// takes them (waiting without the GIL). Dropping the stream cancels the generation (the loop's
+// callback returns false) and joins the worker.
+class Stream {
+ public:
+  explicit Stream(std::shared_ptr<Generation> gen) : gen_(std::move(gen)) {}
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { stop(); }
 
   py::str next() {
-    if (!gen) throw py::stop_iteration();
-    for (;;) {
-      bool more = false;
-      {
-        py::gil_scoped_release release;
-        more = gen->step();
-      }
-      std::string piece = gen->take_ready();
-      if (!more) {
-        piece += gen->take_ready();
-        result = completion_of(*gen);
-        gen.reset();  // frees the session now
-        if (piece.empty()) throw py::stop_iteration();
-        return text(piece);
-      }
-      if (!piece.empty()) return text(piece);
-    }
-  }
-};
-
-py::object run(ModelPtr m, std::vector<int32_t> prompt, const py::handle& cache, size_t max_tokens,
-               float temperature, float top_p, uint64_t seed,
-               std::optional<std::vector<std::string>> stop, bool stream, size_t prefill_chunk) {
-  SamplerConfig sc{temperature, top_p, seed};
-  sc.validate();
-  const CacheConfig config = cache_config(cache, prompt.size(), seed);
-  auto gen = std::make_shared<Generator>(m, std::move(prompt), config, sc, max_tokens,
-                                         stop.value_or(std::vector<std::string>{}), prefill_chunk);
-  if (stream) return py::cast(Stream{gen, {}});
-  {
-    py::gil_scoped_release release;
-    gen->start();
-  }
-  for (;;) {
-    bool more = false;
+    if (!gen_) throw py::stop_iteration();
+    if (!worker_.joinable()) start();
+    std::string piece;
+    bool finished = false;
     {
       py::gil_scoped_release release;
-      more = gen->step();
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return !pieces_.empty() || finished_; });
+      if (!pieces_.empty()) {
+        piece = std::move(pieces_.front());
+        pieces_.pop_front();
+      } else {
+        finished = true;
+      }
     }
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C
-    if (!more) break;
+    if (!finished) return text(piece);
+    {
+      py::gil_scoped_release release;
+      worker_.join();
+    }
+    std::shared_ptr<Generation> gen = std::move(gen_);
+    if (error_) std::rethrow_exception(error_);
+    result_ = completion_of(*gen);
+    throw py::stop_iteration();
   }
+
+  py::object result() const { return result_ ? py::cast(*result_) : py::none(); }
+
+ private:
+  void start() {
+    worker_ = std::thread([this] {
+      try {
+        gen_->run([this](const GenerationPiece& p) {
+          // A piece may end inside a UTF-8 sequence: held back until it is complete.
+          pending_ += p.text;
+          const size_t n = utf8_complete(pending_);
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (n > 0) {
+            pieces_.emplace_back(pending_.substr(0, n));
+            pending_.erase(0, n);
+          }
+          cv_.notify_one();
+          return !cancel_;
+        });
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!pending_.empty()) pieces_.push_back(std::move(pending_));
+      finished_ = true;
+      cv_.notify_one();
+    });
+  }
+
+  void stop() {
+    if (!worker_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cancel_ = true;
+    }
+    worker_.join();  // the worker never takes the GIL
+  }
+
+  std::shared_ptr<Generation> gen_;
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::string> pieces_;
+  std::string pending_;  // the worker's: text not yet queued
+  bool finished_ = false;
+  bool cancel_ = false;
+  std::exception_ptr error_;
+  std::optional<Completion> result_;
+};
+
+struct GenerateArgs {
+  size_t max_tokens;
+  SamplerConfig sampler;
+  std::optional<std::vector<std::string>> stop;
+  bool ignore_eos;
+  int top_logprobs;
+  bool stream;
+  size_t prefill_chunk;
+};
+
+py::object run(ModelPtr m, std::vector<int32_t> prompt, const py::handle& cache,
+               const GenerateArgs& a) {
+  GenerationConfig g;
+  g.max_tokens = a.max_tokens;
+  g.sampler = a.sampler;
+  g.stop = a.stop.value_or(std::vector<std::string>{});
+  g.ignore_eos = a.ignore_eos;
+  g.top_logprobs = a.top_logprobs;
+  g.validate();
+  const CacheConfig config = cache_config(cache, prompt.size(), a.sampler.seed);
+  auto gen = std::make_shared<Generation>(m, std::move(prompt), config, g, a.prefill_chunk);
+  if (a.stream) return py::cast(std::make_unique<Stream>(gen));
+  // Ctrl-C: the loop's callback looks for signals between tokens and cancels on one.
+  std::optional<py::error_already_set> interrupted;
+  {
+    py::gil_scoped_release release;
+    gen->run([&](const GenerationPiece&) {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) {
+        interrupted.emplace();
+        return false;
+      }
+      return true;
+    });
+  }
+  if (interrupted) throw *interrupted;
   return py::cast(completion_of(*gen));
 }
 
@@ -348,31 +362,49 @@ std::string ask(const Doc& d, const std::string& question, size_t max_tokens, bo
 
 }  // namespace
 
+// The keyword arguments of generate() and chat(), with the library's shared defaults
+// (model/generation.h, model/sampler.h).
+#define GENERATION_ARGS                                                                           \
+  py::arg("cache") = py::none(), py::arg("max_tokens") = kDefaultMaxTokens,                       \
+  py::arg("temperature") = SamplerConfig{}.temperature, py::arg("top_p") = SamplerConfig{}.top_p, \
+  py::arg("top_k") = SamplerConfig{}.top_k, py::arg("min_p") = SamplerConfig{}.min_p,             \
+  py::arg("repeat_penalty") = SamplerConfig{}.repeat_penalty,                                     \
+  py::arg("repeat_last_n") = SamplerConfig{}.repeat_last_n,                                       \
+  py::arg("presence_penalty") = SamplerConfig{}.presence_penalty,                                 \
+  py::arg("frequency_penalty") = SamplerConfig{}.frequency_penalty,                               \
+  py::arg("seed") = SamplerConfig{}.seed, py::arg("stop") = py::none(),                           \
+  py::arg("ignore_eos") = GenerationConfig{}.ignore_eos,                                          \
+  py::arg("top_logprobs") = GenerationConfig{}.top_logprobs, py::arg("stream") = false,           \
+  py::arg("prefill_chunk") = SessionOptions{}.prefill_chunk
+
 void register_model(py::module_& m) {
   m.def("set_threads", &set_threads, py::arg("threads"),
         "Worker threads of the library (0 = all cores).");
 
   py::class_<Completion>(m, "Completion",
-                         "The result of a generate or chat: text, tokens, stop_reason ('eog',\n"
-                         "'length', 'stop', 'context') and stats (cache accounting and timings).")
+                         "The result of a generate or chat: text, tokens, finish_reason ('stop':\n"
+                         "an end-of-generation token or a stop string, 'length', 'context',\n"
+                         "'cancelled'), stats (cache accounting and timings) and logprobs (with\n"
+                         "top_logprobs >= 0: per token {'id', 'logprob', 'top': [(id, logprob)]}).")
       .def_property_readonly("text", [](const Completion& c) { return text(c.text); })
       .def_readonly("tokens", &Completion::tokens)
-      .def_readonly("stop_reason", &Completion::stop_reason)
+      .def_readonly("finish_reason", &Completion::finish_reason)
       .def_readonly("stats", &Completion::stats)
+      .def_readonly("logprobs", &Completion::logprobs)
       .def("__str__", [](const Completion& c) { return text(c.text); })
       .def("__repr__", [](const Completion& c) {
         return "Completion(text=" + py::repr(text(c.text)).cast<std::string>() +
-               ", tokens=" + num(c.tokens.size()) + ", stop_reason='" + c.stop_reason + "')";
+               ", tokens=" + num(c.tokens.size()) + ", finish_reason='" + c.finish_reason + "')";
       });
 
-  py::class_<Stream>(m, "Stream",
-                     "A streaming generate: iterate for str pieces; .result (a Completion) once\n"
-                     "exhausted. Dropping it early frees its cache.")
-      .def("__iter__", [](Stream& s) -> Stream& { return s; })
+  py::class_<Stream, std::unique_ptr<Stream>>(
+      m, "Stream",
+      "A streaming generate: iterate for str pieces; .result (a Completion) once exhausted.\n"
+      "Dropping it early cancels the generation and frees its cache.")
+      .def(
+          "__iter__", [](Stream& s) -> Stream& { return s; }, py::return_value_policy::reference)
       .def("__next__", &Stream::next)
-      .def_property_readonly("result", [](const Stream& s) -> py::object {
-        return s.result ? py::cast(*s.result) : py::none();
-      });
+      .def_property_readonly("result", &Stream::result);
 
   py::class_<ModelHandle, std::shared_ptr<ModelHandle>>(
       m, "Model", "A GGUF model (llama, qwen2, qwen3) with its tokenizer: snapkv.load(path).")
@@ -416,26 +448,40 @@ void register_model(py::module_& m) {
           "generate",
           [](const std::shared_ptr<ModelHandle>& h, const py::handle& prompt,
              const py::handle& cache, size_t max_tokens, float temperature, float top_p,
-             uint64_t seed, std::optional<std::vector<std::string>> stop, bool stream,
-             size_t prefill_chunk) {
-            return run(h, prompt_tokens(*h, prompt), cache, max_tokens, temperature, top_p, seed,
-                       std::move(stop), stream, prefill_chunk);
+             size_t top_k, float min_p, float repeat_penalty, size_t repeat_last_n,
+             float presence_penalty, float frequency_penalty, uint64_t seed,
+             std::optional<std::vector<std::string>> stop, bool ignore_eos, int top_logprobs,
+             bool stream, size_t prefill_chunk) {
+            const SamplerConfig sc{temperature,
+                                   top_p,
+                                   seed,
+                                   top_k,
+                                   min_p,
+                                   repeat_penalty,
+                                   repeat_last_n,
+                                   presence_penalty,
+                                   frequency_penalty};
+            return run(
+                h, prompt_tokens(*h, prompt), cache,
+                {max_tokens, sc, std::move(stop), ignore_eos, top_logprobs, stream, prefill_chunk});
           },
-          py::arg("prompt"), py::arg("cache") = py::none(), py::arg("max_tokens") = 64,
-          py::arg("temperature") = 0.0f, py::arg("top_p") = 1.0f, py::arg("seed") = 0,
-          py::arg("stop") = py::none(), py::arg("stream") = false, py::arg("prefill_chunk") = 512,
+          py::arg("prompt"), GENERATION_ARGS,
           "Generates from prompt (a str, tokenized with BOS as `snapkv run` does, or token ids)\n"
-          "with caches from cache (a snapkv.builder(...); None: snapkv, budget 512). Stops at an\n"
-          "end-of-generation token, after max_tokens, at the first of the stop strings (cut\n"
-          "before it) or at the model's context. Returns a Completion, or with stream=True a\n"
-          "Stream yielding str pieces. temperature 0 = greedy; seed also seeds the random\n"
-          "policy unless the builder sets seed.")
+          "with caches from cache (a snapkv.builder(...); None: the shared default, snapkv at\n"
+          "keep 0.2). Stops at an end-of-generation token (unless ignore_eos), after max_tokens,\n"
+          "at the first of the stop strings (cut before it) or at the model's context. Sampling:\n"
+          "temperature 0 = greedy; top_p, top_k, min_p, repeat/presence/frequency penalties over\n"
+          "the last repeat_last_n tokens; seed also seeds the random policy unless the builder\n"
+          "sets one. Returns a Completion, or with stream=True a Stream yielding str pieces.\n"
+          "Ctrl-C stops a non-streaming call between tokens (KeyboardInterrupt).")
       .def(
           "chat",
           [](const std::shared_ptr<ModelHandle>& h, const std::vector<py::dict>& messages,
              const py::handle& cache, size_t max_tokens, float temperature, float top_p,
-             uint64_t seed, std::optional<std::vector<std::string>> stop, bool stream,
-             size_t prefill_chunk) {
+             size_t top_k, float min_p, float repeat_penalty, size_t repeat_last_n,
+             float presence_penalty, float frequency_penalty, uint64_t seed,
+             std::optional<std::vector<std::string>> stop, bool ignore_eos, int top_logprobs,
+             bool stream, size_t prefill_chunk) {
             std::vector<ChatMessage> msgs;
             for (const py::dict& d : messages) {
               if (!d.contains("role") || !d.contains("content")) {
@@ -447,17 +493,24 @@ void register_model(py::module_& m) {
             if (msgs.empty()) throw_invalid(kComponent, "messages", "[]", ">= 1 message");
             const ChatTemplate t = ChatTemplate::from_gguf(h->model.file());
             const std::string rendered = t.render(msgs);
+            const SamplerConfig sc{temperature,
+                                   top_p,
+                                   seed,
+                                   top_k,
+                                   min_p,
+                                   repeat_penalty,
+                                   repeat_last_n,
+                                   presence_penalty,
+                                   frequency_penalty};
             // The render carries the special-token texts (and BOS where the template writes it):
             // parsed, nothing added, as `snapkv run --chat` tokenizes it.
-            return run(h, check_prompt(*h, h->tokenizer.encode(rendered, false, true)), cache,
-                       max_tokens, temperature, top_p, seed, std::move(stop), stream,
-                       prefill_chunk);
+            return run(
+                h, check_prompt(*h, h->tokenizer.encode(rendered, false, true)), cache,
+                {max_tokens, sc, std::move(stop), ignore_eos, top_logprobs, stream, prefill_chunk});
           },
-          py::arg("messages"), py::arg("cache") = py::none(), py::arg("max_tokens") = 64,
-          py::arg("temperature") = 0.0f, py::arg("top_p") = 1.0f, py::arg("seed") = 0,
-          py::arg("stop") = py::none(), py::arg("stream") = false, py::arg("prefill_chunk") = 512,
+          py::arg("messages"), GENERATION_ARGS,
           "Like generate, for messages [{'role': ..., 'content': ...}] rendered with the model's\n"
-          "chat template (tokenizer.chat_template; RuntimeError when the model has none).")
+          "chat template (tokenizer.chat_template; snapkv.Error when the model has none).")
       .def(
           "compress",
           [](const std::shared_ptr<ModelHandle>& h, const std::string& document,
@@ -471,10 +524,11 @@ void register_model(py::module_& m) {
                             num(tokens.size()) + " tokens",
                             "< llama.context_length = " + num(n_ctx));
             }
-            const CacheConfig config =
-                cache.is_none()
-                    ? CacheBuilder("kvzip", 0.2, {}, py::dict()).config_for(tokens.size())
-                    : config_from(cache, tokens.size(), "cache");
+            const CacheConfig config = cache.is_none()
+                                           ? CacheBuilder(std::string(kDefaultDocumentMethod),
+                                                          kDefaultKeep, {}, py::dict())
+                                                 .config_for(tokens.size())
+                                           : config_from(cache, tokens.size(), "cache");
             Doc d{h, nullptr, std::move(tokens), config};
             {
               py::gil_scoped_release release;
@@ -486,7 +540,8 @@ void register_model(py::module_& m) {
             }
             return d;
           },
-          py::arg("document"), py::arg("cache") = py::none(), py::arg("prefill_chunk") = 512,
+          py::arg("document"), py::arg("cache") = py::none(),
+          py::arg("prefill_chunk") = SessionOptions{}.prefill_chunk,
           "Prefills document once and compresses its cache alone (question-agnostic), as\n"
           "`snapkv compress` does; cache None = kvzip at keep 0.2 (that command's default).\n"
           "Returns a Doc: doc.ask(question), doc.save(path).");
@@ -545,7 +600,7 @@ void register_model(py::module_& m) {
         }
         return d;
       },
-      py::arg("model"), py::arg("path"), py::arg("prefill_chunk") = 512,
+      py::arg("model"), py::arg("path"), py::arg("prefill_chunk") = SessionOptions{}.prefill_chunk,
       "Reads a .kvc file written for this model (by Doc.save or `snapkv compress`); a file for\n"
       "another model raises snapkv.Error.");
 }

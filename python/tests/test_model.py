@@ -54,10 +54,36 @@ def test_stop_strings_cut_the_text(model, passkey):
     stop = answer[2:4]
     assert stop in full.text
     out = model.generate(prompt, max_tokens=10, stop=[stop])
-    assert out.stop_reason == "stop"
+    assert out.finish_reason == "stop"
     assert out.text == full.text[: full.text.index(stop)]
     streamed = "".join(model.generate(prompt, max_tokens=10, stop=[stop], stream=True))
     assert streamed == out.text
+
+
+def test_sampling_options_and_logprobs(model, passkey):
+    prompt, _ = passkey
+    out = model.generate(prompt, max_tokens=6, top_logprobs=3)
+    assert len(out.logprobs) == len(out.tokens)
+    for t, tok in zip(out.logprobs, out.tokens):
+        assert t["id"] == tok and t["logprob"] <= 0.0 and len(t["top"]) == 3
+        assert t["top"][0][0] == tok  # greedy: the most likely token
+    a = model.generate(prompt, max_tokens=8, temperature=0.9, top_k=20, min_p=0.05, seed=5,
+                       repeat_penalty=1.1)
+    b = model.generate(prompt, max_tokens=8, temperature=0.9, top_k=20, min_p=0.05, seed=5,
+                       repeat_penalty=1.1)
+    assert a.tokens == b.tokens  # a seed gives the same tokens
+    with pytest.raises(ValueError, match="min_p"):
+        model.generate(prompt, min_p=2.0)
+
+
+def test_ctrl_c_interrupts_a_generate(model, passkey):
+    import _thread
+    prompt, _ = passkey
+    _thread.interrupt_main()  # a pending SIGINT: seen at the first token
+    with pytest.raises(KeyboardInterrupt):
+        model.generate(prompt, max_tokens=1000, ignore_eos=True)
+    out = model.generate(prompt, max_tokens=4)  # the model is usable afterwards
+    assert len(out.tokens) >= 1
 
 
 def test_tokenize_matches_cli(model, snapkv_bin, model_path):
