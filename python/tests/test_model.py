@@ -76,12 +76,24 @@ def test_sampling_options_and_logprobs(model, passkey):
         model.generate(prompt, min_p=2.0)
 
 
-def test_ctrl_c_interrupts_a_generate(model, passkey):
+def test_ctrl_c_interrupts_a_generate(model):
     import _thread
-    prompt, _ = passkey
-    _thread.interrupt_main()  # a pending SIGINT: seen at the first token
+    import threading
+    import time
+    prompt = "There is an important info hidden. " * 60
+    t0 = time.monotonic()
+    model.generate(prompt, max_tokens=1500, ignore_eos=True)
+    full = time.monotonic() - t0
+    # SIGINT 50 ms into the same generation: the call ends at the next token, long before the
+    # generation would (without the check, Python would only see it once the call returned).
+    timer = threading.Timer(0.05, _thread.interrupt_main)
+    t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        model.generate(prompt, max_tokens=1000, ignore_eos=True)
+        timer.start()
+        model.generate(prompt, max_tokens=1500, ignore_eos=True)
+    stopped = time.monotonic() - t0
+    timer.join()
+    assert stopped < 0.5 * full, f"interrupted after {stopped:.3f} s of a {full:.3f} s generation"
     out = model.generate(prompt, max_tokens=4)  # the model is usable afterwards
     assert len(out.tokens) >= 1
 
