@@ -45,7 +45,8 @@
  * runs a prompt and streams the generated text into a callback (the library's one generation
  * loop, model/generation.h, with its defaults); snapkv_doc_compress / snapkv_doc_load /
  * snapkv_doc_save / snapkv_doc_ask are `snapkv compress` / `snapkv ask` (.kvc files).
- * A snapkv_model may be used from several threads at once; a snapkv_doc too (each ask copies it).
+ * A snapkv_model may be used from several threads at once, a snapkv_doc too (each ask copies
+ * it); a model must outlive the documents made or loaded with it.
  *
  * Leaves out: the GGUF reader's own API and the engine's internals (C++ only).
  */

@@ -265,20 +265,55 @@ CacheConfig config_from(const py::handle& config, size_t tokens, const char* nam
   if (py::isinstance<CacheBuilder>(config))
     return config.cast<const CacheBuilder&>().config_for(tokens);
   if (py::isinstance<py::str>(config)) {
-    // The C ABI's "key=value key=value" syntax, over the library's defaults.
-    CacheConfig c;
+    // The C ABI's "key=value key=value" syntax (method=, keep=, budget= and the spec's keys),
+    // over the library's defaults.
     std::string s = config.cast<std::string>();
     for (char& ch : s) ch = (ch == ',' || ch == ';' || ch == '\t') ? ' ' : ch;
     std::istringstream in(s);
     std::string item;
+    std::optional<std::string> method;
+    std::optional<double> keep;
+    py::dict options;
     while (in >> item) {
       const size_t eq = item.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
         throw_invalid(kComponent, std::string(name) + ": config item is not key=value",
                       "'" + item + "'", "key=value (e.g. budget=256)");
       }
-      set_cache_option(c, item.substr(0, eq), item.substr(eq + 1));
+      const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+      if (key == "method") {
+        method = value;
+      } else if (key == "keep") {
+        keep = parse_keeps(value).at(0);
+      } else {
+        if (options.contains(key)) {
+          throw_invalid(kComponent, "config key given twice", "'" + key + "'", "each key once");
+        }
+        options[py::str(key)] = value;
+      }
     }
+    if (method || keep) {
+      std::optional<size_t> budget;
+      if (options.contains("budget")) {
+        budget = static_cast<size_t>(std::get<uint64_t>(parse_option_value(
+            *find_cache_option("budget"), options["budget"].cast<std::string>())));
+        PyDict_DelItemString(options.ptr(), "budget");
+      }
+      if (method) return CacheBuilder(*method, keep, budget, options).config_for(tokens);
+      CacheConfig c;
+      for (const auto& [k, v] : options)
+        set_cache_option(c, k.cast<std::string>(), v.cast<std::string>());
+      if (budget) throw_invalid(kComponent, "keep and budget both given", "both", "one of them");
+      if (tokens == 0) {
+        throw_invalid(kComponent, "keep without a prompt length", "keep", "prompt_tokens=T");
+      }
+      c.budget = budget_for(*keep, tokens, c);
+      c.validate();
+      return c;
+    }
+    CacheConfig c;
+    for (const auto& [k, v] : options)
+      set_cache_option(c, k.cast<std::string>(), v.cast<std::string>());
     c.validate();
     return c;
   }

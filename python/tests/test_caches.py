@@ -74,6 +74,15 @@ def test_config_as_string_and_dict():
         c.end_prompt()
     assert list(a[0].kept_positions(0)) == list(b[0].kept_positions(0))
     assert list(a[0].kept_positions(0))[:2] == [0, 1]
+    # The C ABI's method= and keep= keys, as the builder's.
+    c = snapkv.build_caches((1, 2, 2, 8), "method=streaming keep=0.25 sinks=2", prompt_tokens=40)
+    d = snapkv.build_caches((1, 2, 2, 8), snapkv.builder(method="streaming", keep=0.25, n_sink=2),
+                            prompt_tokens=40)
+    for x in (c, d):
+        x[0].update(k, k)
+        x.end_prompt()
+    assert list(c[0].kept_positions(1)) == list(d[0].kept_positions(1))
+    assert len(c[0].kept_positions(1)) == 10
 
 
 @pytest.mark.parametrize("with_queries", [False, True])
