@@ -14,9 +14,11 @@
 #include <string_view>
 #include <vector>
 
+#include "capi_internal.h"
 #include "snapkv/kv/core/builder.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/kv/core/spec.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/text.h"
@@ -26,71 +28,22 @@ struct snapkv_caches {
   std::vector<snapkv::LayerCache> layers;
 };
 
+namespace snapkv::capi {
 namespace {
-
-using snapkv::num;
-
-constexpr std::string_view kComponent = "capi";
-
 thread_local std::string g_last_error;
+}  // namespace
 
-// One key of the config string: any option of the cache spec by its name or an alias
-// (kv/core/spec.h), its value checked by the spec.
-void set_key(snapkv::CacheConfig& c, std::string_view key, std::string_view value) {
-  const snapkv::CacheOption* o = snapkv::find_cache_option(key);
-  if (o == nullptr) {
-    snapkv::throw_invalid(kComponent, "unknown config key", "'" + std::string(key) + "'",
-                          "one of " + snapkv::cache_option_names());
-  }
-  o->set(c, snapkv::parse_option_value(*o, value));
+void set_last_error(std::string message) {
+  g_last_error = std::move(message);
+}
+void clear_last_error() {
+  g_last_error.clear();
+}
+const char* last_error_text() {
+  return g_last_error.c_str();
 }
 
-// "key=value key=value, key=value; ..." -> CacheConfig (defaults for unnamed keys), validated.
-snapkv::CacheConfig parse_config(const char* text) {
-  snapkv::CacheConfig c;
-  const std::string_view s = text == nullptr ? std::string_view() : std::string_view(text);
-  size_t i = 0;
-  std::vector<std::string> seen;
-  while (i < s.size()) {
-    const auto is_sep = [](char ch) { return ch == ' ' || ch == ',' || ch == ';' || ch == '\t'; };
-    while (i < s.size() && is_sep(s[i])) ++i;
-    if (i == s.size()) break;
-    size_t j = i;
-    while (j < s.size() && !is_sep(s[j])) ++j;
-    const std::string_view item = s.substr(i, j - i);
-    const size_t eq = item.find('=');
-    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
-      snapkv::throw_invalid(kComponent, "config item is not key=value",
-                            "'" + std::string(item) + "'", "key=value (e.g. budget=256)");
-    }
-    const snapkv::CacheOption* option = snapkv::find_cache_option(item.substr(0, eq));
-    const std::string key(option != nullptr ? option->name : item.substr(0, eq));
-    for (const std::string& k : seen) {
-      if (k == key) {
-        snapkv::throw_invalid(kComponent, "config key given twice", "'" + key + "'",
-                              "each key at most once");
-      }
-    }
-    seen.push_back(key);
-    set_key(c, key, item.substr(eq + 1));
-    i = j;
-  }
-  c.validate();
-  return c;
-}
-
-void require(bool ok, std::string_view what, std::string_view got, std::string_view expected) {
-  if (!ok) snapkv::throw_invalid(kComponent, what, got, expected);
-}
-
-const snapkv::LayerCache& layer_of(const snapkv_caches* caches, size_t layer) {
-  require(caches != nullptr, "caches", "NULL", "caches from snapkv_caches_create");
-  require(layer < caches->layers.size(), "layer index out of range", num(layer),
-          "< n_layers = " + num(caches->layers.size()));
-  return caches->layers[layer];
-}
-
-snapkv_stats to_c(const snapkv::CacheStats& s) {
+snapkv_stats to_c(const CacheStats& s) {
   snapkv_stats out{};
   out.tokens_seen = s.tokens_seen;
   out.tokens_kept = s.tokens_kept;
@@ -101,29 +54,108 @@ snapkv_stats to_c(const snapkv::CacheStats& s) {
   return out;
 }
 
-// Runs fn, mapping every exception to a status and the thread's message.
-template <class Fn>
-snapkv_status guarded(Fn&& fn) noexcept {
-  try {
-    fn();
-    g_last_error.clear();
-    return SNAPKV_OK;
-  } catch (const std::invalid_argument& e) {
-    g_last_error = e.what();
-    return SNAPKV_INVALID_ARGUMENT;
-  } catch (const snapkv::RuntimeError& e) {
-    g_last_error = e.what();
-    return SNAPKV_RUNTIME_ERROR;
-  } catch (const std::bad_alloc&) {
-    g_last_error = "[capi] out of memory";
-    return SNAPKV_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    g_last_error = std::string("[capi] internal error: ") + e.what();
-    return SNAPKV_INTERNAL_ERROR;
-  } catch (...) {
-    g_last_error = "[capi] internal error: unknown exception";
-    return SNAPKV_INTERNAL_ERROR;
+void require(bool ok, std::string_view what, std::string_view got, std::string_view expected) {
+  if (!ok) throw_invalid(kComponent, what, got, expected);
+}
+
+ConfigText parse_config_text(const char* text) {
+  ConfigText c;
+  const std::string_view s = text == nullptr ? std::string_view() : std::string_view(text);
+  size_t i = 0;
+  std::vector<std::string> seen;
+  while (i < s.size()) {
+    const auto is_sep = [](char ch) { return ch == ' ' || ch == ',' || ch == ';' || ch == '\t'; };
+    while (i < s.size() && is_sep(s[i])) ++i;
+    if (i == s.size()) break;
+    size_t j = i;
+    while (j < s.size() && !is_sep(s[j])) ++j;
+    const std::string_view item = s.substr(i, j - i);
+    i = j;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      throw_invalid(kComponent, "config item is not key=value", "'" + std::string(item) + "'",
+                    "key=value (e.g. budget=256)");
+    }
+    const std::string_view raw_key = item.substr(0, eq);
+    const std::string_view value = item.substr(eq + 1);
+    const CacheOption* option = find_cache_option(raw_key);
+    const std::string key(option != nullptr ? option->name : raw_key);
+    for (const std::string& k : seen) {
+      if (k == key) {
+        throw_invalid(kComponent, "config key given twice", "'" + key + "'",
+                      "each key at most once");
+      }
+    }
+    seen.push_back(key);
+    if (key == "method") {
+      c.method = std::string(value);
+      (void)parse_method(*c.method);  // an unknown name fails here
+    } else if (key == "keep") {
+      c.keep = parse_keeps(value).at(0);
+      require(parse_keeps(value).size() == 1, "keep", std::string(value), "one fraction");
+    } else if (key == "prompt_tokens") {
+      const OptionValue v = parse_option_value(*find_cache_option("budget"), value);
+      c.prompt_tokens = static_cast<size_t>(std::get<uint64_t>(v));
+    } else if (option == nullptr) {
+      throw_invalid(kComponent, "unknown config key", "'" + key + "'",
+                    "one of method keep prompt_tokens " + cache_option_names());
+    } else if (key == "budget") {
+      c.budget = static_cast<size_t>(std::get<uint64_t>(parse_option_value(*option, value)));
+    } else {
+      c.options.emplace_back(option, parse_option_value(*option, value));
+    }
   }
+  if (c.keep && c.budget) {
+    throw_invalid(kComponent, "keep and budget both given", "both", "at most one of them");
+  }
+  return c;
+}
+
+CacheConfig ConfigText::resolve(size_t tokens, const char* default_method,
+                                std::optional<double> default_keep) const {
+  bool names_policy = method.has_value();
+  for (const auto& [o, v] : options) names_policy = names_policy || o->group == OptionGroup::method;
+  std::optional<std::string> m = method;
+  if (!names_policy && default_method != nullptr) m = default_method;
+  std::optional<double> k = keep;
+  if (!keep && !budget && !names_policy) k = default_keep;
+  // Knobs first, then the method name over them, then the method-group keys given explicitly.
+  CacheConfig knobs;
+  for (const auto& [o, v] : options) {
+    if (o->group != OptionGroup::method) o->set(knobs, v);
+  }
+  Method parsed{"", knobs, true};
+  if (m) parsed = parse_method(*m, knobs);
+  CacheConfig c = parsed.config;
+  for (const auto& [o, v] : options) {
+    if (o->group == OptionGroup::method) o->set(c, v);
+  }
+  if (k) {
+    const size_t t = tokens != 0 ? tokens : prompt_tokens.value_or(0);
+    require(t != 0, "keep without a prompt length", "keep=" + format_option_value(OptionValue{*k}),
+            "prompt_tokens=N beside it (or budget=N)");
+    c.budget = parsed.uses_keep ? budget_for(*k, t, c) : std::max<size_t>(t, 1);
+  } else if (budget) {
+    c.budget = *budget;
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace snapkv::capi
+
+namespace {
+
+using snapkv::num;
+using snapkv::capi::guarded;
+using snapkv::capi::require;
+using snapkv::capi::to_c;
+
+const snapkv::LayerCache& layer_of(const snapkv_caches* caches, size_t layer) {
+  require(caches != nullptr, "caches", "NULL", "caches from snapkv_caches_create");
+  require(layer < caches->layers.size(), "layer index out of range", num(layer),
+          "< n_layers = " + num(caches->layers.size()));
+  return caches->layers[layer];
 }
 
 }  // namespace
@@ -131,7 +163,11 @@ snapkv_status guarded(Fn&& fn) noexcept {
 extern "C" {
 
 const char* snapkv_version(void) {
-  return "0.1.0";
+  return SNAPKV_VERSION_STRING;
+}
+
+int snapkv_version_number(void) {
+  return SNAPKV_VERSION_NUMBER;
 }
 
 const char* snapkv_status_name(snapkv_status status) {
@@ -151,7 +187,7 @@ const char* snapkv_status_name(snapkv_status status) {
 }
 
 const char* snapkv_last_error(void) {
-  return g_last_error.c_str();
+  return snapkv::capi::last_error_text();
 }
 
 snapkv_status snapkv_caches_create(const snapkv_model_dims* dims, const char* config,
@@ -160,7 +196,7 @@ snapkv_status snapkv_caches_create(const snapkv_model_dims* dims, const char* co
     require(out != nullptr, "out", "NULL", "a pointer to receive the caches");
     *out = nullptr;
     require(dims != nullptr, "dims", "NULL", "a snapkv_model_dims");
-    const snapkv::CacheConfig c = parse_config(config);
+    const snapkv::CacheConfig c = snapkv::capi::parse_config_text(config).resolve(0);
     const snapkv::ModelDims d{dims->n_layers, dims->n_heads, dims->n_kv_heads, dims->head_dim};
     auto caches = std::make_unique<snapkv_caches>();
     caches->dims = d;

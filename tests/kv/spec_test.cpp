@@ -159,6 +159,25 @@ TEST(CacheSpec, CHeaderListsEveryKey) {
     }
   }
   EXPECT_EQ(documented, names);
+  // Each choice option's documented values ("codec=fp16|kivi2|...", wrapped over lines) are the
+  // spec's choices, in its order.
+  for (const CacheOption& o : cache_options()) {
+    if (o.type != OptionType::choice) continue;
+    const size_t at = block.find(" " + std::string(o.name) + "=");
+    ASSERT_NE(at, std::string::npos) << o.name;
+    std::string values;
+    for (size_t i = at + o.name.size() + 2; i < block.size(); ++i) {
+      const char ch = block[i];
+      if (std::islower(static_cast<unsigned char>(ch)) ||
+          std::isdigit(static_cast<unsigned char>(ch)) || ch == '_' || ch == '|') {
+        values += ch;
+        continue;
+      }
+      if (!values.empty() && values.back() == '|') continue;  // a list wrapped over lines
+      break;
+    }
+    EXPECT_EQ(values, std::string(o.choices)) << o.name;
+  }
 }
 
 }  // namespace
