@@ -134,7 +134,7 @@ int run_bench(BenchOptions& o) {
   for (size_t length : lengths) {
     for (const Method& m : methods) (void)cache_options.config_for(m, length);
   }
-  o.json.open("bench");
+  o.json.open("bench", {{o.model, "--model"}});
 
   std::vector<Measurement> results;
   nlohmann::json json_models = nlohmann::json::array();

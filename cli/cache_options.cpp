@@ -1,13 +1,7 @@
 // The shared cache options of the `snapkv` subcommands (cli/cache_options.h).
 #include "cache_options.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <thread>
@@ -16,6 +10,7 @@
 #include "snapkv/kv/core/spec_json.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/input_file.h"
 #include "snapkv/util/parallel.h"
 
 namespace snapkv::cli {
@@ -201,45 +196,33 @@ void apply_threads(const char* component, int threads) {
   set_blas_threads(1);
 }
 
-void JsonOutput::open(const char* component) {
+void JsonOutput::open(const char* component, const std::vector<NamedPath>& inputs) {
   if (!to_file()) return;
-  if (std::filesystem::is_directory(path)) {
-    throw_runtime(component, "--json path is a directory", path, "a file path");
-  }
-  tmp_ = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const std::string t = tmp_;
-    tmp_.clear();
-    throw_runtime(component, "cannot write the --json file", path,
-                  "a path in a writable directory (tried " + t + ")");
-  }
-  ::close(fd);
+  refuse_output_over_inputs(component, {path, "--json"}, inputs);
+  file_ = OutputFile::open(path, component, "--json file");
+}
+
+void check_output(const char* component, const NamedPath& output, Seek seek,
+                  const std::vector<NamedPath>& inputs) {
+  if (output.first.empty() || output.first == "-") return;
+  refuse_output_over_inputs(component, output, inputs);
+  OutputFile::check(output.first, component, output.second + " file", seek);
 }
 
 void JsonOutput::write(const nlohmann::json& j, const char* component, int indent) {
-  const std::string text = j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text =
+      j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (to_stdout()) {
-    std::cout << text << std::endl;
-    if (!std::cout) throw_runtime(component, "write to stdout failed", "a short write", "all");
+    write_stdout(text, component);
     return;
   }
   if (!to_file()) return;
-  if (tmp_.empty()) open(component);
-  std::FILE* f = std::fopen(tmp_.c_str(), "wb");
-  if (f == nullptr) throw_runtime(component, "cannot write the --json file", tmp_, "writable");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
-                  std::fputc('\n', f) != EOF && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed || std::rename(tmp_.c_str(), path.c_str()) != 0) {
-    throw_runtime(component, "writing the --json file failed", path, "the whole JSON written");
-  }
-  tmp_.clear();
+  if (!file_.is_open()) open(component);
+  file_.write(text);
+  file_.commit();
 }
 
-JsonOutput::~JsonOutput() {
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());  // the work failed before write()
-}
+JsonOutput::~JsonOutput() = default;  // an uncommitted file_ removes its temporary file
 
 void add_json_option(CLI::App& app, JsonOutput& out, const std::string& what) {
   out.option = app.add_option("--json", out.path,
@@ -302,51 +285,28 @@ void reject_negative_unsigned(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) reject_negative_unsigned(*sub);
 }
 
-namespace {
-// Reads fd to its end, at most max_bytes bytes (more is refused, naming `what`).
-std::string read_bounded(const char* component, int fd, const std::string& what, size_t max_bytes) {
-  std::string text;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_runtime(component, "read failed", what, "a readable file");
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > max_bytes) {
-      throw_invalid(
-          component, "file too long for the model's context: " + what,
-          "more than " + std::to_string(max_bytes) + " bytes",
-          "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
-    }
+std::string read_any_text_file(const char* component, const std::string& path, size_t max_bytes) {
+  std::string text = read_input_file(path, component, "input file", max_bytes);
+  if (text.size() > max_bytes) {
+    throw_invalid(component,
+                  "file too long: " + (path == "-" ? std::string("- (standard input)") : path),
+                  "more than " + std::to_string(max_bytes) + " bytes",
+                  "at most " + std::to_string(max_bytes) + " bytes");
+  }
+  return text;
+}
+
+std::string read_text_file(const char* component, const std::string& path, size_t max_bytes) {
+  std::string text = read_input_file(path, component, "input file", max_bytes);
+  const std::string what = path == "-" ? std::string("- (standard input)") : path;
+  if (text.size() > max_bytes) {
+    throw_invalid(
+        component, "file too long for the model's context: " + what,
+        "more than " + std::to_string(max_bytes) + " bytes",
+        "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
   }
   if (text.empty()) throw_invalid(component, "empty file", what, "at least one character");
   return text;
-}
-}  // namespace
-
-std::string read_text_file(const char* component, const std::string& path, size_t max_bytes) {
-  // "-": standard input (a pipe, a file or a terminal), read to its end.
-  if (path == "-") return read_bounded(component, STDIN_FILENO, "- (standard input)", max_bytes);
-  // stat first: a FIFO would block open(); a directory reads as empty on some systems.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw_runtime(component, "cannot read the file", path, "an existing readable file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw_runtime(component, "not a regular file", path,
-                  S_ISDIR(st.st_mode) ? "a file, not a directory" : "a regular text file");
-  }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw_runtime(component, "cannot open the file", path, "a readable file");
-  try {
-    std::string text = read_bounded(component, fd, path, max_bytes);
-    ::close(fd);
-    return text;
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
 }
 
 }  // namespace snapkv::cli

@@ -78,7 +78,7 @@ KeptRows kept_rows(const snapkv::LlamaSession& session) {
 int run_chat(ChatCmdOptions& o) {
   using namespace snapkv;
   snapkv::cli::apply_threads("chat", o.cache.threads);
-  o.json.open("chat");
+  o.json.open("chat", {{o.model, "--model"}});
   nlohmann::json turns = nlohmann::json::array();  // for --json FILE
   if (!o.cache.keep.empty()) {
     throw_invalid("chat", "--keep needs a known prompt length", "--keep " + o.cache.keep,

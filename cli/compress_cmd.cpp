@@ -46,7 +46,10 @@ int run_compress(CompressOptions& o) {
   const snapkv::cli::CacheOptions& cache_options = o.cache;
   const Method method = cache_options.single_method();
   (void)cache_options.config_for(method, 4096);  // bad settings fail before the model loads
-  o.json.open("compress");
+  snapkv::cli::check_output("compress", {o.out, "--out"}, snapkv::Seek::required,
+                            {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}});
+  o.json.open("compress",
+              {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}, {o.out, "--out"}});
 
   const std::string text = snapkv::cli::read_text_file("compress", o.prompt_file, size_t{64} << 20);
   const LlamaModel model = LlamaModel::load(o.model);

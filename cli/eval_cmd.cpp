@@ -70,7 +70,7 @@ int run_eval_cmd(EvalCliOptions& o) {
   const std::vector<double> keeps = parse_keeps(cache_options.keep);
   // Outputs are checked before hours of work, not after.
   if (!o.plot.empty()) find_gnuplot();
-  o.json.open("eval");
+  o.json.open("eval", {{o.model, "--model"}, {o.text, "--text"}, {o.plot, "--plot"}});
 
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());

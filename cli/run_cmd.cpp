@@ -83,7 +83,7 @@ int run_generate(RunOptions& o) {
   SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
   sampler_config.validate();
 
-  o.json.open("run");
+  o.json.open("run", {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}});
   Timer load_timer;
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
