@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
@@ -78,14 +79,29 @@ int finish(int rc) {
 
 // Runs before the constructors of the shared libraries (the executable's .preinit_array): under
 // an address-space limit (ulimit -v, prlimit --as) OpenBLAS, when it loads, starts worker threads
-// that each map a 128 MiB buffer, retry forever when they cannot, or kill the process with SIGINT
-// when a thread cannot be created. One thread avoids both (ops/gemm.h, blas_allowed).
-void one_blas_thread_under_limit(int, char**, char**) {
+// that each map a 128 MiB buffer and retry forever when they cannot, or raises SIGINT when a
+// thread cannot be created. One thread avoids both, and OpenBLAS reads OPENBLAS_NUM_THREADS only
+// when it loads; libc resets the environment after this function, so setenv() here would be lost:
+// the process re-executes itself at once with the variable added (execve needs no allocation).
+constexpr size_t kMaxEnv = 4096;
+char* g_env[kMaxEnv + 2];
+char g_one_thread[] = "OPENBLAS_NUM_THREADS=1";
+
+void one_blas_thread_under_limit(int, char** argv, char** envp) {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
-      std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  if (argv == nullptr || envp == nullptr || ::getrlimit(RLIMIT_AS, &lim) != 0 ||
+      lim.rlim_cur == RLIM_INFINITY) {
+    return;
   }
+  constexpr char kName[] = "OPENBLAS_NUM_THREADS=";
+  size_t n = 0;
+  for (; envp[n] != nullptr; ++n) {
+    if (std::strncmp(envp[n], kName, sizeof kName - 1) == 0 || n >= kMaxEnv) return;
+    g_env[n] = envp[n];
+  }
+  g_env[n] = g_one_thread;
+  g_env[n + 1] = nullptr;
+  ::execve("/proc/self/exe", argv, g_env);  // returns only on failure: carry on as we are
 }
 __attribute__((section(".preinit_array"),
                used)) void (*const g_preinit)(int, char**, char**) = &one_blas_thread_under_limit;
