@@ -157,8 +157,10 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--cache", o->cache, ".kvc file from `snapkv compress`")->required();
       sub.add_option("--question", o->question, "One question");
       sub.add_option("--questions", o->questions_file, "File with one question per line");
-      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
-                     "Tokens per answer (stops at EOS)")
+      snapkv::cli::bounded(sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
+                                          "Tokens per answer (stops at EOS)"),
+                           1, snapkv::cli::kMaxContextTokens,
+                           "tokens; generation also stops at the model's context")
           ->capture_default_str();
       sub.add_flag("--multiline", o->multiline, "Do not stop an answer at its first newline");
       sub.add_flag("--ignore-eos", o->ignore_eos,

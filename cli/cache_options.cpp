@@ -1,8 +1,13 @@
 // The shared cache options of the `snapkv` subcommands (cli/cache_options.h).
 #include "cache_options.h"
 
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -263,8 +268,84 @@ std::string decimal_problem(const std::string& piece) {
 }
 }  // namespace
 
+namespace {
+// Options whose empty value means something (an empty text to tokenize, an empty system
+// message); every other option that takes a value refuses "".
+bool empty_allowed(const CLI::Option& opt) {
+  for (const char* name : {"--text", "--system", "--prompt", "--question", "--json"}) {
+    if (opt.check_lname(name + 2)) return true;
+  }
+  return false;
+}
+
+// "" when `v` (digits, checked before) fits the option's integer type; else why not.
+std::string overflow_problem(const std::string& v, bool is_unsigned) {
+  const size_t b = v.find_first_not_of(" \t");
+  const size_t e = v.find_last_not_of(" \t");
+  if (b == std::string::npos) return std::string();
+  const char* first = v.data() + b + (v[b] == '+' ? 1 : 0);
+  const char* last = v.data() + e + 1;
+  if (is_unsigned) {
+    uint64_t x = 0;
+    const auto r = std::from_chars(first, last, x);
+    if (r.ec == std::errc::result_out_of_range) {
+      return "a count out of range, got " + v + ", expected at most " +
+             std::to_string(std::numeric_limits<uint64_t>::max());
+    }
+  } else {
+    int64_t x = 0;
+    const auto r = std::from_chars(first, last, x);
+    if (r.ec == std::errc::result_out_of_range) {
+      return "an integer out of range, got " + v + ", expected a 64-bit integer";
+    }
+  }
+  return std::string();
+}
+}  // namespace
+
+CLI::Option* bounded(CLI::Option* opt, uint64_t lo, uint64_t hi, const std::string& why) {
+  const std::string name = opt->get_name();
+  opt->check(CLI::Validator(
+      [=](std::string& v) -> std::string {
+        uint64_t x = 0;
+        const size_t b = v.find_first_not_of(" \t");
+        const size_t e = v.find_last_not_of(" \t");
+        if (b == std::string::npos) return "an empty value, expected a number";
+        const auto r = std::from_chars(v.data() + b + (v[b] == '+' ? 1 : 0), v.data() + e + 1, x);
+        if (r.ec != std::errc() || r.ptr != v.data() + e + 1) return std::string();  // CLI11's
+        if (x < lo || x > hi) {
+          return "out of range, got " + v + ", expected " + std::to_string(lo) + " .. " +
+                 std::to_string(hi) + " (" + why + ")";
+        }
+        return std::string();
+      },
+      "", "range"));
+  return opt;
+}
+
+void check_fits_memory(const char* component, const std::string& what, size_t bytes) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double physical = static_cast<double>(pages) * static_cast<double>(page);
+  if (static_cast<double>(bytes) > physical) {
+    throw_invalid(component, what + " larger than this machine's memory",
+                  std::to_string(bytes / (1u << 20)) + " MiB",
+                  "<= " + std::to_string(static_cast<size_t>(physical) >> 20) + " MiB");
+  }
+}
+
 void reject_negative_unsigned(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() > 0 && opt->get_expected_min() > 0 && !empty_allowed(*opt)) {
+      opt->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v.find_first_not_of(" \t") == std::string::npos) {
+              return "an empty value, got '" + v + "', expected a value";
+            }
+            return std::string();
+          },
+          "", "non-empty"));
+    }
     const std::string type = opt->get_type_name();
     const bool is_unsigned = type.rfind("UINT", 0) == 0;
     if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
@@ -278,7 +359,8 @@ void reject_negative_unsigned(CLI::App& app) {
               v[b] == '0') {
             return "an integer is read in decimal, got " + v + ", expected digits 0-9 only";
           }
-          return decimal_problem(v);
+          const std::string problem = decimal_problem(v);
+          return problem.empty() ? overflow_problem(v, is_unsigned) : problem;
         },
         "", "decimal"));
   }

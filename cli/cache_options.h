@@ -136,7 +136,24 @@ bool print_cache_config_if_asked(const CLI::App& app);
 // Rejects a leading '-' on every unsigned option of `app` and its subcommands (CLI11 would wrap
 // "-1" to 2^64 - 1): "--n: a count cannot be negative, got -1"; and, on every integer option,
 // anything but decimal digits (CLI11 would read "010" as octal 8 and "0x10" as 16).
+// Also refuses an empty value on every option that takes one (but --text, --system, --prompt,
+// --question and --json, where "" means an empty text or stdout), and an integer that does not
+// fit its type (CLI11 would saturate it).
 void reject_negative_unsigned(CLI::App& app);
+
+// Upper bounds of the commands' own counts, each reflecting real work (docs/CLI.md "Numbers").
+inline constexpr uint64_t kMaxSamples = 100000;          // --n: samples per task
+inline constexpr uint64_t kMaxContextTokens = 1u << 20;  // --context, --max-tokens
+inline constexpr uint64_t kMaxBenchLayers = 1024;        // bench --layers (random model)
+inline constexpr uint64_t kMaxRepeats = 1000;            // bench --repeats
+
+// Throws std::invalid_argument when `bytes` exceed the machine's physical memory (sizes derived
+// from options, checked before they are allocated).
+void check_fits_memory(const char* component, const std::string& what, size_t bytes);
+
+// Adds an inclusive range check to an unsigned option: "--n out of range, got 10000000,
+// expected 1 .. 100000 (samples per task)". Returns opt.
+CLI::Option* bounded(CLI::Option* opt, uint64_t lo, uint64_t hi, const std::string& why);
 
 // Reads a prompt/text file through util/input_file.h: "-" for standard input, a regular file, a
 // pipe or a FIFO (never waiting forever); at most max_bytes bytes, not empty; throws naming the

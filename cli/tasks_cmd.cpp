@@ -106,8 +106,12 @@ snapkv::cli::RegisterCommand reg{
           "share a sample.");
       auto opts = std::make_shared<TasksGenOptions>();
       gen->add_option("--task", opts->task, "Task name, or 'all'")->capture_default_str();
-      gen->add_option("--n", opts->n, "Samples per task")->capture_default_str();
-      gen->add_option("--context", opts->context, "Token budget of prompt + answer")
+      snapkv::cli::bounded(gen->add_option("--n", opts->n, "Samples per task"), 1,
+                           snapkv::cli::kMaxSamples, "samples per task")
+          ->capture_default_str();
+      snapkv::cli::bounded(
+          gen->add_option("--context", opts->context, "Token budget of prompt + answer"), 1,
+          snapkv::cli::kMaxContextTokens, "tokens")
           ->capture_default_str();
       gen->add_option("--seed", opts->seed, "Seed (< 2^63)")->capture_default_str();
       gen->add_option("--split", opts->split, "train | eval")->capture_default_str();
