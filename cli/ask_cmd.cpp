@@ -9,10 +9,10 @@
 // question, load time and bytes read. The file is mapped (kv/file/kvc_file.h read_kvc), not copied;
 // its bytes read are logged on stderr.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,10 +42,11 @@ struct AskOptions {
   snapkv::cli::JsonOutput json;
 };
 
-// One question per non-empty line.
+constexpr size_t kMaxQuestionsBytes = size_t{16} << 20;
+
+// One question per non-empty line (a file, a FIFO or - for standard input).
 std::vector<std::string> read_questions(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) snapkv::throw_runtime("ask", "cannot read questions file", path, "a readable file");
+  std::istringstream in(snapkv::cli::read_text_file("ask", path, kMaxQuestionsBytes));
   std::vector<std::string> out;
   std::string line;
   while (std::getline(in, line)) {
@@ -64,7 +65,8 @@ int run_ask(AskOptions& o) {
   }
   if (o.max_tokens == 0) throw_invalid("ask", "--max-tokens", "0", ">= 1");
   snapkv::cli::apply_threads("ask", o.threads);
-  o.json.open("ask");
+  o.json.open("ask",
+              {{o.model, "--model"}, {o.cache, "--cache"}, {o.questions_file, "--questions"}});
   const std::vector<std::string> questions = o.questions_file.empty()
                                                  ? std::vector<std::string>{o.question}
                                                  : read_questions(o.questions_file);
@@ -155,8 +157,10 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--cache", o->cache, ".kvc file from `snapkv compress`")->required();
       sub.add_option("--question", o->question, "One question");
       sub.add_option("--questions", o->questions_file, "File with one question per line");
-      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
-                     "Tokens per answer (stops at EOS)")
+      snapkv::cli::bounded(sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
+                                          "Tokens per answer (stops at EOS)"),
+                           1, snapkv::cli::kMaxContextTokens,
+                           "tokens; generation also stops at the model's context")
           ->capture_default_str();
       sub.add_flag("--multiline", o->multiline, "Do not stop an answer at its first newline");
       sub.add_flag("--ignore-eos", o->ignore_eos,

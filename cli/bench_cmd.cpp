@@ -134,7 +134,7 @@ int run_bench(BenchOptions& o) {
   for (size_t length : lengths) {
     for (const Method& m : methods) (void)cache_options.config_for(m, length);
   }
-  o.json.open("bench");
+  o.json.open("bench", {{o.model, "--model"}});
 
   std::vector<Measurement> results;
   nlohmann::json json_models = nlohmann::json::array();
@@ -152,6 +152,7 @@ int run_bench(BenchOptions& o) {
     spec.type = *type;
     spec.seed = o.seed;
     spec.validate();
+    snapkv::cli::check_fits_memory("bench", "random model weights", spec.weight_bytes());
     Timer build_timer;
     if (!o.quiet) {
       std::fprintf(stderr, "[bench] building random %s model (%.1f MiB)...\n", type_name.c_str(),
@@ -275,7 +276,9 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--model,-m", o->model,
                      "GGUF file to time as llama-bench does (else a random-weight model)");
       o->random_only = {
-          sub.add_option("--layers", o->layers, "Layers (random model)")->capture_default_str(),
+          snapkv::cli::bounded(sub.add_option("--layers", o->layers, "Layers (random model)"), 1,
+                               snapkv::cli::kMaxBenchLayers, "layers of the random model")
+              ->capture_default_str(),
           sub.add_option("--embd", o->embd, "Embedding width (random model)")
               ->capture_default_str(),
           sub.add_option("--heads", o->heads, "Query heads (random model)")->capture_default_str(),
@@ -315,11 +318,15 @@ snapkv::cli::RegisterCommand reg{
               },
               "LIST", "thread counts"));
       o->decode_option =
-          sub.add_option("--decode-tokens,-n,--n-gen", o->decode_tokens,
-                         "Decode steps timed per run (--model: default 128; 0 = no generation "
-                         "test)")
+          snapkv::cli::bounded(
+              sub.add_option("--decode-tokens,-n,--n-gen", o->decode_tokens,
+                             "Decode steps timed per run (--model: default 128; 0 = no generation "
+                             "test)"),
+              0, snapkv::cli::kMaxContextTokens, "decode steps")
               ->capture_default_str();
-      sub.add_option("--repeats,-r,--repetitions", o->repeats, "Runs per measurement (median)")
+      snapkv::cli::bounded(
+          sub.add_option("--repeats,-r,--repetitions", o->repeats, "Runs per measurement (median)"),
+          1, snapkv::cli::kMaxRepeats, "runs per measurement")
           ->capture_default_str();
       sub.add_flag("--no-warmup", o->no_warmup, "--model: no untimed warm-up run per thread count");
       sub.add_option("--seed", o->seed, "Weights and prompt seed")->capture_default_str();

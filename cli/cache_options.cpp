@@ -1,14 +1,13 @@
 // The shared cache options of the `snapkv` subcommands (cli/cache_options.h).
 #include "cache_options.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -16,6 +15,7 @@
 #include "snapkv/kv/core/spec_json.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/input_file.h"
 #include "snapkv/util/parallel.h"
 
 namespace snapkv::cli {
@@ -201,45 +201,33 @@ void apply_threads(const char* component, int threads) {
   set_blas_threads(1);
 }
 
-void JsonOutput::open(const char* component) {
+void JsonOutput::open(const char* component, const std::vector<NamedPath>& inputs) {
   if (!to_file()) return;
-  if (std::filesystem::is_directory(path)) {
-    throw_runtime(component, "--json path is a directory", path, "a file path");
-  }
-  tmp_ = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const std::string t = tmp_;
-    tmp_.clear();
-    throw_runtime(component, "cannot write the --json file", path,
-                  "a path in a writable directory (tried " + t + ")");
-  }
-  ::close(fd);
+  refuse_output_over_inputs(component, {path, "--json"}, inputs);
+  file_ = OutputFile::open(path, component, "--json file");
+}
+
+void check_output(const char* component, const NamedPath& output, Seek seek,
+                  const std::vector<NamedPath>& inputs) {
+  if (output.first.empty() || output.first == "-") return;
+  refuse_output_over_inputs(component, output, inputs);
+  OutputFile::check(output.first, component, output.second + " file", seek);
 }
 
 void JsonOutput::write(const nlohmann::json& j, const char* component, int indent) {
-  const std::string text = j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text =
+      j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (to_stdout()) {
-    std::cout << text << std::endl;
-    if (!std::cout) throw_runtime(component, "write to stdout failed", "a short write", "all");
+    write_stdout(text, component);
     return;
   }
   if (!to_file()) return;
-  if (tmp_.empty()) open(component);
-  std::FILE* f = std::fopen(tmp_.c_str(), "wb");
-  if (f == nullptr) throw_runtime(component, "cannot write the --json file", tmp_, "writable");
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
-                  std::fputc('\n', f) != EOF && std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed || std::rename(tmp_.c_str(), path.c_str()) != 0) {
-    throw_runtime(component, "writing the --json file failed", path, "the whole JSON written");
-  }
-  tmp_.clear();
+  if (!file_.is_open()) open(component);
+  file_.write(text);
+  file_.commit();
 }
 
-JsonOutput::~JsonOutput() {
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());  // the work failed before write()
-}
+JsonOutput::~JsonOutput() = default;  // an uncommitted file_ removes its temporary file
 
 void add_json_option(CLI::App& app, JsonOutput& out, const std::string& what) {
   out.option = app.add_option("--json", out.path,
@@ -280,8 +268,84 @@ std::string decimal_problem(const std::string& piece) {
 }
 }  // namespace
 
+namespace {
+// Options whose empty value means something (an empty text to tokenize, an empty system
+// message); every other option that takes a value refuses "".
+bool empty_allowed(const CLI::Option& opt) {
+  for (const char* name : {"--text", "--system", "--prompt", "--question", "--json"}) {
+    if (opt.check_lname(name + 2)) return true;
+  }
+  return false;
+}
+
+// "" when `v` (digits, checked before) fits the option's integer type; else why not.
+std::string overflow_problem(const std::string& v, bool is_unsigned) {
+  const size_t b = v.find_first_not_of(" \t");
+  const size_t e = v.find_last_not_of(" \t");
+  if (b == std::string::npos) return std::string();
+  const char* first = v.data() + b + (v[b] == '+' ? 1 : 0);
+  const char* last = v.data() + e + 1;
+  if (is_unsigned) {
+    uint64_t x = 0;
+    const auto r = std::from_chars(first, last, x);
+    if (r.ec == std::errc::result_out_of_range) {
+      return "a count out of range, got " + v + ", expected at most " +
+             std::to_string(std::numeric_limits<uint64_t>::max());
+    }
+  } else {
+    int64_t x = 0;
+    const auto r = std::from_chars(first, last, x);
+    if (r.ec == std::errc::result_out_of_range) {
+      return "an integer out of range, got " + v + ", expected a 64-bit integer";
+    }
+  }
+  return std::string();
+}
+}  // namespace
+
+CLI::Option* bounded(CLI::Option* opt, uint64_t lo, uint64_t hi, const std::string& why) {
+  const std::string name = opt->get_name();
+  opt->check(CLI::Validator(
+      [=](std::string& v) -> std::string {
+        uint64_t x = 0;
+        const size_t b = v.find_first_not_of(" \t");
+        const size_t e = v.find_last_not_of(" \t");
+        if (b == std::string::npos) return "an empty value, expected a number";
+        const auto r = std::from_chars(v.data() + b + (v[b] == '+' ? 1 : 0), v.data() + e + 1, x);
+        if (r.ec != std::errc() || r.ptr != v.data() + e + 1) return std::string();  // CLI11's
+        if (x < lo || x > hi) {
+          return "out of range, got " + v + ", expected " + std::to_string(lo) + " .. " +
+                 std::to_string(hi) + " (" + why + ")";
+        }
+        return std::string();
+      },
+      "", "range"));
+  return opt;
+}
+
+void check_fits_memory(const char* component, const std::string& what, size_t bytes) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double physical = static_cast<double>(pages) * static_cast<double>(page);
+  if (static_cast<double>(bytes) > physical) {
+    throw_invalid(component, what + " larger than this machine's memory",
+                  std::to_string(bytes / (1u << 20)) + " MiB",
+                  "<= " + std::to_string(static_cast<size_t>(physical) >> 20) + " MiB");
+  }
+}
+
 void reject_negative_unsigned(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() > 0 && opt->get_expected_min() > 0 && !empty_allowed(*opt)) {
+      opt->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v.find_first_not_of(" \t") == std::string::npos) {
+              return "an empty value, got '" + v + "', expected a value";
+            }
+            return std::string();
+          },
+          "", "non-empty"));
+    }
     const std::string type = opt->get_type_name();
     const bool is_unsigned = type.rfind("UINT", 0) == 0;
     if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
@@ -295,58 +359,36 @@ void reject_negative_unsigned(CLI::App& app) {
               v[b] == '0') {
             return "an integer is read in decimal, got " + v + ", expected digits 0-9 only";
           }
-          return decimal_problem(v);
+          const std::string problem = decimal_problem(v);
+          return problem.empty() ? overflow_problem(v, is_unsigned) : problem;
         },
         "", "decimal"));
   }
   for (CLI::App* sub : app.get_subcommands({})) reject_negative_unsigned(*sub);
 }
 
-namespace {
-// Reads fd to its end, at most max_bytes bytes (more is refused, naming `what`).
-std::string read_bounded(const char* component, int fd, const std::string& what, size_t max_bytes) {
-  std::string text;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_runtime(component, "read failed", what, "a readable file");
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > max_bytes) {
-      throw_invalid(
-          component, "file too long for the model's context: " + what,
-          "more than " + std::to_string(max_bytes) + " bytes",
-          "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
-    }
+std::string read_any_text_file(const char* component, const std::string& path, size_t max_bytes) {
+  std::string text = read_input_file(path, component, "input file", max_bytes);
+  if (text.size() > max_bytes) {
+    throw_invalid(component,
+                  "file too long: " + (path == "-" ? std::string("- (standard input)") : path),
+                  "more than " + std::to_string(max_bytes) + " bytes",
+                  "at most " + std::to_string(max_bytes) + " bytes");
+  }
+  return text;
+}
+
+std::string read_text_file(const char* component, const std::string& path, size_t max_bytes) {
+  std::string text = read_input_file(path, component, "input file", max_bytes);
+  const std::string what = path == "-" ? std::string("- (standard input)") : path;
+  if (text.size() > max_bytes) {
+    throw_invalid(
+        component, "file too long for the model's context: " + what,
+        "more than " + std::to_string(max_bytes) + " bytes",
+        "at most " + std::to_string(max_bytes) + " bytes (context tokens x longest token)");
   }
   if (text.empty()) throw_invalid(component, "empty file", what, "at least one character");
   return text;
-}
-}  // namespace
-
-std::string read_text_file(const char* component, const std::string& path, size_t max_bytes) {
-  // "-": standard input (a pipe, a file or a terminal), read to its end.
-  if (path == "-") return read_bounded(component, STDIN_FILENO, "- (standard input)", max_bytes);
-  // stat first: a FIFO would block open(); a directory reads as empty on some systems.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw_runtime(component, "cannot read the file", path, "an existing readable file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw_runtime(component, "not a regular file", path,
-                  S_ISDIR(st.st_mode) ? "a file, not a directory" : "a regular text file");
-  }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw_runtime(component, "cannot open the file", path, "a readable file");
-  try {
-    std::string text = read_bounded(component, fd, path, max_bytes);
-    ::close(fd);
-    return text;
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
 }
 
 }  // namespace snapkv::cli

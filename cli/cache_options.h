@@ -38,6 +38,7 @@
 
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
+#include "snapkv/util/output_file.h"
 
 namespace snapkv::cli {
 
@@ -101,8 +102,9 @@ void apply_threads(const char* component, int threads);
 int max_threads();
 
 // --json [FILE]: absent = no JSON; no FILE = JSON on stdout (the command then prints nothing
-// else there); FILE = written through FILE.tmp.<pid> renamed into place, so a reader never sees
-// half a file. open() runs before the work starts so an unwritable path fails at once.
+// else there); FILE = written through util/output_file.h (a temporary file renamed over a regular
+// file, written through to a device or FIFO, refused over a directory or socket). open() runs
+// before the work starts so an unwritable path fails at once.
 struct JsonOutput {
   const CLI::Option* option = nullptr;  // set by add_json_option
   std::string path;                     // "" = stdout
@@ -110,16 +112,22 @@ struct JsonOutput {
   bool given() const { return option != nullptr && option->count() > 0; }
   bool to_stdout() const { return given() && path.empty(); }
   bool to_file() const { return given() && !path.empty(); }
-  // Creates the temporary file (checks the path is writable). No-op unless to_file().
-  void open(const char* component);
+  // Creates the temporary file (checks the path is writable) after refusing a path that names
+  // one of the command's inputs (util/output_file.h). No-op unless to_file().
+  void open(const char* component, const std::vector<NamedPath>& inputs = {});
   // Writes j (to stdout or the file, then renames). Throws snapkv::RuntimeError on failure.
   void write(const nlohmann::json& j, const char* component, int indent = 1);
   ~JsonOutput();
 
  private:
-  std::string tmp_;
+  OutputFile file_;
 };
 void add_json_option(CLI::App& app, JsonOutput& out, const std::string& what);
+
+// Before any work: refuses an output path (e.g. {o.out, "--out"}) that names one of the inputs,
+// or that could not be written as `seek` asks (util/output_file.h OutputFile::check).
+void check_output(const char* component, const NamedPath& output, Seek seek,
+                  const std::vector<NamedPath>& inputs);
 
 // Called by main after parsing: prints the parsed cache configuration of `app` when it was asked
 // for with --print-cache-config; true when it did (the command then does not run).
@@ -128,11 +136,30 @@ bool print_cache_config_if_asked(const CLI::App& app);
 // Rejects a leading '-' on every unsigned option of `app` and its subcommands (CLI11 would wrap
 // "-1" to 2^64 - 1): "--n: a count cannot be negative, got -1"; and, on every integer option,
 // anything but decimal digits (CLI11 would read "010" as octal 8 and "0x10" as 16).
+// Also refuses an empty value on every option that takes one (but --text, --system, --prompt,
+// --question and --json, where "" means an empty text or stdout), and an integer that does not
+// fit its type (CLI11 would saturate it).
 void reject_negative_unsigned(CLI::App& app);
 
-// Reads a prompt/text file: "-" for standard input (read to its end), else a regular file (not a
-// directory, FIFO or device); at most
-// max_bytes bytes, not empty; throws snapkv::RuntimeError naming the path otherwise.
+// Upper bounds of the commands' own counts, each reflecting real work (docs/CLI.md "Numbers").
+inline constexpr uint64_t kMaxSamples = 100000;          // --n: samples per task
+inline constexpr uint64_t kMaxContextTokens = 1u << 20;  // --context, --max-tokens
+inline constexpr uint64_t kMaxBenchLayers = 1024;        // bench --layers (random model)
+inline constexpr uint64_t kMaxRepeats = 1000;            // bench --repeats
+
+// Throws std::invalid_argument when `bytes` exceed the machine's physical memory (sizes derived
+// from options, checked before they are allocated).
+void check_fits_memory(const char* component, const std::string& what, size_t bytes);
+
+// Adds an inclusive range check to an unsigned option: "--n out of range, got 10000000,
+// expected 1 .. 100000 (samples per task)". Returns opt.
+CLI::Option* bounded(CLI::Option* opt, uint64_t lo, uint64_t hi, const std::string& why);
+
+// Reads a prompt/text file through util/input_file.h: "-" for standard input, a regular file, a
+// pipe or a FIFO (never waiting forever); at most max_bytes bytes, not empty; throws naming the
+// path otherwise.
 std::string read_text_file(const char* component, const std::string& path, size_t max_bytes);
+// The same, but an empty file is accepted (tokenize).
+std::string read_any_text_file(const char* component, const std::string& path, size_t max_bytes);
 
 }  // namespace snapkv::cli

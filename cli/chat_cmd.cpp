@@ -78,7 +78,7 @@ KeptRows kept_rows(const snapkv::LlamaSession& session) {
 int run_chat(ChatCmdOptions& o) {
   using namespace snapkv;
   snapkv::cli::apply_threads("chat", o.cache.threads);
-  o.json.open("chat");
+  o.json.open("chat", {{o.model, "--model"}});
   nlohmann::json turns = nlohmann::json::array();  // for --json FILE
   if (!o.cache.keep.empty()) {
     throw_invalid("chat", "--keep needs a known prompt length", "--keep " + o.cache.keep,
@@ -203,8 +203,10 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--model,-m", o->model, "GGUF model file with a chat template")->required();
       sub.add_option("--system", o->system, "System message");
       snapkv::cli::add_cache_options(sub, o->cache, {});
-      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
-                     "Tokens per reply (stops at an end-of-generation token)")
+      snapkv::cli::bounded(sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
+                                          "Tokens per reply (stops at an end-of-generation token)"),
+                           0, snapkv::cli::kMaxContextTokens,
+                           "tokens; generation also stops at the model's context")
           ->capture_default_str();
       sub.add_option("--temperature,--temp", o->temperature, "0 = greedy")->capture_default_str();
       sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();

@@ -46,7 +46,10 @@ int run_compress(CompressOptions& o) {
   const snapkv::cli::CacheOptions& cache_options = o.cache;
   const Method method = cache_options.single_method();
   (void)cache_options.config_for(method, 4096);  // bad settings fail before the model loads
-  o.json.open("compress");
+  snapkv::cli::check_output("compress", {o.out, "--out"}, snapkv::Seek::required,
+                            {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}});
+  o.json.open("compress",
+              {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}, {o.out, "--out"}});
 
   const std::string text = snapkv::cli::read_text_file("compress", o.prompt_file, size_t{64} << 20);
   const LlamaModel model = LlamaModel::load(o.model);
@@ -111,8 +114,8 @@ snapkv::cli::RegisterCommand reg{
           "Example:\n  snapkv compress --model models/snapkv-tiny4.gguf --prompt-file doc.txt \\\n"
           "      --method snapkv+kivi4 --keep 0.2 --out doc.kvc\n"
           "The document is compressed alone (question-agnostic, once at its end); ask questions\n"
-          "with `snapkv ask --cache doc.kvc`. The file records the model's fingerprint and is\n"
-          "refused for any other model.");
+          "with `snapkv ask --cache doc.kvc`. The file records the model's fingerprint (its GGUF\n"
+          "metadata and tensor table, not the weights' bytes) and is refused for other models.");
       sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--prompt-file,-f,--file", o->prompt_file,
                      "The document (text; - = standard input)")

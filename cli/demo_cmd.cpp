@@ -73,7 +73,7 @@ int run_demo(const DemoOptions& o) {
   const std::string path = o.model.empty() ? default_model() : o.model;
   const LlamaModel model = LlamaModel::load(path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
-  if (o.context + 1 > model.config().n_ctx) {
+  if (o.context >= model.config().n_ctx) {  // context + 1 (BOS) tokens must fit
     throw_invalid("demo", "--context does not fit the model", std::to_string(o.context),
                   "<= llama.context_length - 1 = " + std::to_string(model.config().n_ctx - 1));
   }
@@ -149,7 +149,9 @@ snapkv::cli::RegisterCommand reg{
           "is used.");
       auto o = std::make_shared<DemoOptions>();
       sub.add_option("--model,-m", o->model, "GGUF model (default: models/snapkv-tiny4.gguf)");
-      sub.add_option("--context", o->context, "Tokens of prompt + answer")->capture_default_str();
+      snapkv::cli::bounded(sub.add_option("--context", o->context, "Tokens of prompt + answer"), 1,
+                           snapkv::cli::kMaxContextTokens, "tokens; also < the model's context")
+          ->capture_default_str();
       sub.add_option("--task", o->task, "passkey, niah_single, niah_multikey, vt, ...")
           ->capture_default_str();
       sub.add_option("--seed,-s", o->seed, "Sample seed")->capture_default_str();

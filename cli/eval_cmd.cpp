@@ -70,7 +70,7 @@ int run_eval_cmd(EvalCliOptions& o) {
   const std::vector<double> keeps = parse_keeps(cache_options.keep);
   // Outputs are checked before hours of work, not after.
   if (!o.plot.empty()) find_gnuplot();
-  o.json.open("eval");
+  o.json.open("eval", {{o.model, "--model"}, {o.text, "--text"}, {o.plot, "--plot"}});
 
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
@@ -168,9 +168,13 @@ snapkv::cli::RegisterCommand reg{
       auto o = std::make_shared<EvalCliOptions>();
       sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--tasks", o->tasks, "Comma-separated tasks, or 'all'")->capture_default_str();
-      sub.add_option("--context", o->context, "Tokens of prompt + answer (perplexity: prefix)")
+      snapkv::cli::bounded(
+          sub.add_option("--context", o->context, "Tokens of prompt + answer (perplexity: prefix)"),
+          1, snapkv::cli::kMaxContextTokens, "tokens; also <= the model's context")
           ->capture_default_str();
-      sub.add_option("--n", o->n, "Samples per task")->capture_default_str();
+      snapkv::cli::bounded(sub.add_option("--n", o->n, "Samples per task"), 1,
+                           snapkv::cli::kMaxSamples, "samples per task")
+          ->capture_default_str();
       sub.add_flag("--question-agnostic", o->question_agnostic,
                    "Compress the context alone, then append the question uncompressed");
       sub.add_flag("--no-needle", o->no_needle,

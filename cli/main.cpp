@@ -1,13 +1,16 @@
 // The `snapkv` command: parses the subcommand and its flags, runs it, maps errors to exit codes.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include "cache_options.h"
 #include "command.h"
@@ -15,6 +18,7 @@
 #include "snapkv/util/cpu.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/mapped_file.h"
+#include "snapkv/util/output_file.h"
 
 namespace snapkv::cli {
 
@@ -60,11 +64,52 @@ bool stderr_is_tty() {
 
 }  // namespace snapkv::cli
 
-int main(int argc, char** argv) {
+namespace {
+// Standard output must take everything the command printed (a full disk, /dev/full): otherwise
+// the command fails with exit 1 and a message, even when the command itself succeeded.
+int finish(int rc) {
+  const std::string problem = snapkv::flush_stdout();
+  if (problem.empty()) return rc;
+  std::fprintf(stderr,
+               "snapkv: error: [cli] cannot write standard output, got %s, expected standard "
+               "output that takes the whole output\n",
+               problem.c_str());
+  return rc == 0 ? 1 : rc;
+}
+
+// Runs before the constructors of the shared libraries (the executable's .preinit_array): under
+// an address-space limit (ulimit -v, prlimit --as) OpenBLAS, when it loads, starts worker threads
+// that each map a 128 MiB buffer and retry forever when they cannot, or raises SIGINT when a
+// thread cannot be created. One thread avoids both, and OpenBLAS reads OPENBLAS_NUM_THREADS only
+// when it loads; libc resets the environment after this function, so setenv() here would be lost:
+// the process re-executes itself at once with the variable added (execve needs no allocation).
+constexpr size_t kMaxEnv = 4096;
+char* g_env[kMaxEnv + 2];
+char g_one_thread[] = "OPENBLAS_NUM_THREADS=1";
+
+void one_blas_thread_under_limit(int, char** argv, char** envp) {
+  rlimit lim{};
+  if (argv == nullptr || envp == nullptr || ::getrlimit(RLIMIT_AS, &lim) != 0 ||
+      lim.rlim_cur == RLIM_INFINITY) {
+    return;
+  }
+  constexpr char kName[] = "OPENBLAS_NUM_THREADS=";
+  size_t n = 0;
+  for (; envp[n] != nullptr; ++n) {
+    if (std::strncmp(envp[n], kName, sizeof kName - 1) == 0 || n >= kMaxEnv) return;
+    g_env[n] = envp[n];
+  }
+  g_env[n] = g_one_thread;
+  g_env[n + 1] = nullptr;
+  ::execve("/proc/self/exe", argv, g_env);  // returns only on failure: carry on as we are
+}
+__attribute__((section(".preinit_array"),
+               used)) void (*const g_preinit)(int, char**, char**) = &one_blas_thread_under_limit;
+
+int run_main(int argc, char** argv) {
   using namespace snapkv::cli;
-  // Under an address-space limit (ulimit -v) OpenBLAS's worker threads, started when the library
-  // loads, spin forever on their 128 MiB buffers (ops/gemm.h, blas_allowed). Only the environment
-  // read at load time stops them, so re-execute once with OPENBLAS_NUM_THREADS=1.
+  // The same, should the loader not have run .preinit_array: re-execute once with the variable
+  // set (OpenBLAS reads it only when it loads).
   if (!snapkv::blas_allowed() && std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
     ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
     ::execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
@@ -119,10 +164,28 @@ int main(int argc, char** argv) {
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "snapkv: error: %s\n", e.what());
       return 2;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr,
+                   "snapkv: error: [cli] out of memory, got a failed allocation, expected the "
+                   "address space the command needs (docs/RELIABILITY.md: minimum address "
+                   "space)\n");
+      return 1;
+    } catch (const std::system_error& e) {
+      std::fprintf(stderr,
+                   "snapkv: error: [cli] system resource exhausted, got %s, expected "
+                   "threads and memory for the command (docs/RELIABILITY.md)\n",
+                   e.what());
+      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "snapkv: error: %s\n", e.what());
       return 1;
     }
   }
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return finish(run_main(argc, argv));
 }

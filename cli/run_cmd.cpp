@@ -84,7 +84,7 @@ int run_generate(RunOptions& o) {
   SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
   sampler_config.validate();
 
-  o.json.open("run");
+  o.json.open("run", {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}});
   Timer load_timer;
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
@@ -255,8 +255,10 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--prompt-file,-f,--file", o->prompt_file,
                      "Read the prompt from this file (- = standard input)");
       snapkv::cli::add_cache_options(sub, o->cache, {});
-      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
-                     "Tokens to generate (stops at EOS)")
+      snapkv::cli::bounded(sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
+                                          "Tokens to generate (stops at EOS)"),
+                           0, snapkv::cli::kMaxContextTokens,
+                           "tokens; generation also stops at the model's context")
           ->capture_default_str();
       sub.add_option("--temperature,--temp", o->temperature, "0 = greedy")->capture_default_str();
       sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();

@@ -136,7 +136,7 @@ int run_select(SelectOptions& opts) {
   method.config.causal = !opts.no_causal;
   method.config.query_source = q ? QuerySource::queries : QuerySource::keys;
   const CacheConfig config = opts.cache.config_for(method, seq_len);
-  opts.json.open("select");
+  opts.json.open("select", {{opts.keys, "--keys"}, {opts.queries, "--queries"}});
 
   LayerCache cache(CacheDims{n_heads, n_kv_heads, head_dim}, config);
   const std::vector<float> values(k.data.size(), 0.0f);

@@ -34,6 +34,11 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
+// The address as bound, in URL form: an IPv6 literal in brackets.
+std::string bound_host(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 int run_serve(ServeOptions o) {
   using namespace snapkv;
   snapkv::cli::apply_threads("serve", o.cache.threads);
@@ -49,8 +54,8 @@ int run_serve(ServeOptions o) {
   std::fprintf(stderr,
                "[serve] listening on http://%s:%d (model id '%s', %zu concurrent, chat template "
                "%s)\n",
-               o.server.host.c_str(), port, o.server.model_id.c_str(), o.server.max_concurrent,
-               server.chat_template_status().c_str());
+               bound_host(o.server.host).c_str(), port, o.server.model_id.c_str(),
+               o.server.max_concurrent, server.chat_template_status().c_str());
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -72,7 +77,9 @@ snapkv::cli::RegisterCommand reg{
           "Qwen, Mistral [INST]); without one, chat requests get a 400 unless --no-chat.");
       sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
-      sub.add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
+      snapkv::cli::bounded(sub.add_option("--port", o->server.port, "Port (0: any free port)"), 0,
+                           65535, "a TCP port; 0 = any free port")
+          ->capture_default_str();
       sub.add_option("--model-id", o->server.model_id, "Model id reported and accepted")
           ->capture_default_str();
       sub.add_option("--max-concurrent", o->server.max_concurrent,

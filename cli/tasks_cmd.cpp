@@ -5,23 +5,20 @@
 // Lengths are counted with the model's tokenizer (--tokenizer M.gguf), else with the documented
 // words-to-tokens estimate (approx_token_count). `--split train` gives the training stream
 // (disjoint from eval).
-#include <unistd.h>
-
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/output_file.h"
 
 namespace {
 
@@ -38,35 +35,6 @@ struct TasksGenOptions {
   bool no_needle = false;
   bool quiet = false;
 };
-
-// The temporary output file, removed by the signal handler (async-signal-safe: unlink only) and
-// at exit when the run did not finish.
-char g_temp_path[4096] = {0};
-
-void remove_temp_and_reraise(int sig) {
-  if (g_temp_path[0] != 0) ::unlink(g_temp_path);
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
-void remove_temp_at_exit() {
-  if (g_temp_path[0] != 0) ::unlink(g_temp_path);
-}
-
-void set_temp_path(const std::string& path) {
-  if (path.size() >= sizeof g_temp_path) {
-    snapkv::throw_invalid("tasks", "--out path too long", std::to_string(path.size()) + " bytes",
-                          "< 4000 bytes");
-  }
-  std::copy(path.begin(), path.end(), g_temp_path);
-  g_temp_path[path.size()] = 0;
-  std::atexit(remove_temp_at_exit);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, remove_temp_and_reraise);
-}
-
-void clear_temp_path() {
-  g_temp_path[0] = 0;
-}
 
 int run_tasks_gen(const TasksGenOptions& opts) {
   using namespace snapkv::eval;
@@ -92,24 +60,25 @@ int run_tasks_gen(const TasksGenOptions& opts) {
   }
 
   if (opts.n == 0) snapkv::throw_invalid("tasks", "--n", "0", ">= 1 sample per task");
-  // --out is written to a temporary file next to it and renamed into place at the end, so an
-  // interrupted run (SIGTERM, SIGINT, SIGHUP, an error) never leaves a partial file there.
-  std::ofstream file;
-  if (!opts.out.empty()) {
-    set_temp_path(opts.out + ".tmp." + std::to_string(::getpid()));
-    file.open(g_temp_path);
-    if (!file) {
-      clear_temp_path();
-      snapkv::throw_runtime("tasks", "cannot open output file", opts.out, "a writable path");
-    }
-  }
-  std::ostream& out = opts.out.empty() ? std::cout : file;
+  snapkv::cli::check_output("tasks", {opts.out, "--out"}, snapkv::Seek::optional,
+                            {{opts.tokenizer, "--tokenizer"}});
+  // util's one writer: a regular --out is written to a temporary file beside it and renamed into
+  // place at the end (an interrupted run never leaves a partial file there); a device or FIFO is
+  // written through.
+  snapkv::OutputFile file;
+  if (!opts.out.empty()) file = snapkv::OutputFile::open(opts.out, "tasks", "--out file");
   const bool progress = !opts.quiet && snapkv::cli::stderr_is_tty();
   const size_t total = tasks.size() * opts.n;
   size_t done = 0;
   for (Task task : tasks) {
     for (size_t i = 0; i < opts.n; ++i) {
-      out << sample_to_json(task, i, generate_sample(task, options, i, counter)) << '\n';
+      const std::string line =
+          sample_to_json(task, i, generate_sample(task, options, i, counter)) + "\n";
+      if (file.is_open()) {
+        file.write(line);
+      } else {
+        snapkv::write_stdout(line, "tasks");
+      }
       ++done;
       if (progress && (done % 50 == 0 || done == total)) {
         std::fprintf(stderr, "\r[tasks] %zu / %zu samples", done, total);
@@ -117,16 +86,7 @@ int run_tasks_gen(const TasksGenOptions& opts) {
     }
   }
   if (progress) std::fprintf(stderr, "\n");
-  out.flush();
-  if (!out) snapkv::throw_runtime("tasks", "write failed", opts.out, "all samples written");
-  if (!opts.out.empty()) {
-    file.close();
-    if (!file || std::rename(g_temp_path, opts.out.c_str()) != 0) {
-      snapkv::throw_runtime("tasks", "cannot move the output into place", opts.out,
-                            "a writable directory");
-    }
-    clear_temp_path();
-  }
+  if (file.is_open()) file.commit();
   return 0;
 }
 
@@ -146,8 +106,12 @@ snapkv::cli::RegisterCommand reg{
           "share a sample.");
       auto opts = std::make_shared<TasksGenOptions>();
       gen->add_option("--task", opts->task, "Task name, or 'all'")->capture_default_str();
-      gen->add_option("--n", opts->n, "Samples per task")->capture_default_str();
-      gen->add_option("--context", opts->context, "Token budget of prompt + answer")
+      snapkv::cli::bounded(gen->add_option("--n", opts->n, "Samples per task"), 1,
+                           snapkv::cli::kMaxSamples, "samples per task")
+          ->capture_default_str();
+      snapkv::cli::bounded(
+          gen->add_option("--context", opts->context, "Token budget of prompt + answer"), 1,
+          snapkv::cli::kMaxContextTokens, "tokens")
           ->capture_default_str();
       gen->add_option("--seed", opts->seed, "Seed (< 2^63)")->capture_default_str();
       gen->add_option("--split", opts->split, "train | eval")->capture_default_str();

@@ -8,12 +8,11 @@
 // and --no-bos is not given, as llama-tokenize does. Special-token texts ("<|eot_id|>") become
 // those tokens only with --parse-special. Not here: the tokenizers (model/tokenizer.h).
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cache_options.h"
 #include "command.h"
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/model/tokenizer.h"
@@ -30,6 +29,8 @@ struct TokenizeOptions {
   bool parse_special = false;
 };
 
+constexpr size_t kMaxTextBytes = size_t{64} << 20;
+
 int run_tokenize(const TokenizeOptions& o) {
   using namespace snapkv;
   if (o.text_given == !o.file.empty()) {
@@ -38,11 +39,7 @@ int run_tokenize(const TokenizeOptions& o) {
   }
   std::string text = o.text;
   if (!o.file.empty()) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) throw_runtime("tokenize", "cannot read text file", o.file, "a readable file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = snapkv::cli::read_any_text_file("tokenize", o.file, kMaxTextBytes);
   }
   const gguf::File file = gguf::File::open(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(file);

@@ -245,7 +245,7 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
   if (options.methods.empty()) throw_invalid("eval", "no methods given", "0", ">= 1 method");
   if (options.keeps.empty()) throw_invalid("eval", "no kept fractions given", "0", ">= 1 keep");
   if (options.n == 0) throw_invalid("eval", "samples per task", "0", ">= 1");
-  if (options.context + 1 > model.config().n_ctx) {
+  if (options.context >= model.config().n_ctx) {  // context + 1 > n_ctx, without overflow
     throw_invalid("eval", "--context does not fit the model (BOS + prompt + answer)",
                   num(options.context) + " + 1",
                   "<= llama.context_length = " + num(model.config().n_ctx));

@@ -1,8 +1,6 @@
 // KVzip's context-reconstruction pass (model/kvzip.h): LlamaSession::reconstruction_scores runs the
 // repeat prompt + context through the layers without storing anything and keeps, per cached row,
 // the largest attention it receives; the max-attention kernel and its double reference.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +10,7 @@
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/ops/dot.h"
+#include "snapkv/ops/gemm.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
@@ -85,10 +84,10 @@ void reconstruction_max_attention(float* out, const float* cached_keys, size_t n
   for (size_t r0 = 0; r0 < n_total; r0 += block) {
     const size_t m = std::min(block, n_total - r0);
     // queries rows r0 .. r0 + m - 1 are contiguous: [n_group][n_queries][head_dim] flattened.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
-                static_cast<int>(n_rows), static_cast<int>(head_dim), scale,
-                queries + r0 * head_dim, static_cast<int>(head_dim), cached_keys,
-                static_cast<int>(head_dim), 0.0f, cached.data(), static_cast<int>(n_rows));
+    // ops' sgemm_nt: the same cblas_sgemm call, or its own loops under an address-space limit
+    // (where OpenBLAS would spin on its buffers; ops/gemm.h blas_allowed).
+    sgemm_nt(cached.data(), queries + r0 * head_dim, cached_keys, m, n_rows, head_dim, scale,
+             n_rows);
     for (size_t r = 0; r < m; ++r) {
       const size_t i = (r0 + r) % n_queries;  // position of the query inside the chunk
       const float* q = queries + (r0 + r) * head_dim;

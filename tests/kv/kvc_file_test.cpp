@@ -349,6 +349,11 @@ TEST(KvcFile, MalformedPayloadsWithAValidChecksumAreNamed) {
          poke<uint64_t>(b, kDecode0At + offsetof(KvcDecodeRecord, decode_reselections), 1);
        }},
       {"layer tokens seen", [](auto& b) { poke<uint64_t>(b, kLayer0At, uint64_t{kS + 1}); }},
+      {"budget 2^64 - 1",
+       [](auto& b) {
+         poke<uint64_t>(b, kConfigAt + offsetof(KvcConfigRecord, budget), ~uint64_t{0});
+       }},
+      {"compressions 2^63", [](auto& b) { poke<uint64_t>(b, kLayer0At + 8, uint64_t{1} << 63); }},
       {"rows above the tokens", [](auto& b) { poke<uint64_t>(b, kHead0At, uint64_t{kS + 1}); }},
       {"huge rows", [](auto& b) { poke<uint64_t>(b, kHead0At, ~uint64_t{0}); }},
       {"positions not increasing",

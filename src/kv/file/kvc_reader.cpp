@@ -14,8 +14,10 @@
 
 #include "kv/file/kvc_bytes.h"
 #include "snapkv/kv/core/row_store.h"
+#include "snapkv/kv/core/spec.h"
 #include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/kv/file/kvc_format.h"
+#include "snapkv/util/mapped_file.h"
 #include "snapkv/util/sha256.h"
 #include "snapkv/util/text.h"
 
@@ -61,6 +63,12 @@ CacheConfig parse_config(const KvcConfigRecord& r) {
   if (r.keep_window > 1 || r.causal > 1) {
     fail(KvcErrorKind::malformed, "config flags",
          "keep_window " + num(r.keep_window) + ", causal " + num(r.causal), "0 or 1");
+  }
+  // Sizes a writer can produce: at most the spec's row limit (kv/core/spec.h), never saturated.
+  const double max_budget = find_cache_option("budget")->max;
+  if (static_cast<double>(r.budget) > max_budget) {
+    fail(KvcErrorKind::malformed, "config budget", num(r.budget),
+         "<= " + num(static_cast<uint64_t>(max_budget)) + " rows per KV head (kv/core/spec.h)");
   }
   c.budget = r.budget;
   c.window = r.window;
@@ -198,6 +206,11 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
     fail(KvcErrorKind::malformed, "layer " + num(layer) + " tokens seen", num(rec.tokens_seen),
          "the " + num(h.n_tokens) + " prompt tokens");
   }
+  // A cache compresses at most once per update, and every update brings at least one token.
+  if (rec.compressions > rec.tokens_seen) {
+    fail(KvcErrorKind::malformed, "layer " + num(layer) + " compressions", num(rec.compressions),
+         "<= the " + num(rec.tokens_seen) + " tokens seen (at most one per update)");
+  }
   LayerCache::DecodeWindow recent;
   if (h.version >= 2) {
     const auto dec = in.pod<KvcDecodeRecord>("decode record");
@@ -313,7 +326,11 @@ KvcContents decode_kvc(std::span<const uint8_t> bytes, const KvcExpect& expect,
 }
 
 KvcContents read_kvc(const std::string& path, const KvcExpect& expect) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // stat before open: opening a FIFO would wait for a writer; a .kvc is mapped, so only a
+  // regular file will do.
+  const std::string problem = regular_file_problem(path);
+  if (!problem.empty()) fail(KvcErrorKind::io, "cannot open", path + ": " + problem, "a .kvc file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     fail(KvcErrorKind::io, "cannot open", path + ": " + std::strerror(errno), "a readable file");
   }

@@ -12,6 +12,7 @@
 #include "kv/file/kvc_bytes.h"
 #include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/kv/file/kvc_format.h"
+#include "snapkv/util/output_file.h"
 #include "snapkv/util/sha256.h"
 #include "snapkv/util/text.h"
 
@@ -180,31 +181,15 @@ std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
 void write_kvc(const std::string& path, const ModelFingerprint& fingerprint,
                std::span<const int32_t> tokens, std::span<const LayerCache> caches) {
   const std::vector<uint8_t> bytes = encode_kvc(fingerprint, tokens, caches);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const auto fail = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw KvcError(KvcErrorKind::io, format_error(kComponent, what, path + ": " + reason,
-                                                  "a writable file in an existing directory"));
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create the temporary file");
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("cannot write");
-    }
-    done += static_cast<size_t>(n);
+  // util's one writer: a temporary file beside the target, fsync, rename; a .kvc is mapped when
+  // read, so anything but a regular file (or no file) at the path is refused.
+  try {
+    OutputFile out = OutputFile::open(path, kComponent, ".kvc file", Seek::required);
+    out.write(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    out.commit();
+  } catch (const RuntimeError& e) {
+    throw KvcError(KvcErrorKind::io, e.what());
   }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail("cannot flush");
-  }
-  if (::close(fd) != 0) fail("cannot close");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename into place");
 }
 
 }  // namespace snapkv

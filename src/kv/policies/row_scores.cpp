@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "snapkv/ops/dot.h"
+#include "snapkv/ops/gemm.h"
 #include "snapkv/ops/softmax.h"
 #include "snapkv/util/error.h"
 
@@ -117,8 +118,20 @@ void expected_attention_scores(float* out, const float* keys, const float* value
     for (size_t c = 0; c < d; ++c) mu[c] = static_cast<float>(mean[c]);
     for (size_t c = 0; c < d * d; ++c) sigma[c] = static_cast<float>(cov[c]);
     const int di = static_cast<int>(d);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), di, di, 1.0f, k, di,
-                sigma.data(), di, 0.0f, sigma_k.data(), di);
+    // OpenBLAS only where it may allocate its buffers (ops/gemm.h blas_allowed): under an
+    // address-space limit it would spin, so the same product runs as plain dots.
+    if (blas_allowed()) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), di, di, 1.0f, k,
+                  di, sigma.data(), di, 0.0f, sigma_k.data(), di);
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t c = 0; c < d; ++c) {
+          float acc_c = 0.0f;
+          for (size_t j = 0; j < d; ++j) acc_c += k[i * d + j] * sigma[j * d + c];
+          sigma_k[i * d + c] = acc_c;
+        }
+      }
+    }
     for (size_t i = 0; i < n; ++i) {
       const float* ki = k + i * d;
       logits[i] = dot(mu.data(), ki, d) * inv_sqrt_d + dot(ki, sigma_k.data() + i * d, d) * inv_2d;

@@ -100,7 +100,7 @@ struct KvcHeader {
   uint32_t header_bytes;          // sizeof(KvcHeader)
   uint64_t payload_bytes;         // file size - header_bytes
   uint8_t checksum[32];           // SHA-256 of bytes [offsetof(model_fingerprint), end of file)
-  uint8_t model_fingerprint[32];  // gguf/fingerprint.h: SHA-256 of the GGUF's metadata + tensors
+  uint8_t model_fingerprint[32];  // SHA-256 of the GGUF before its data (not the weights)
   uint32_t n_layers;
   uint32_t n_heads;
   uint32_t n_kv_heads;
