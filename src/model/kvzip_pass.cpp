@@ -1,13 +1,13 @@
 // KVzip's context-reconstruction pass (model/kvzip.h): LlamaSession::reconstruction_scores runs the
 // repeat prompt + context through the layers without storing anything and keeps, per cached row,
 // the largest attention it receives; the max-attention kernel and its double reference.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "ops/cblas.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
