@@ -141,8 +141,7 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
 // pairs of FMA chains; then dst[0..valid) = acc + qz.
 template <int NQ, int Bits>
 void key_block_dot_nq_neon(float* out, size_t out_stride, const float* qs, size_t qs_stride,
-                           const float* qz, const uint8_t* words, size_t n_rows,
-                           size_t head_dim) {
+                           const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
   for (size_t oct = 0; oct < n_oct; ++oct) {
     Acc4x8 acc;

@@ -3,10 +3,11 @@
 // byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
 // (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
 // or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
-// 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4 queries'
-// FMAs from it, so the decode cost is shared by the query heads of a GQA group (docs/KERNELS.md).
-// The helpers have internal linkage (an anonymous namespace); the tables are one inline variable
-// per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in L1.
+// 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
+// queries' FMAs from it, so the decode cost is shared by the query heads of a GQA group
+// (docs/KERNELS.md). The helpers have internal linkage (an anonymous namespace); the tables are one
+// inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in
+// L1.
 #pragma once
 
 #include <algorithm>
@@ -132,6 +133,44 @@ inline void with_nq_bits(int nq, int bits, F&& f) {
     by_nq(std::integral_constant<int, 4>{});
   }
 }
+
+// Four fp32 lanes (one per query of a group) for the drivers' per-row work, and a prefetch of
+// the line at p into the outer caches (T2), on either architecture.
+#if SNAPKV_KIVI_AVX2
+using F4 = __m128;
+inline F4 load4(const float* p) {
+  return _mm_loadu_ps(p);
+}
+inline void store4(float* p, F4 v) {
+  _mm_storeu_ps(p, v);
+}
+inline F4 mul4(F4 a, float b) {
+  return _mm_mul_ps(a, _mm_set1_ps(b));
+}
+inline F4 fma4(F4 a, float b, F4 c) {  // a * b + c, fused
+  return _mm_fmadd_ps(a, _mm_set1_ps(b), c);
+}
+inline void prefetch_t2(const char* p) {
+  _mm_prefetch(p, _MM_HINT_T2);
+}
+#else
+using F4 = float32x4_t;
+inline F4 load4(const float* p) {
+  return vld1q_f32(p);
+}
+inline void store4(float* p, F4 v) {
+  vst1q_f32(p, v);
+}
+inline F4 mul4(F4 a, float b) {
+  return vmulq_n_f32(a, b);
+}
+inline F4 fma4(F4 a, float b, F4 c) {
+  return vfmaq_n_f32(c, a, b);
+}
+inline void prefetch_t2(const char* p) {
+  __builtin_prefetch(p, 0, 1);
+}
+#endif
 
 #if SNAPKV_KIVI_AVX2
 // acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
