@@ -64,8 +64,9 @@ fi
 # binfmt_misc registration of qemu: those two run only in the native suites.
 no_reexec='MappedFileTest\.(TruncatedWhileMappedExitsOneWithNamedError|BusErrorOutsideAnyMapStillKillsBySignal)'
 if ((kernels_only)); then
+  # (isa.objects reads every layer's objects, which this mode does not build: the full run has it)
   step "kernel suites at every arm64 level under qemu (ctest -L isa)"
-  ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$jobs" -L isa
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$jobs" -L isa -E '^isa\.objects$'
   step "done"
   exit 0
 fi
