@@ -100,17 +100,18 @@ if [ ! -x "$X86_BUILD_DIR/snapkv" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-{
-  for i in $(seq 1 40); do
-    printf 'The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. '
-    [ "$i" = 17 ] && printf 'The pass key is 58213. Remember it. 58213 is the pass key. '
-  done
-  printf 'What is the pass key? The pass key is'
-} >"$work/prompt.txt"
 model=models/snapkv-tiny4.gguf
+# a passkey prompt the model answers (1K tokens): context, question and answer prefix
+"$X86_BUILD_DIR/snapkv" tasks gen --task passkey --n 1 --context 1024 --seed 1 --tokenizer "$model" \
+  --out "$work/passkey.jsonl" >/dev/null
+python3 - "$work/passkey.jsonl" "$work/prompt.txt" <<'EOF'
+import json, sys
+d = json.loads(open(sys.argv[1]).readline())
+open(sys.argv[2], "w").write(d["context"] + d["question"] + d["answer_prefix"])
+EOF
 for method in full snapkv kivi2 snapkv+kivi2 kvzip; do
   args=(run --model "$model" --prompt-file "$work/prompt.txt" --method "$method" --keep 0.2
-        --max-tokens 24 --temperature 0 --threads 2 --json --quiet)
+        --max-tokens 16 --temperature 0 --threads 2 --json --quiet)
   "$X86_BUILD_DIR/snapkv" "${args[@]}" >"$work/x86.json"
   "${qemu[@]}" "$BUILD_DIR/snapkv" "${args[@]}" >"$work/arm64.json"
   python3 - "$method" "$work/x86.json" "$work/arm64.json" <<'EOF'
