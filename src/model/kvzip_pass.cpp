@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "ops/cblas.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"

@@ -6,7 +6,6 @@
 // activations, integer dots) instead.
 #include "snapkv/ops/gemm.h"
 
-#include <cblas.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cblas.h"
 #include "ops/kernels.h"
 #include "ops/q8_dot.h"
 #include "snapkv/ops/dot.h"
@@ -35,7 +35,9 @@ constexpr size_t kTileMaxRows = 256;            // weight rows per matmul task (
 // Pinned once, at the first product (apply_threads in the CLI pins it too).
 void pin_blas_to_one_thread() {
   static const bool pinned = [] {
+#if !defined(SNAPKV_BLAS_ACCELERATE)
     openblas_set_num_threads(1);
+#endif
     return true;
   }();
   (void)pinned;
@@ -491,11 +493,19 @@ void matmul_ref(float* out, const float* x, const WeightMatrix& w, size_t n_toke
 
 void set_blas_threads(int n) {
   if (!blas_allowed()) return;  // more OpenBLAS threads would each want a 128 MiB buffer
+#if defined(SNAPKV_BLAS_ACCELERATE)
+  (void)n;  // Accelerate schedules its own threads
+#else
   openblas_set_num_threads(std::max(1, n));
+#endif
 }
 
 int blas_threads() {
+#if defined(SNAPKV_BLAS_ACCELERATE)
+  return 1;
+#else
   return openblas_get_num_threads();
+#endif
 }
 
 }  // namespace snapkv

@@ -1,8 +1,10 @@
 // The inner loops of gemm.h's GEMV and dequantization, compiled once per ISA level (util/isa.h):
 // F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside the kernels, one AVX2+F16C path
-// per inner loop when the level targets it, a scalar loop otherwise. Q4_0 and the K-quants decode
-// one block at a time (this level's decode_block) into a stack buffer and dot it with x. The
-// validation, threading and BLAS calls are in gemm.cpp.
+// per inner loop when the level targets it (at the NEON levels the same lanes and operations on
+// pairs of 4-lane registers, ops/hsum.h: the AVX2 bits), a scalar loop otherwise. The F16
+// schedules other than per_row are AVX2 / AVX-512 only (the NEON levels run per_row for all). Q4_0
+// and the K-quants decode one block at a time (this level's decode_block) into a stack buffer and
+// dot it with x. The validation, threading and BLAS calls are in gemm.cpp.
 #include <cstring>
 #include <type_traits>
 
@@ -47,9 +49,33 @@ float dot_f16_row(const fp16_t* row, const float* x, size_t n) {
   return SNAPKV_ISA::dot_f16(x, row, n);  // the dot kernel takes the fp32 operand first
 }
 
+#if defined(SNAPKV_NEON_KERNELS)
+// 4 int8 at p -> 4 floats, lanes [0, 4) and [4, 8) of load_i8x8
+float32x4x2_t load_i8x8_neon(const int8_t* p) {
+  const int16x8_t w = vmovl_s8(vld1_s8(p));
+  return {{vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), vcvtq_f32_s32(vmovl_high_s16(w))}};
+}
+#endif
+
 float dot_q8_0(const BlockQ8_0* blocks, const float* x, size_t n) {
   const size_t n_blocks = n / kQ8BlockSize;
-#if SNAPKV_GEMM_AVX2
+#if defined(SNAPKV_NEON_KERNELS)
+  // the AVX2 path below, lanes 0-3 in [0], 4-7 in [1]
+  float32x4_t total[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const int8_t* qs = blocks[b].qs;
+    const float* xb = x + b * kQ8BlockSize;
+    const float32x4_t d = vdupq_n_f32(fp16_to_fp32(blocks[b].d));
+    for (size_t h = 0; h < 2; ++h) {
+      float32x4_t acc = vmulq_f32(load_i8x8_neon(qs).val[h], vld1q_f32(xb + 4 * h));
+      for (size_t j = 8; j < kQ8BlockSize; j += 8) {
+        acc = vfmaq_f32(acc, load_i8x8_neon(qs + j).val[h], vld1q_f32(xb + j + 4 * h));
+      }
+      total[h] = vfmaq_f32(total[h], d, acc);
+    }
+  }
+  return hsum(total[0], total[1]);
+#elif SNAPKV_GEMM_AVX2
   __m256 total = _mm256_setzero_ps();
   for (size_t b = 0; b < n_blocks; ++b) {
     const int8_t* qs = blocks[b].qs;
@@ -93,6 +119,16 @@ void dequant_q8_0_row(float* out, const BlockQ8_0* blocks, size_t n) {
 float dot_bf16(const uint16_t* row, const float* x, size_t n) {
   size_t c = 0;
   float sum = 0.0f;
+#if defined(SNAPKV_NEON_KERNELS)
+  Acc16 acc;
+  for (; c + 16 <= n; c += 16) {
+    for (size_t k = 0; k < 4; ++k) {
+      const uint32x4_t bits = vshll_n_u16(vld1_u16(row + c + 4 * k), 16);
+      acc.v[k] = vfmaq_f32(acc.v[k], vreinterpretq_f32_u32(bits), vld1q_f32(x + c + 4 * k));
+    }
+  }
+  sum = hsum(acc);
+#endif
 #if SNAPKV_GEMM_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; c + 16 <= n; c += 16) {
@@ -263,7 +299,19 @@ float dot_blocks(const Block* blocks, const float* x, size_t n) {
   constexpr size_t kN = kBlockElems<Block>;
   alignas(32) float buf[kN];
   const size_t n_blocks = n / kN;
-#if SNAPKV_GEMM_AVX2
+#if defined(SNAPKV_NEON_KERNELS)
+  Acc16 acc;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    SNAPKV_ISA::decode_block(buf, blocks[b]);
+    const float* xb = x + b * kN;
+    for (size_t j = 0; j < kN; j += 16) {
+      for (size_t k = 0; k < 4; ++k) {
+        acc.v[k] = vfmaq_f32(acc.v[k], vld1q_f32(buf + j + 4 * k), vld1q_f32(xb + j + 4 * k));
+      }
+    }
+  }
+  return hsum(acc);
+#elif SNAPKV_GEMM_AVX2
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (size_t b = 0; b < n_blocks; ++b) {
     SNAPKV_ISA::decode_block(buf, blocks[b]);

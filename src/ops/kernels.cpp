@@ -15,8 +15,6 @@ namespace snapkv::ops_internal {
         &NS::decode_block, &NS::gemv_rows, &NS::dequantize_rows, &NS::gemv_rows_f16    \
   }
 
-const OpsKernels kOpsTables[kIsaLevelCount] = {SNAPKV_OPS_TABLE(isa_scalar),
-                                               SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX2),
-                                               SNAPKV_OPS_TABLE(SNAPKV_ISA_NS_AVX512)};
+const OpsKernels kOpsTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_OPS_TABLE);
 
 }  // namespace snapkv::ops_internal

@@ -10,6 +10,7 @@
 #include "snapkv/ops/quant_blocks.h"
 #include "snapkv/util/cpu.h"
 #include "snapkv/util/fp16.h"
+#include "util/isa_tables.h"
 
 namespace snapkv::ops_internal {
 // The F16 decode matvec's variants (gemm_simd.cpp), all with the bits of the per-row dot_f16:
@@ -64,9 +65,7 @@ inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::by_width;
                      size_t row_end, ops_internal::F16GemvKernel kernel);                    \
   }
 
-SNAPKV_OPS_KERNELS_DECLARE(isa_scalar)
-SNAPKV_OPS_KERNELS_DECLARE(isa_avx2)
-SNAPKV_OPS_KERNELS_DECLARE(isa_avx512)
+SNAPKV_ISA_DECLARE(SNAPKV_OPS_KERNELS_DECLARE)
 
 namespace snapkv::ops_internal {
 

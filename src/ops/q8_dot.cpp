@@ -38,13 +38,7 @@
   const char* q8_dot_isa();                                                          \
   }
 
-SNAPKV_Q8_DOT_DECLARE(isa_scalar)
-#if defined(SNAPKV_ISA_AVX2)
-SNAPKV_Q8_DOT_DECLARE(isa_avx2)
-#endif
-#if defined(SNAPKV_ISA_AVX512)
-SNAPKV_Q8_DOT_DECLARE(isa_avx512)
-#endif
+SNAPKV_ISA_DECLARE(SNAPKV_Q8_DOT_DECLARE)
 
 namespace snapkv::ops_internal {
 namespace {
@@ -71,9 +65,7 @@ struct Q8DotKernels {
         &NS::gemm_q5_K_q8_K, &NS::gemm_q6_K_q8_K, &NS::quantize_act_q8_0, &NS::q8_dot_isa  \
   }
 
-const Q8DotKernels kQ8DotTables[kIsaLevelCount] = {SNAPKV_Q8_DOT_TABLE(isa_scalar),
-                                                   SNAPKV_Q8_DOT_TABLE(SNAPKV_ISA_NS_AVX2),
-                                                   SNAPKV_Q8_DOT_TABLE(SNAPKV_ISA_NS_AVX512)};
+const Q8DotKernels kQ8DotTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_Q8_DOT_TABLE);
 
 const Q8DotKernels& q8_kernels() {
   return isa_select(kQ8DotTables);

@@ -1,7 +1,8 @@
 // Integer dot products of K-quant weight rows (Q4_K, Q5_K, Q6_K) with Q8_K activations
 // (q8_dot.h), compiled once per ISA level (q8_dot_simd.h): a scalar reference per weight type
-// (the scalar level's copy is the one tests call) and one AVX2 kernel (maddubs/madd) that computes
-// the same integers and then runs the same float operations.
+// (the scalar level's copy is the one tests call) and one AVX2 kernel (maddubs/madd) or NEON
+// kernel (sdot at neon_dot) that computes the same integers and then runs the same float
+// operations.
 //
 // Integer ranges (why nothing overflows or saturates): activation codes are in [-127, 127];
 //  - Q4_K / Q5_K: unsigned 4/5-bit codes, pairs <= 2 * 31 * 127 = 7874; times a 6-bit scale in
@@ -123,6 +124,26 @@ __m256i scale_at(uint64_t sc, size_t s) {
 }
 #endif
 
+#if SNAPKV_Q8_NEON
+// sum_s sc[s] * (codes . activations of sub-block s) for the 8 sub-blocks of 32 of a Q4_K / Q5_K
+// super-block; codes(g, k, j) gives the 16 codes j of sub-block 2g + k (values 0..31, as int8).
+// Every partial sum is a part of the reference's exact integer sum (bounds above).
+template <class Codes>
+int32_t scaled_sum_neon(const BlockQ8_K& a, const int sc[8], Codes codes) {
+  const int32x4_t zero = vdupq_n_s32(0);
+  int32x4_t acc = zero;
+  for (size_t g = 0; g < 4; ++g) {
+    for (size_t k = 0; k < 2; ++k) {
+      const int8_t* act = a.qs + 64 * g + 32 * k;
+      int32x4_t d = dot4_i8(zero, codes(g, k, 0), vld1q_s8(act));
+      d = dot4_i8(d, codes(g, k, 1), vld1q_s8(act + 16));
+      acc = vmlaq_n_s32(acc, d, sc[2 * g + k]);
+    }
+  }
+  return vaddvq_s32(acc);
+}
+#endif
+
 }  // namespace
 
 // ---- Q4_K ------------------------------------------------------------------------------------
@@ -139,7 +160,20 @@ float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
 }
 
 float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n) {
-#if SNAPKV_Q8_AVX2
+#if SNAPKV_Q8_NEON
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int sc[8], m[8];
+    unpack_k4(w[b].scales, sc, m);
+    const uint8_t* qs = w[b].qs;
+    const int32_t sumi = scaled_sum_neon(a[b], sc, [qs](size_t g, size_t k, size_t j) {
+      const uint8x16_t bytes = vld1q_u8(qs + 32 * g + 16 * j);
+      return vreinterpretq_s8_u8(k == 0 ? vandq_u8(bytes, vdupq_n_u8(0x0F)) : vshrq_n_u8(bytes, 4));
+    });
+    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, sumi, mins_dot(m, a[b]));
+  }
+  return sum;
+#elif SNAPKV_Q8_AVX2
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   float sum = 0.0f;
   for (size_t b = 0; b < n / kQK_K; ++b) {
@@ -177,7 +211,24 @@ float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
 }
 
 float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n) {
-#if SNAPKV_Q8_AVX2
+#if SNAPKV_Q8_NEON
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int sc[8], m[8];
+    unpack_k4(w[b].scales, sc, m);
+    const uint8_t* qs = w[b].qs;
+    const uint8x16_t qh[2] = {vld1q_u8(w[b].qh), vld1q_u8(w[b].qh + 16)};
+    const int32_t sumi = scaled_sum_neon(a[b], sc, [qs, &qh](size_t g, size_t k, size_t j) {
+      const uint8x16_t bytes = vld1q_u8(qs + 32 * g + 16 * j);
+      const uint8x16_t low = k == 0 ? vandq_u8(bytes, vdupq_n_u8(0x0F)) : vshrq_n_u8(bytes, 4);
+      // bit 2g + k of qh[l], moved to bit 4
+      const uint8x16_t bit = vtstq_u8(qh[j], vdupq_n_u8(static_cast<uint8_t>(1u << (2 * g + k))));
+      return vreinterpretq_s8_u8(vorrq_u8(low, vandq_u8(bit, vdupq_n_u8(16))));
+    });
+    sum = accumulate_min(sum, w[b].d, w[b].dmin, a[b].d, sumi, mins_dot(m, a[b]));
+  }
+  return sum;
+#elif SNAPKV_Q8_AVX2
   const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   float sum = 0.0f;
   for (size_t b = 0; b < n / kQK_K; ++b) {
@@ -234,7 +285,33 @@ float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
 #endif
 
 float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n) {
-#if SNAPKV_Q8_AVX2
+#if SNAPKV_Q8_NEON
+  // signed codes (low | high << 4) - 32 in -32..31 straight into sdot; sub-blocks of 16
+  const int32x4_t zero = vdupq_n_s32(0);
+  float sum = 0.0f;
+  for (size_t b = 0; b < n / kQK_K; ++b) {
+    int32x4_t acc = zero;
+    for (size_t h = 0; h < 2; ++h) {
+      for (size_t k = 0; k < 4; ++k) {
+        for (size_t j = 0; j < 2; ++j) {
+          const uint8x16_t ql = vld1q_u8(w[b].ql + 64 * h + 32 * (k % 2) + 16 * j);
+          const uint8x16_t low = k < 2 ? vandq_u8(ql, vdupq_n_u8(0x0F)) : vshrq_n_u8(ql, 4);
+          const uint8x16_t qh = vld1q_u8(w[b].qh + 32 * h + 16 * j);
+          const uint8x16_t high =
+              vandq_u8(vshlq_u8(qh, vdupq_n_s8(static_cast<int8_t>(-2 * static_cast<int>(k)))),
+                       vdupq_n_u8(3));
+          const int8x16_t q =
+              vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8(high, 4))), vdupq_n_s8(32));
+          const int32x4_t d = dot4_i8(zero, q, vld1q_s8(a[b].qs + 128 * h + 32 * k + 16 * j));
+          acc = vmlaq_n_s32(acc, d, w[b].scales[8 * h + 2 * k + j]);
+        }
+      }
+    }
+    const int32_t sumi = vaddvq_s32(acc);
+    sum = std::fma(half(w[b].d) * a[b].d, static_cast<float>(sumi), sum);
+  }
+  return sum;
+#elif SNAPKV_Q8_AVX2
   const __m256i kQ6ScalePick[4] = {SNAPKV_Q6_PICK(0), SNAPKV_Q6_PICK(1), SNAPKV_Q6_PICK(2),
                                    SNAPKV_Q6_PICK(3)};
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);

@@ -76,9 +76,38 @@ __m256i codes(const BlockQ4_0& b) {
 }
 #endif
 
+#if SNAPKV_Q8_NEON
+// The 32 codes of a block as two vectors of 16 (elements 0..15, 16..31).
+int8x16x2_t codes_neon(const BlockQ8_0& b) {
+  return {{vld1q_s8(b.qs), vld1q_s8(b.qs + 16)}};
+}
+int8x16x2_t codes_neon(const BlockQ4_0& b) {
+  const uint8x16_t bytes = vld1q_u8(b.qs);
+  const int8x16_t eight = vdupq_n_s8(8);
+  return {{vsubq_s8(vreinterpretq_s8_u8(vandq_u8(bytes, vdupq_n_u8(0x0F))), eight),
+           vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(bytes, 4)), eight)}};
+}
+#endif
+
 template <class Block>
 float lanes_dot(const Block* w, const BlockQ8_0* a, size_t n) {
-#if SNAPKV_Q8_AVX2
+#if SNAPKV_Q8_NEON
+  // lanes 0..3 in lo, 4..7 in hi: the reference's fma(d, s, lane) per lane (vfmaq is fused)
+  float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
+  const int32x4_t zero = vdupq_n_s32(0);
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const int8x16x2_t wc = codes_neon(w[b]);
+    const int32x4_t s0 = dot4_i8(zero, wc.val[0], vld1q_s8(a[b].qs));
+    const int32x4_t s1 = dot4_i8(zero, wc.val[1], vld1q_s8(a[b].qs + 16));
+    const float32x4_t d = vdupq_n_f32(half(w[b].d) * half(a[b].d));
+    lo = vfmaq_f32(lo, d, vcvtq_f32_s32(s0));
+    hi = vfmaq_f32(hi, d, vcvtq_f32_s32(s1));
+  }
+  float lanes[8];
+  vst1q_f32(lanes, lo);
+  vst1q_f32(lanes + 4, hi);
+  return hsum8(lanes);
+#elif SNAPKV_Q8_AVX2
   __m256 acc = _mm256_setzero_ps();
   for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
     const __m256i s = mul_sum_i8(codes(w[b]), load256(a[b].qs));
@@ -272,6 +301,16 @@ RowPrep prepare_rows(PrepScratch& scratch, [[maybe_unused]] const Block* w,
 template <class Block>
 void gemm_lanes(float* out, size_t ldo, const Block* w, size_t n_rows, const BlockQ8_0* a,
                 size_t n_tokens, size_t n) {
+#if SNAPKV_Q8_NEON
+  // NEON: the pair dots, a weight row meeting a chunk of token rows in turn (no register tiles)
+  const size_t nb = n / kQ8BlockSize;
+  for (size_t c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+    const size_t c1 = std::min(n_tokens, c0 + kTokenChunk);
+    for (size_t r = 0; r < n_rows; ++r) {
+      for (size_t t = c0; t < c1; ++t) out[t * ldo + r] = lanes_dot(w + r * nb, a + t * nb, n);
+    }
+  }
+#else
   static thread_local PrepScratch scratch;
   const size_t nb = n / kQ8BlockSize;
   for (size_t c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
@@ -285,6 +324,7 @@ void gemm_lanes(float* out, size_t ldo, const Block* w, size_t n_rows, const Blo
       }
     }
   }
+#endif
 }
 
 template <class Block>
@@ -303,6 +343,10 @@ const char* q8_dot_isa() {
   return "avx512vnni";
 #elif SNAPKV_Q8_AVX2
   return "avx2";
+#elif SNAPKV_Q8_NEON && defined(__ARM_FEATURE_DOTPROD)
+  return "neon_dot";
+#elif SNAPKV_Q8_NEON
+  return "neon";
 #else
   return "scalar";
 #endif

@@ -19,6 +19,10 @@
 #if SNAPKV_Q8_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SNAPKV_Q8_VNNI 1
 #endif
+#if defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#define SNAPKV_Q8_NEON 1
+#endif
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
@@ -34,6 +38,21 @@ inline float half(fp16_t h) {
 #if SNAPKV_Q8_AVX2
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+#endif
+
+#if SNAPKV_Q8_NEON
+// acc + 4 int32 lanes, lane l = sum_{k < 4} x[4l + k] * y[4l + k] (signed bytes): one sdot with
+// the dot-product extension (neon_dot), else widening multiplies and two pairwise adds (neon).
+// Exact for codes in [-128, 127]: a product fits int16 (|p| <= 2^14), a lane int32.
+inline int32x4_t dot4_i8(int32x4_t acc, int8x16_t x, int8x16_t y) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, x, y);
+#else
+  const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(x), vget_low_s8(y)));
+  const int32x4_t hi = vpaddlq_s16(vmull_high_s8(x, y));
+  return vaddq_s32(acc, vpaddq_s32(lo, hi));
+#endif
 }
 #endif
 

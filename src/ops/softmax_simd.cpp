@@ -4,7 +4,8 @@
 // results are bit-identical to the scalar ones at every level and tests compare them exactly. The
 // AVX-512 path (exp16) does the same on sixteen lanes, its 2^n in one exact step (see exp16).
 // exp8_fma / exp16_fma are exp_fma's operations (fused multiply-adds, rounded once each: the same
-// bits as std::fma), behind exp_scale_shift_sum.
+// bits as std::fma), behind exp_scale_shift_sum. The NEON path (exp4, exp4_fma) is exp8 / exp8_fma
+// on four lanes, with the scalar clamp's comparisons (NaN stays NaN, as in exp_approx).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,11 +28,72 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#if defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#endif
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
 using namespace ops_internal;  // the exp constants
+
+#if defined(SNAPKV_NEON_KERNELS)
+// std::min(std::max(x, kLow), kHigh) lane by lane, with std::max / std::min's comparisons.
+float32x4_t clamp4(float32x4_t x) {
+  const float32x4_t low = vdupq_n_f32(kLow), high = vdupq_n_f32(kHigh);
+  const float32x4_t m = vbslq_f32(vcltq_f32(x, low), low, x);
+  return vbslq_f32(vcltq_f32(high, m), high, m);
+}
+
+// exp8_finish on four lanes: p * 2^n1 * 2^n2, n1 = n / 2 truncated, then 0 below kLow and +inf
+// above kHigh.
+float32x4_t exp4_finish(float32x4_t p, float32x4_t n, float32x4_t x) {
+  const int32x4_t ni = vcvtq_s32_f32(n);
+  const int32x4_t sign = vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(ni), 31));
+  const int32x4_t n1 = vshrq_n_s32(vaddq_s32(ni, sign), 1);
+  const int32x4_t n2 = vsubq_s32(ni, n1);
+  const int32x4_t bias = vdupq_n_s32(127);
+  const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+  const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+  const float32x4_t y = vmulq_f32(vmulq_f32(p, s1), s2);
+  const uint32x4_t under = vcltq_f32(x, vdupq_n_f32(kLow));
+  const uint32x4_t over = vcgtq_f32(x, vdupq_n_f32(kHigh));
+  const float32x4_t with_inf = vbslq_f32(over, vdupq_n_f32(HUGE_VALF), y);
+  return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(with_inf), under));
+}
+
+// exp_approx on four lanes: the same operations in the same order.
+float32x4_t exp4(float32x4_t x) {
+  const float32x4_t xc = clamp4(x);
+  const float32x4_t n =
+      vrndmq_f32(vaddq_f32(vmulq_f32(xc, vdupq_n_f32(kLog2e)), vdupq_n_f32(0.5f)));
+  const float32x4_t r = vsubq_f32(vsubq_f32(xc, vmulq_f32(n, vdupq_n_f32(kLn2Hi))),
+                                  vmulq_f32(n, vdupq_n_f32(kLn2Lo)));
+  float32x4_t p = vdupq_n_f32(kP0);
+  p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(kP1));
+  p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(kP2));
+  p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(kP3));
+  p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(kP4));
+  p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(kP5));
+  p = vaddq_f32(vaddq_f32(vmulq_f32(vmulq_f32(p, r), r), r), vdupq_n_f32(1.0f));
+  return exp4_finish(p, n, x);
+}
+
+// exp_fma on four lanes (vfmaq / vfmsq are fused: std::fma's bits).
+float32x4_t exp4_fma(float32x4_t x) {
+  const float32x4_t xc = clamp4(x);
+  const float32x4_t n = vrndnq_f32(vmulq_f32(xc, vdupq_n_f32(kLog2e)));
+  float32x4_t r = vfmsq_f32(xc, n, vdupq_n_f32(kLn2Hi));
+  r = vfmsq_f32(r, n, vdupq_n_f32(kLn2Lo));
+  float32x4_t p = vfmaq_f32(vdupq_n_f32(kP1), vdupq_n_f32(kP0), r);
+  p = vfmaq_f32(vdupq_n_f32(kP2), p, r);
+  p = vfmaq_f32(vdupq_n_f32(kP3), p, r);
+  p = vfmaq_f32(vdupq_n_f32(kP4), p, r);
+  p = vfmaq_f32(vdupq_n_f32(kP5), p, r);
+  p = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0f));
+  return exp4_finish(p, n, x);
+}
+#endif
 
 #if defined(__AVX2__)
 // The end of exp8 and exp8_fma: p * 2^n as p * 2^n1 * 2^n2 with n1 = n / 2 truncated toward zero
@@ -168,6 +230,18 @@ float exp_scale_shift_sum(float* x, size_t n, float scale, float shift) {
   }
   _mm256_store_ps(partial, lo);
   _mm256_store_ps(partial + 8, hi);
+#elif defined(SNAPKV_NEON_KERNELS)
+  const float32x4_t vscale = vdupq_n_f32(scale), vshift = vdupq_n_f32(-shift);
+  float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),
+                        vdupq_n_f32(0.0f)};  // partial sums 4k..4k+3
+  for (; i + 16 <= n; i += 16) {
+    for (size_t k = 0; k < 4; ++k) {
+      const float32x4_t e = exp4_fma(vfmaq_f32(vshift, vld1q_f32(x + i + 4 * k), vscale));
+      vst1q_f32(x + i + 4 * k, e);
+      acc[k] = vaddq_f32(acc[k], e);
+    }
+  }
+  for (size_t k = 0; k < 4; ++k) vst1q_f32(partial + 4 * k, acc[k]);
 #endif
   for (; i < n; ++i) {  // i % 16 is the partial sum of element i (the body ended at a multiple)
     x[i] = exp_fma(std::fma(x[i], scale, -shift));
@@ -186,6 +260,9 @@ void exp_n(float* y, const float* x, size_t n) {
 #endif
 #if defined(__AVX2__)
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+#endif
+#if defined(SNAPKV_NEON_KERNELS)
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, exp4(vld1q_f32(x + i)));
 #endif
   for (; i < n; ++i) y[i] = exp_approx(x[i]);
 }
@@ -207,6 +284,13 @@ float max_value(const float* x, size_t n) {
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, vm);
     for (const float v : lanes) m = std::max(m, v);
+  }
+#endif
+#if defined(SNAPKV_NEON_KERNELS)
+  if (n - i >= 4) {
+    float32x4_t vm = vld1q_f32(x + i);
+    for (i += 4; i + 4 <= n; i += 4) vm = vmaxq_f32(vm, vld1q_f32(x + i));
+    m = std::max(m, vmaxvq_f32(vm));
   }
 #endif
   for (; i < n; ++i) m = std::max(m, x[i]);
@@ -235,6 +319,19 @@ float exp_shift_sum(float* x, size_t n, float shift) {
     acc = _mm256_add_ps(acc, e);
   }
   _mm256_store_ps(partial, acc);
+#elif defined(SNAPKV_NEON_KERNELS)
+  const float32x4_t vshift = vdupq_n_f32(shift);
+  float32x4_t lo = vdupq_n_f32(0.0f), hi = lo;  // partial sums 0..3 and 4..7
+  for (; i + 8 <= n; i += 8) {
+    const float32x4_t a = exp4(vsubq_f32(vld1q_f32(x + i), vshift));
+    const float32x4_t b = exp4(vsubq_f32(vld1q_f32(x + i + 4), vshift));
+    vst1q_f32(x + i, a);
+    vst1q_f32(x + i + 4, b);
+    lo = vaddq_f32(lo, a);
+    hi = vaddq_f32(hi, b);
+  }
+  vst1q_f32(partial, lo);
+  vst1q_f32(partial + 4, hi);
 #else
   for (; i + 8 <= n; i += 8) {
     for (size_t j = 0; j < 8; ++j) {

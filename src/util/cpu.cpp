@@ -1,5 +1,5 @@
-// CPU feature detection and the active ISA level (see cpu.h). SNAPKV_ISA_AVX2 / SNAPKV_ISA_AVX512
-// are defined by CMake when this build compiles the kernels for those levels.
+// CPU feature detection and the active ISA level (see cpu.h). SNAPKV_ISA_AVX2 / _AVX512 / _NEON /
+// _NEON_DOT are defined by CMake when this build compiles the kernels for those levels.
 #include "snapkv/util/cpu.h"
 
 #include <cstdlib>
@@ -10,6 +10,11 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#include <sys/types.h>
 #endif
 
 namespace snapkv {
@@ -36,9 +41,36 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+#elif defined(__aarch64__) && defined(__linux__)
+  // The kernel's HWCAP bits (arch/arm64 uapi hwcap.h): ASIMD bit 1, ASIMDDP bit 20.
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  f.asimd = (hwcap & (1ul << 1)) != 0;
+  f.asimddp = (hwcap & (1ul << 20)) != 0;
+#elif defined(__aarch64__) && defined(__APPLE__)
+  const auto has = [](const char* key) {
+    int value = 0;
+    size_t size = sizeof value;
+    return sysctlbyname(key, &value, &size, nullptr, 0) == 0 && value != 0;
+  };
+  f.asimd = has("hw.optional.AdvSIMD") || has("hw.optional.neon");
+  f.asimddp = has("hw.optional.arm.FEAT_DotProd");
 #endif
   return f;
 }
+
+bool is_arm_level(IsaLevel level) {
+  return level == IsaLevel::neon || level == IsaLevel::neon_dot;
+}
+
+// The architecture this build targets, for the refusal of another architecture's level.
+constexpr const char* kBuildArch =
+#if defined(__x86_64__) || defined(__i386__)
+    "x86-64";
+#elif defined(__aarch64__)
+    "arm64";
+#else
+    "neither x86-64 nor arm64";
+#endif
 
 // (name, has) for each feature a level needs, in the order they are reported.
 struct Need {
@@ -48,6 +80,11 @@ struct Need {
 std::vector<Need> needs(IsaLevel level) {
   std::vector<Need> n;
   if (level == IsaLevel::scalar) return n;
+  if (is_arm_level(level)) {
+    n = {{"asimd", &CpuFeatures::asimd}};
+    if (level == IsaLevel::neon_dot) n.push_back({"asimddp", &CpuFeatures::asimddp});
+    return n;
+  }
   n = {{"avx2", &CpuFeatures::avx2}, {"fma", &CpuFeatures::fma}, {"f16c", &CpuFeatures::f16c}};
   if (level == IsaLevel::avx512) {
     n.insert(n.end(), {{"avx512f", &CpuFeatures::avx512f},
@@ -59,10 +96,11 @@ std::vector<Need> needs(IsaLevel level) {
   return n;
 }
 
-constexpr const char* kLevelNames = "scalar, avx2 or avx512";
+constexpr const char* kLevelNames = "scalar, avx2, avx512, neon or neon_dot";
 
 IsaLevel best_level_for(const CpuFeatures& cpu) {
-  for (const IsaLevel level : {IsaLevel::avx512, IsaLevel::avx2}) {
+  for (const IsaLevel level :
+       {IsaLevel::avx512, IsaLevel::avx2, IsaLevel::neon_dot, IsaLevel::neon}) {
     if (isa_compiled(level) && isa_missing_features(level, cpu).empty()) return level;
   }
   return IsaLevel::scalar;
@@ -83,12 +121,16 @@ const char* to_string(IsaLevel level) {
       return "avx2";
     case IsaLevel::avx512:
       return "avx512";
+    case IsaLevel::neon:
+      return "neon";
+    case IsaLevel::neon_dot:
+      return "neon_dot";
   }
   return "?";
 }
 
 IsaLevel parse_isa_level(std::string_view name) {
-  for (const IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512}) {
+  for (const IsaLevel level : kIsaLevels) {
     if (name == to_string(level)) return level;
   }
   throw_invalid("cpu", "unknown ISA level", "'" + std::string(name) + "'", kLevelNames);
@@ -110,6 +152,18 @@ bool isa_compiled(IsaLevel level) {
 #else
       return false;
 #endif
+    case IsaLevel::neon:
+#if defined(SNAPKV_ISA_NEON)
+      return true;
+#else
+      return false;
+#endif
+    case IsaLevel::neon_dot:
+#if defined(SNAPKV_ISA_NEON_DOT)
+      return true;
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -125,6 +179,17 @@ std::string isa_missing_features(IsaLevel level, const CpuFeatures& cpu) {
 }
 
 void check_isa_level(IsaLevel level, const CpuFeatures& cpu) {
+  const char* level_arch = level == IsaLevel::scalar ? kBuildArch
+                           : is_arm_level(level)     ? "arm64"
+                                                     : "x86-64";
+  if (std::string_view(level_arch) != kBuildArch) {
+    throw_invalid(
+        "cpu",
+        std::string("ISA level ") + to_string(level) + " is for " + level_arch +
+            " CPUs, this build runs on " + kBuildArch,
+        to_string(level),
+        std::string("a level of this architecture, at most ") + to_string(best_level_for(cpu)));
+  }
   if (!isa_compiled(level)) {
     throw_invalid("cpu",
                   std::string("ISA level ") + to_string(level) + " not compiled into this build",

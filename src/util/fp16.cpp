@@ -76,9 +76,7 @@ struct Fp16Kernels {
   Fp16Kernels {                                                      \
     &NS::fp16_to_fp32_n, &NS::fp32_to_fp16_n, &NS::fp16_round_trip_n \
   }
-const Fp16Kernels kTables[kIsaLevelCount] = {SNAPKV_FP16_TABLE(isa_scalar),
-                                             SNAPKV_FP16_TABLE(SNAPKV_ISA_NS_AVX2),
-                                             SNAPKV_FP16_TABLE(SNAPKV_ISA_NS_AVX512)};
+const Fp16Kernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_FP16_TABLE);
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "snapkv/util/fp16.h"
+#include "util/isa_tables.h"
 
 #define SNAPKV_FP16_KERNELS_DECLARE(NS)                          \
   namespace snapkv::NS {                                         \
@@ -13,6 +14,4 @@
   bool fp16_round_trip_n(float* out, const float* in, size_t n); \
   }
 
-SNAPKV_FP16_KERNELS_DECLARE(isa_scalar)
-SNAPKV_FP16_KERNELS_DECLARE(isa_avx2)
-SNAPKV_FP16_KERNELS_DECLARE(isa_avx512)
+SNAPKV_ISA_DECLARE(SNAPKV_FP16_KERNELS_DECLARE)

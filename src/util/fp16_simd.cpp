@@ -1,5 +1,6 @@
 // Bulk binary16 conversions, compiled once per ISA level (util/isa.h): F16C when the level targets
-// it (round to nearest even, as the scalar conversions in fp16.cpp), else those conversions.
+// it, NEON's fcvtl / fcvtn at the arm64 levels (both round to nearest even, as the scalar
+// conversions in fp16.cpp), else those conversions.
 #include <cstdint>
 #include <cstring>
 
@@ -19,11 +20,35 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+#if defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#endif
 
 namespace snapkv::SNAPKV_ISA {
 
+#if defined(SNAPKV_NEON_KERNELS)
+namespace {
+// 8 binary16 values (bits) to 8 floats, exact.
+inline float32x4x2_t widen8(const fp16_t* in) {
+  const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(in));
+  return {{vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h)}};
+}
+// 8 floats to binary16 bits, round to nearest even (the FPCR's default mode).
+inline uint16x8_t narrow8(float32x4_t lo, float32x4_t hi) {
+  return vreinterpretq_u16_f16(vcvt_high_f16_f32(vcvt_f16_f32(lo), hi));
+}
+}  // namespace
+#endif
+
 void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n) {
   size_t i = 0;
+#if defined(SNAPKV_NEON_KERNELS)
+  for (; i + 8 <= n; i += 8) {
+    const float32x4x2_t f = widen8(in + i);
+    vst1q_f32(out + i, f.val[0]);
+    vst1q_f32(out + i + 4, f.val[1]);
+  }
+#endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
@@ -35,6 +60,9 @@ void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n) {
 
 void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n) {
   size_t i = 0;
+#if defined(SNAPKV_NEON_KERNELS)
+  for (; i + 8 <= n; i += 8) vst1q_u16(out + i, narrow8(vld1q_f32(in + i), vld1q_f32(in + i + 4)));
+#endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
     const __m256 f = _mm256_loadu_ps(in + i);
@@ -53,6 +81,19 @@ bool fp16_round_trip_n(float* out, const float* in, size_t n) {
   std::memcpy(&limit_bits, &kFp16Max, sizeof limit_bits);
   uint32_t max_bits = 0;
   size_t i = 0;
+#if defined(SNAPKV_NEON_KERNELS)
+  const uint32x4_t abs_mask4 = vdupq_n_u32(0x7fffffffu);
+  uint32x4_t max4 = vdupq_n_u32(0);
+  for (; i + 8 <= n; i += 8) {
+    const float32x4_t lo = vld1q_f32(in + i), hi = vld1q_f32(in + i + 4);
+    max4 = vmaxq_u32(max4, vandq_u32(vreinterpretq_u32_f32(lo), abs_mask4));
+    max4 = vmaxq_u32(max4, vandq_u32(vreinterpretq_u32_f32(hi), abs_mask4));
+    const float16x8_t h = vreinterpretq_f16_u16(narrow8(lo, hi));
+    vst1q_f32(out + i, vcvt_f32_f16(vget_low_f16(h)));
+    vst1q_f32(out + i + 4, vcvt_high_f32_f16(h));
+  }
+  max_bits = vmaxvq_u32(max4);
+#endif
 #if defined(__AVX512F__)
   const __m512i abs_mask16 = _mm512_set1_epi32(0x7fffffff);
   __m512i max16 = _mm512_setzero_si512();

@@ -45,15 +45,28 @@ TEST(IsaCli, UnknownOrUnsupportedLevelIsAUsageError) {
   TempDir dir("isa_cli");
   const CliResult r = run_with_isa("avx3", "--version", dir);
   EXPECT_EQ(r.rc, 2);
-  EXPECT_EQ(r.err.rfind("snapkv: error: [cpu] unknown ISA level, got 'avx3', expected scalar, avx2 "
-                        "or avx512 (from the environment: SNAPKV_ISA=avx3)",
-                        0),
-            0u)
+  EXPECT_EQ(
+      r.err.rfind("snapkv: error: [cpu] unknown ISA level, got 'avx3', expected scalar, avx2, "
+                  "avx512, neon or neon_dot (from the environment: SNAPKV_ISA=avx3)",
+                  0),
+      0u)
       << r.err;
-  if (best_isa_level() == IsaLevel::avx512 || !isa_compiled(IsaLevel::avx512)) {
+  // Another architecture's level is refused by name before any kernel runs (never SIGILL).
+#if defined(__aarch64__)
+  const std::string foreign = "avx2", foreign_arch = "x86-64";
+#else
+  const std::string foreign = "neon", foreign_arch = "arm64";
+#endif
+  const CliResult f = run_with_isa(foreign, "--version", dir);
+  EXPECT_EQ(f.rc, 2);
+  EXPECT_NE(f.err.find("ISA level " + foreign + " is for " + foreign_arch + " CPUs"),
+            std::string::npos)
+      << f.err;
+  const IsaLevel top = isa_compiled(IsaLevel::neon_dot) ? IsaLevel::neon_dot : IsaLevel::avx512;
+  if (best_isa_level() == top || !isa_compiled(top)) {
     GTEST_SKIP() << "this CPU has every compiled level; cpu_test covers the refusal";
   }
-  const CliResult s = run_with_isa("avx512", "--version", dir);
+  const CliResult s = run_with_isa(to_string(top), "--version", dir);
   EXPECT_EQ(s.rc, 2);
   EXPECT_NE(s.err.find("needs CPU features this CPU lacks"), std::string::npos) << s.err;
 }

@@ -11,7 +11,7 @@ namespace snapkv::isa_test {
 // Every level compiled into this build whose features this CPU has, scalar first.
 inline std::vector<IsaLevel> runnable_levels() {
   std::vector<IsaLevel> levels;
-  for (const IsaLevel level : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512}) {
+  for (const IsaLevel level : kIsaLevels) {
     if (isa_compiled(level) && isa_missing_features(level, cpu_features()).empty()) {
       levels.push_back(level);
     }

@@ -19,9 +19,7 @@ struct Fp16RowKernels {
   Fp16RowKernels {                                \
     &NS::fp16_rows_dot, &NS::fp16_rows_accumulate \
   }
-const Fp16RowKernels kTables[kIsaLevelCount] = {SNAPKV_FP16_ROWS_TABLE(isa_scalar),
-                                                SNAPKV_FP16_ROWS_TABLE(SNAPKV_ISA_NS_AVX2),
-                                                SNAPKV_FP16_ROWS_TABLE(SNAPKV_ISA_NS_AVX512)};
+const Fp16RowKernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_FP16_ROWS_TABLE);
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "snapkv/util/fp16.h"
+#include "util/isa_tables.h"
 
 namespace snapkv {
 
@@ -70,6 +71,4 @@ void fp16_rows_compact(Rows& data, std::span<const uint32_t> keep, size_t base, 
   void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q,              \
                             const fp16_t* data, size_t n, size_t head_dim, size_t prefetch);    \
   }
-SNAPKV_FP16_ROWS_DECLARE(isa_scalar)
-SNAPKV_FP16_ROWS_DECLARE(isa_avx2)
-SNAPKV_FP16_ROWS_DECLARE(isa_avx512)
+SNAPKV_ISA_DECLARE(SNAPKV_FP16_ROWS_DECLARE)

@@ -1,6 +1,7 @@
 // The fp16 row kernels of kv/codecs/fp16_rows.h, compiled once per ISA level (util/isa.h): F16C
-// converts, FMA accumulates, 8 lanes at the avx2 level and 16 at avx512; the scalar level (and a
-// head_dim that is not a multiple of the lane count) runs the scalar references.
+// (NEON fcvtl at the arm64 levels) converts, FMA accumulates, 8 lanes at the avx2 level, 16 at
+// avx512 and 4 at neon / neon_dot; the scalar level (and a head_dim that is not a multiple of the
+// lane count) runs the scalar references.
 //   dot:        two rows in flight, each converted once and dotted with up to 4 queries (8
 //               accumulators); the 4 sums of a row are reduced together (one hadd tree).
 //   accumulate: a tile of rows per slice of 2 vectors of channels, the slice's outputs for up to
@@ -17,6 +18,9 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define SNAPKV_FP16_ROWS_SIMD 1
+#elif defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#define SNAPKV_FP16_ROWS_SIMD 1
 #endif
 
 namespace snapkv::SNAPKV_ISA {
@@ -24,7 +28,41 @@ namespace {
 
 #if SNAPKV_FP16_ROWS_SIMD
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#if defined(SNAPKV_NEON_KERNELS)
+using VecF = float32x4_t;
+constexpr size_t kLanes = 4;
+inline VecF load_h(const fp16_t* p) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+inline VecF load_f(const float* p) {
+  return vld1q_f32(p);
+}
+inline void store_f(float* p, VecF v) {
+  vst1q_f32(p, v);
+}
+inline VecF zero_f() {
+  return vdupq_n_f32(0.0f);
+}
+inline VecF bcast(const float* p) {
+  return vld1q_dup_f32(p);
+}
+inline VecF fma_f(VecF a, VecF b, VecF c) {
+  return vfmaq_f32(c, a, b);
+}
+inline VecF fold(VecF v) {
+  return v;
+}
+// [sum(a), sum(b), sum(c), sum(d)] of four 4-lane vectors.
+inline float32x4_t hsum4(VecF a, VecF b, VecF c, VecF d) {
+  return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
+}
+inline void store4(float* p, float32x4_t v) {
+  vst1q_f32(p, v);
+}
+inline void prefetch_line(uintptr_t address) {
+  __builtin_prefetch(reinterpret_cast<const void*>(address), 0, 1);
+}
+#elif defined(__AVX512F__) && defined(__AVX512DQ__)
 using VecF = __m512;
 constexpr size_t kLanes = 16;
 inline VecF load_h(const fp16_t* p) {
@@ -78,11 +116,19 @@ inline __m256 fold(VecF v) {
 }
 #endif
 
+#if !defined(SNAPKV_NEON_KERNELS)
 // [sum(a), sum(b), sum(c), sum(d)] of four 8-lane vectors.
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
+inline void store4(float* p, __m128 v) {
+  _mm_store_ps(p, v);
+}
+inline void prefetch_line(uintptr_t address) {
+  _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T2);
+}
+#endif
 
 // Up to four query accumulators as named members (an array would live in memory).
 struct Acc4 {
@@ -100,7 +146,7 @@ inline void fma4(Acc4& acc, const float* q, size_t q_stride, VecF x) {
 template <int NQ>
 inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
   alignas(16) float sums[4];
-  _mm_store_ps(sums, hsum4(fold(acc.a0), fold(acc.a1), fold(acc.a2), fold(acc.a3)));
+  store4(sums, hsum4(fold(acc.a0), fold(acc.a1), fold(acc.a2), fold(acc.a3)));
   for (int j = 0; j < NQ; ++j) out[static_cast<size_t>(j) * stride] = sums[j];
 }
 
@@ -111,9 +157,7 @@ inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
 inline void prefetch_lines(const fp16_t* p, size_t bytes, size_t ahead) {
   // integer arithmetic: the address may lie past the end of the rows' array
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;
-  for (size_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(first + b), _MM_HINT_T2);
-  }
+  for (size_t b = 0; b < bytes; b += 64) prefetch_line(first + b);
 }
 
 // NQ (<= 4) queries q: [NQ][head_dim] against rows [0, n); head_dim % kLanes == 0.

@@ -2,14 +2,13 @@
 // their plain double-precision references.
 #include "snapkv/kv/policies/row_scores.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "ops/cblas.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/ops/softmax.h"

@@ -38,9 +38,7 @@ struct KiviKernels {
         &NS::kivi_value_q8_handles, &NS::kivi_key_block_dot_q8_f16,                     \
         &NS::kivi_key_blocks_dot_q8_f16                                                 \
   }
-const KiviKernels kTables[kIsaLevelCount] = {SNAPKV_KIVI_TABLE(isa_scalar),
-                                             SNAPKV_KIVI_TABLE(SNAPKV_ISA_NS_AVX2),
-                                             SNAPKV_KIVI_TABLE(SNAPKV_ISA_NS_AVX512)};
+const KiviKernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_KIVI_TABLE);
 
 uint32_t code_at(uint32_t word, size_t k, int bits) {
   return (word >> (static_cast<uint32_t>(bits) * k)) & kivi_max_code(bits);
@@ -272,9 +270,9 @@ void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* 
 // ---- 4-bit value rows in integers (kivi_kernels.h, kivi_q16_values_simd.cpp) ----
 
 namespace {
-bool (*const kQ16Handles[kIsaLevelCount])(size_t, size_t, int) = {
-    &isa_scalar::kivi_value_q16_handles, &SNAPKV_ISA_NS_AVX2::kivi_value_q16_handles,
-    &SNAPKV_ISA_NS_AVX512::kivi_value_q16_handles};
+#define SNAPKV_Q16_HANDLES_ENTRY(NS) &NS::kivi_value_q16_handles
+bool (*const kQ16Handles[kIsaLevelCount])(size_t, size_t,
+                                          int) = SNAPKV_ISA_TABLE(SNAPKV_Q16_HANDLES_ENTRY);
 }  // namespace
 
 void kivi_value_rows_accumulate_q16_scalar(float* out, const float* w, size_t w_stride, size_t n_q,

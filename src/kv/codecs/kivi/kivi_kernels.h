@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "snapkv/kv/codecs/kivi.h"
+#include "util/isa_tables.h"
 
 namespace snapkv {
 
@@ -165,9 +166,7 @@ constexpr size_t kivi_key_scratch_floats(size_t n_q, size_t head_dim) {
                                      size_t n_rows, size_t head_dim, size_t group, int bits);    \
   bool kivi_value_q8_handles(size_t head_dim, size_t group, int bits);                           \
   }
-SNAPKV_KIVI_KERNELS_DECLARE(isa_scalar)
-SNAPKV_KIVI_KERNELS_DECLARE(isa_avx2)
-SNAPKV_KIVI_KERNELS_DECLARE(isa_avx512)
+SNAPKV_ISA_DECLARE(SNAPKV_KIVI_KERNELS_DECLARE)
 
 namespace snapkv {
 
@@ -221,6 +220,4 @@ inline constexpr size_t kKiviValueQ16Tile = 128;
                                       size_t n_rows, size_t head_dim, size_t group, int bits); \
   bool kivi_value_q16_handles(size_t head_dim, size_t group, int bits);                        \
   }
-SNAPKV_KIVI_Q16_VALUES_DECLARE(isa_scalar)
-SNAPKV_KIVI_Q16_VALUES_DECLARE(isa_avx2)
-SNAPKV_KIVI_Q16_VALUES_DECLARE(isa_avx512)
+SNAPKV_ISA_DECLARE(SNAPKV_KIVI_Q16_VALUES_DECLARE)

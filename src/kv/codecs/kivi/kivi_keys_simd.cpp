@@ -1,7 +1,8 @@
 // The float KIVI key kernels (kivi_kernels.h: kivi_key_block_dot), compiled once per ISA level
 // (kivi_simd.h). A key block stores 8 rows of one channel per word; out(8 rows) += (q_c * scale_c)
 // * codes, no horizontal sums; the zero term sum_c q_c * zero_c is added once per row. Levels with
-// AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first.
+// AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first. The NEON levels run the same
+// scheme on two 4-lane registers per octet, one octet at a time.
 #include "kv/codecs/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
@@ -135,6 +136,32 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
 
 #endif  // SNAPKV_KIVI_AVX2
 
+#if SNAPKV_KIVI_NEON
+// key_block_dot_nq on NEON: per octet, the 8 rows of each channel's word in two registers and NQ
+// pairs of FMA chains; then dst[0..valid) = acc + qz.
+template <int NQ, int Bits>
+void key_block_dot_nq_neon(float* out, size_t out_stride, const float* qs, size_t qs_stride,
+                           const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
+  const size_t n_oct = ceil_div(n_rows, kKiviOctet);
+  for (size_t oct = 0; oct < n_oct; ++oct) {
+    Acc4x8 acc;
+    const uint8_t* w0 = words + oct * head_dim * Bits;
+    for (size_t c = 0; c < head_dim; ++c) {
+      fma_queries8<NQ>(acc, qs + c, qs_stride, unpack8_neon<Bits>(load_word<Bits>(w0, c)));
+    }
+    const size_t valid = std::min(kKiviOctet, n_rows - oct * kKiviOctet);
+    for (int j = 0; j < NQ; ++j) {
+      float* dst = out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet;
+      const float32x4x2_t& a = acc.get(j);
+      alignas(16) float rows[kKiviOctet];
+      vst1q_f32(rows, vaddq_f32(a.val[0], vdupq_n_f32(qz[j])));
+      vst1q_f32(rows + 4, vaddq_f32(a.val[1], vdupq_n_f32(qz[j])));
+      std::copy_n(rows, valid, dst);
+    }
+  }
+}
+#endif  // SNAPKV_KIVI_NEON
+
 }  // namespace
 
 void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
@@ -178,6 +205,34 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
 #else
       key_block_dot_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
 #endif
+    });
+  }
+#elif SNAPKV_KIVI_NEON
+  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c] (four partial sums)
+  float* qs = scratch;
+  float* qz = scratch + n_q * head_dim;
+  for (size_t j = 0; j < n_q; ++j) {
+    const float* qj = q + j * head_dim;
+    float32x4_t z4 = vdupq_n_f32(0.0f);
+    size_t c = 0;
+    for (; c + 4 <= head_dim; c += 4) {
+      const float32x4_t qv = vld1q_f32(qj + c);
+      vst1q_f32(qs + j * head_dim + c, vmulq_f32(qv, vld1q_f32(scales + c)));
+      z4 = vfmaq_f32(z4, qv, vld1q_f32(zeros + c));
+    }
+    float z = vaddvq_f32(z4);
+    for (; c < head_dim; ++c) {
+      qs[j * head_dim + c] = qj[c] * scales[c];
+      z += qj[c] * zeros[c];
+    }
+    qz[j] = z;
+  }
+  for (size_t j0 = 0; j0 < n_q; j0 += 4) {
+    const int nq = static_cast<int>(std::min<size_t>(4, n_q - j0));
+    with_nq_bits(nq, bits, [&](auto n, auto b) {
+      constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
+      key_block_dot_nq_neon<kNq, kBits>(out + j0 * out_stride, out_stride, qs + j0 * head_dim,
+                                        head_dim, qz + j0, words, n_rows, head_dim);
     });
   }
 #else

@@ -2,10 +2,12 @@
 // kivi_kernels.h), compiled once per ISA level (util/isa.h): which fast path the level takes, the
 // byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
 // (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
-// or 16 codes into 16 floats by variable shifts at the AVX-512 level, then feed up to 4 queries'
-// FMAs from it, so the decode cost is shared by the query heads of a GQA group (docs/KERNELS.md).
-// The helpers have internal linkage (an anonymous namespace); the tables are one inline variable
-// per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in L1.
+// or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
+// 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
+// queries' FMAs from it, so the decode cost is shared by the query heads of a GQA group
+// (docs/KERNELS.md). The helpers have internal linkage (an anonymous namespace); the tables are one
+// inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in
+// L1.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +33,10 @@
 #if SNAPKV_KIVI_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__)
 #define SNAPKV_KIVI_AVX512 1
 #endif
+#if !SNAPKV_KIVI_AVX2 && defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#define SNAPKV_KIVI_NEON 1
+#endif
 
 namespace snapkv::SNAPKV_ISA {
 
@@ -52,6 +58,9 @@ struct CodeTable {
 inline constexpr CodeTable<2> kCodes2;
 inline constexpr CodeTable<4> kCodes4;
 
+#endif  // SNAPKV_KIVI_AVX2
+
+#if SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
 namespace {
 
 inline size_t ceil_div(size_t a, size_t b) {
@@ -72,6 +81,7 @@ inline uint32_t load_word(const uint8_t* words, size_t i) {
   }
 }
 
+#if SNAPKV_KIVI_AVX2
 // The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident): on AVX2
 // cores with 128-bit units (Zen 1) this costs half the micro-ops of broadcast + variable shift +
 // mask + convert.
@@ -99,6 +109,8 @@ struct Acc4 {
   __m256 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
 };
 
+#endif  // SNAPKV_KIVI_AVX2
+
 // Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
 // the one place the kernels' runtime shape becomes their template arguments.
 template <class F>
@@ -122,6 +134,45 @@ inline void with_nq_bits(int nq, int bits, F&& f) {
   }
 }
 
+// Four fp32 lanes (one per query of a group) for the drivers' per-row work, and a prefetch of
+// the line at p into the outer caches (T2), on either architecture.
+#if SNAPKV_KIVI_AVX2
+using F4 = __m128;
+inline F4 load4(const float* p) {
+  return _mm_loadu_ps(p);
+}
+inline void store4(float* p, F4 v) {
+  _mm_storeu_ps(p, v);
+}
+inline F4 mul4(F4 a, float b) {
+  return _mm_mul_ps(a, _mm_set1_ps(b));
+}
+inline F4 fma4(F4 a, float b, F4 c) {  // a * b + c, fused
+  return _mm_fmadd_ps(a, _mm_set1_ps(b), c);
+}
+inline void prefetch_t2(const char* p) {
+  _mm_prefetch(p, _MM_HINT_T2);
+}
+#else
+using F4 = float32x4_t;
+inline F4 load4(const float* p) {
+  return vld1q_f32(p);
+}
+inline void store4(float* p, F4 v) {
+  vst1q_f32(p, v);
+}
+inline F4 mul4(F4 a, float b) {
+  return vmulq_n_f32(a, b);
+}
+inline F4 fma4(F4 a, float b, F4 c) {
+  return vfmaq_n_f32(c, a, b);
+}
+inline void prefetch_t2(const char* p) {
+  __builtin_prefetch(p, 0, 1);
+}
+#endif
+
+#if SNAPKV_KIVI_AVX2
 // acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
 template <int NQ>
 inline void fma_queries(Acc4& acc, const float* coef, size_t stride, __m256 x) {
@@ -173,9 +224,45 @@ inline void fma16(Acc4x16& acc, const float* coef, size_t stride, __m512 x) {
 }
 
 #endif  // SNAPKV_KIVI_AVX512
+#endif  // SNAPKV_KIVI_AVX2
+
+#if SNAPKV_KIVI_NEON
+// The 8 codes of a key word (rows 0..7 of one channel, code k at bits Bits * k) as two vectors of
+// 4 floats (rows 0..3, 4..7): a shift per lane, a mask and a convert.
+template <int Bits>
+inline float32x4x2_t unpack8_neon(uint32_t word) {
+  constexpr int b = Bits;
+  const int32x4_t lo_shift = {0, -b, -2 * b, -3 * b};
+  const int32x4_t hi_shift = {-4 * b, -5 * b, -6 * b, -7 * b};
+  const uint32x4_t w = vdupq_n_u32(word);
+  const uint32x4_t mask = vdupq_n_u32((1u << Bits) - 1u);
+  return {{vcvtq_f32_u32(vandq_u32(vshlq_u32(w, lo_shift), mask)),
+           vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
+}
+
+// Up to four queries' accumulators of 8 rows (two registers each), as named members.
+struct Acc4x8 {
+  float32x4x2_t a0{}, a1{}, a2{}, a3{};
+  const float32x4x2_t& get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
+};
+
+inline void fma8(float32x4x2_t& acc, float coef, const float32x4x2_t& x) {
+  acc.val[0] = vfmaq_n_f32(acc.val[0], x.val[0], coef);
+  acc.val[1] = vfmaq_n_f32(acc.val[1], x.val[1], coef);
+}
+
+// acc.aj += coef[j * stride] * x for j < NQ.
+template <int NQ>
+inline void fma_queries8(Acc4x8& acc, const float* coef, size_t stride, const float32x4x2_t& x) {
+  fma8(acc.a0, coef[0], x);
+  if constexpr (NQ > 1) fma8(acc.a1, coef[stride], x);
+  if constexpr (NQ > 2) fma8(acc.a2, coef[2 * stride], x);
+  if constexpr (NQ > 3) fma8(acc.a3, coef[3 * stride], x);
+}
+#endif  // SNAPKV_KIVI_NEON
 
 }  // namespace
 
-#endif  // SNAPKV_KIVI_AVX2
+#endif  // SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
 
 }  // namespace snapkv::SNAPKV_ISA

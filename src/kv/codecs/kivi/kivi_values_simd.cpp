@@ -2,7 +2,8 @@
 // ISA level (kivi_simd.h). A value row stores 8 channels per word; a tile of rows is walked per
 // pair of words with the output in registers; the zero term sum_r w_r * zero_(r,g) is added once
 // per group. Levels with AVX-512 VNNI take the integer kernels of kivi_q8_values_simd.cpp (2-bit)
-// and kivi_q16_values_simd.cpp (4-bit) first.
+// and kivi_q16_values_simd.cpp (4-bit) first. The NEON levels run the same driver with a tile
+// kernel of one word (8 channels, two 4-lane registers per query) at a time.
 #include "kv/codecs/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
@@ -206,6 +207,35 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
 
 #endif  // SNAPKV_KIVI_AVX2
 
+#if SNAPKV_KIVI_NEON
+// value_tile_nq on NEON: per word of 8 channels, the NQ queries' outputs in registers over the
+// tile's rows; coef: [n_rows][n_groups][4] = w * scale.
+template <int NQ, int Bits>
+void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
+                   size_t n_rows, size_t head_dim, size_t group, size_t n_groups) {
+  const size_t n_words = head_dim / kKiviOctet;
+  const size_t row_bytes = n_words * Bits;
+  for (size_t wi = 0; wi < n_words; ++wi) {
+    const size_t g = std::min(wi * kKiviOctet / group, n_groups - 1);
+    Acc4x8 acc;
+    float32x4x2_t* accs[4] = {&acc.a0, &acc.a1, &acc.a2, &acc.a3};
+    for (int j = 0; j < NQ; ++j) {
+      const float* o = out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet;
+      *accs[j] = {{vld1q_f32(o), vld1q_f32(o + 4)}};
+    }
+    for (size_t r = 0; r < n_rows; ++r) {
+      const float32x4x2_t x = unpack8_neon<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
+      fma_queries8<NQ>(acc, coef + (r * n_groups + g) * 4, 1, x);
+    }
+    for (int j = 0; j < NQ; ++j) {
+      float* o = out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet;
+      vst1q_f32(o, acc.get(j).val[0]);
+      vst1q_f32(o + 4, acc.get(j).val[1]);
+    }
+  }
+}
+#endif  // SNAPKV_KIVI_NEON
+
 }  // namespace
 
 void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, size_t n_q,
@@ -219,7 +249,7 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
                                      bits)) {
     return;  // 4-bit rows: int16 weights (kivi_q16_values_simd.cpp)
   }
-#if SNAPKV_KIVI_AVX2
+#if SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
   // rows ahead of the tile being summed whose codes and params are prefetched
   constexpr size_t kPrefetchRows = 4 * kKiviValueTile;
   const size_t n_groups = ceil_div(head_dim, group);
@@ -238,10 +268,10 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
         if (j0 == 0 && r0 + kPrefetchRows < n_rows) {  // codes, params kPrefetchRows ahead (T2)
           const size_t nf = std::min(kKiviValueTile, n_rows - r0 - kPrefetchRows);
           const auto* c = reinterpret_cast<const char*>(codes + (r0 + kPrefetchRows) * row_bytes);
-          for (size_t b = 0; b < nf * row_bytes; b += 64) _mm_prefetch(c + b, _MM_HINT_T2);
+          for (size_t b = 0; b < nf * row_bytes; b += 64) prefetch_t2(c + b);
           const auto* p = reinterpret_cast<const char*>(params + (r0 + kPrefetchRows) * n_groups);
           for (size_t b = 0; b < nf * n_groups * sizeof(KiviParams); b += 64) {
-            _mm_prefetch(p + b, _MM_HINT_T2);
+            prefetch_t2(p + b);
           }
         }
         // the tile's params in fp32 at once (F16C): [nr][n_groups] (scale, zero) pairs
@@ -258,12 +288,11 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
 #endif
           alignas(16) float wr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           for (size_t j = 0; j < nq; ++j) wr[j] = w[(j0 + j) * w_stride + r0 + r];
-          const __m128 wv = _mm_load_ps(wr);
+          const F4 wv = load4(wr);
           const float* p = params32 + 2 * r * n_groups;
           for (size_t g = 0; g < n_groups; ++g) {
-            _mm_storeu_ps(coef + (r * n_groups + g) * 4, _mm_mul_ps(wv, _mm_set1_ps(p[2 * g])));
-            const __m128 z = _mm_loadu_ps(zero4 + 4 * g);
-            _mm_storeu_ps(zero4 + 4 * g, _mm_fmadd_ps(wv, _mm_set1_ps(p[2 * g + 1]), z));
+            store4(coef + (r * n_groups + g) * 4, mul4(wv, p[2 * g]));
+            store4(zero4 + 4 * g, fma4(wv, p[2 * g + 1], load4(zero4 + 4 * g)));
           }
         }
         const uint8_t* tile_codes = codes + r0 * row_bytes;

@@ -20,9 +20,7 @@ struct KivimixKernels {
   KivimixKernels {                                   \
     &NS::kivimix_wide_dot, &NS::kivimix_wide_weights \
   }
-const KivimixKernels kTables[kIsaLevelCount] = {SNAPKV_KIVIMIX_TABLE(isa_scalar),
-                                                SNAPKV_KIVIMIX_TABLE(SNAPKV_ISA_NS_AVX2),
-                                                SNAPKV_KIVIMIX_TABLE(SNAPKV_ISA_NS_AVX512)};
+const KivimixKernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_KIVIMIX_TABLE);
 
 }  // namespace
 

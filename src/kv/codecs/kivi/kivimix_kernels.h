@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "snapkv/kv/codecs/kivi.h"
+#include "util/isa_tables.h"
 
 namespace snapkv {
 
@@ -41,6 +42,4 @@ void kivimix_wide_dot_scalar(float* out, size_t stride, const float* qk, size_t 
   void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,          \
                             const float* scales, const KittyChannel* channels, size_t wide); \
   }
-SNAPKV_KIVIMIX_DECLARE(isa_scalar)
-SNAPKV_KIVIMIX_DECLARE(isa_avx2)
-SNAPKV_KIVIMIX_DECLARE(isa_avx512)
+SNAPKV_ISA_DECLARE(SNAPKV_KIVIMIX_DECLARE)
