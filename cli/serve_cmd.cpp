@@ -26,6 +26,7 @@ struct ServeOptions {
   snapkv::serve::ServerOptions server;
   snapkv::cli::CacheOptions cache;  // the server's defaults; requests may override method/keep
   bool no_chat = false;             // chat messages as plain text, not the model's template
+  bool no_reuse = false;            // --no-prompt-reuse
 };
 
 snapkv::serve::Server* g_server = nullptr;
@@ -42,6 +43,7 @@ int run_serve(ServeOptions o) {
   o.server.default_keep = o.cache.keeps().at(0);
   o.server.prefill_chunk = o.cache.prefill_chunk;
   o.server.chat_template = !o.no_chat;
+  o.server.reuse_prompts = !o.no_reuse;
   const LlamaModel model = LlamaModel::load(o.model);
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   serve::Server server(model, tokenizer, o.server);
@@ -80,10 +82,20 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--max-body", o->server.max_body_bytes, "Largest request body in bytes")
           ->capture_default_str();
-      sub.add_option("--max-caches", o->server.max_caches, "Compressed documents held at once")
+      sub.add_option("--max-caches", o->server.max_caches,
+                     "Prefilled prompts and documents held in memory (least recently used "
+                     "evicted)")
+          ->capture_default_str();
+      sub.add_option("--max-cache-bytes", o->server.max_cache_bytes,
+                     "Bytes of KV held in memory by those")
           ->capture_default_str();
       sub.add_option("--cache-dir", o->server.cache_dir,
-                     "Where {\"save\": true} writes .kvc files");
+                     "Directory of .kvc files served by id (<id>.kvc, read at start-up); "
+                     "{\"save\": true} and evicted documents are written there");
+      sub.add_option("--cache-store", o->server.cache_store,
+                     "redis://HOST:PORT: compressed documents and prompts shared with other "
+                     "replicas");
+      sub.add_flag("--no-prompt-reuse", o->no_reuse, "Prefill every prompt, even one seen before");
       sub.add_option("--max-tokens,-n,--n-predict", o->server.default_max_tokens,
                      "Default max_tokens")
           ->capture_default_str();

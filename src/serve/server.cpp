@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -17,10 +18,12 @@
 #include <vector>
 
 #include "serve/requests.h"
+#include "serve/web_index_html.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/model/sampler.h"
+#include "snapkv/serve/cache_store.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv::serve {
@@ -44,19 +47,7 @@ void send_json(httplib::Response& res, const json& j) {
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
-// One compressed document of the table: its session after the prompt (cloned per request).
-struct CachedDoc {
-  std::string id;
-  LlamaSession session;
-  size_t prompt_tokens = 0;
-  CacheConfig config;
-  std::string method;
-  size_t kv_bytes = 0, kv_bytes_full_fp16 = 0;
-  std::string saved_path;
-  std::time_t created = 0;
-};
-
-json doc_json(const CachedDoc& d) {
+json doc_json(const CacheStore::Listed& d) {
   json j = {{"id", d.id},
             {"object", "cache"},
             {"created", d.created},
@@ -66,10 +57,22 @@ json doc_json(const CachedDoc& d) {
             {"codec", to_string(d.config.codec)},
             {"budget", d.config.budget},
             {"kv_bytes", d.kv_bytes},
-            {"kv_bytes_full_fp16", d.kv_bytes_full_fp16}};
-  if (!d.saved_path.empty()) j["path"] = d.saved_path;
+            {"kv_bytes_full_fp16", d.kv_bytes_full_fp16},
+            {"in_memory", d.in_memory}};
+  if (!d.path.empty()) j["path"] = d.path;
   return j;
 }
+
+CacheStore::Listed listed(const StoredPrompt& e, bool in_memory) {
+  return {e.id,   e.tokens.size(), e.config, e.method, e.kv_bytes, e.kv_bytes_full_fp16,
+          e.path, e.created,       in_memory};
+}
+
+// How a completion's prompt was started (the response's "snapkv" object, the log line).
+struct Reuse {
+  std::string kind = "none";  // none | exact | prefix | document
+  size_t tokens = 0;          // prompt tokens not prefilled again
+};
 
 // Releases a concurrency slot when the last owner (handler or stream provider) lets go.
 class Slot {
@@ -91,8 +94,7 @@ struct Server::Impl {
   ServerOptions options;
   httplib::Server http;
   std::atomic<size_t> busy{0};
-  std::mutex table_mutex;
-  std::map<std::string, std::shared_ptr<const CachedDoc>> table;
+  std::unique_ptr<CacheStore> store;
   const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
   std::atomic<uint64_t> next_id{1};
   // /v1/chat/completions renders with the model's template; without one (or one we do not
@@ -106,6 +108,12 @@ struct Server::Impl {
 
   Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
       : model(m), tokenizer(t), options(std::move(o)) {
+    store = std::make_unique<CacheStore>(
+        model, session_options(), StoreLimits{options.max_caches, options.max_cache_bytes},
+        options.cache_dir,
+        options.cache_store.empty()
+            ? nullptr
+            : open_blob_store(options.cache_store, options.cache_store_chunk_bytes));
     if (!options.chat_template) return;
     try {
       chat_template = ChatTemplate::from_gguf(model.file());
@@ -203,27 +211,55 @@ struct Server::Impl {
     }
   }
 
-  std::shared_ptr<const CachedDoc> find(const std::string& id) {
-    std::lock_guard<std::mutex> lock(table_mutex);
-    const auto it = table.find(id);
-    if (it == table.end()) throw HttpError(404, "not_found", "no cache with id '" + id + "'");
-    return it->second;
+  std::shared_ptr<const StoredPrompt> find(const std::string& id) {
+    if (!valid_store_name(id)) {
+      throw HttpError(400, "invalid_request_error",
+                      "cache id '" + id +
+                          "' is not a valid name ([A-Za-z0-9._-], 1 to 128, not "
+                          "starting with '.')");
+    }
+    std::shared_ptr<const StoredPrompt> doc = store->get(id);
+    if (!doc) throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+    return doc;
+  }
+
+  // Keeps a prefilled prompt for the next request with the same tokens and config (a failing
+  // shared store is logged: the answer does not depend on it).
+  void keep_prompt(const std::vector<int32_t>& tokens, const CacheConfig& config,
+                   const std::string& method, const LlamaSession& session,
+                   const std::vector<float>& logits, bool document = false) {
+    if (!options.reuse_prompts) return;
+    const CacheStats stats = session.cache_stats();
+    auto entry = std::make_shared<StoredPrompt>(
+        StoredPrompt{content_id(model_fingerprint(model), tokens, config), tokens, config, method,
+                     session.clone(), logits, document, stats.bytes_stored, stats.bytes_full_fp16,
+                     "", std::time(nullptr)});
+    try {
+      store->put(std::move(entry));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[serve] prompt kept in memory only: %s\n", e.what());
+    }
   }
 
   // The session to generate from and its first logits: a clone of a cached document with the
-  // prompt appended, or a fresh prefill of the prompt.
+  // prompt appended; the stored state of the same prompt (exact reuse); a stored prefix extended
+  // by the rest (prefix reuse, uncompressed caches only: serve/cache_store.h); or a fresh
+  // prefill of the prompt, which is then kept for the next request.
   std::pair<LlamaSession, std::vector<float>> start(const CompletionRequest& r, bool chat,
-                                                    size_t max_tokens, size_t& prompt_tokens) {
+                                                    size_t max_tokens, size_t& prompt_tokens,
+                                                    Reuse& reuse) {
     if (!r.cache_id.empty()) {
-      const std::shared_ptr<const CachedDoc> doc = find(r.cache_id);
+      const std::shared_ptr<const StoredPrompt> doc = find(r.cache_id);
+      const size_t doc_tokens = doc->tokens.size();
       std::vector<int32_t> tokens;
       if (chat) {
         tokens = chat_tokens(r.messages, true);
-        check_fits(tokens, doc->prompt_tokens, max_tokens);
+        check_fits(tokens, doc_tokens, max_tokens);
       } else {
-        tokens = encode_checked(r.prompt, false, doc->prompt_tokens, max_tokens);
+        tokens = encode_checked(r.prompt, false, doc_tokens, max_tokens);
       }
-      prompt_tokens = doc->prompt_tokens + tokens.size();
+      prompt_tokens = doc_tokens + tokens.size();
+      reuse = {"document", doc_tokens};
       LlamaSession session = doc->session.clone();
       std::vector<float> logits = session.extend(tokens);
       return {std::move(session), std::move(logits)};
@@ -238,8 +274,29 @@ struct Server::Impl {
     prompt_tokens = tokens.size();
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
+    std::shared_ptr<const StoredPrompt> hit;
+    if (options.reuse_prompts) {
+      try {
+        hit = store->get(content_id(model_fingerprint(model), tokens, config));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[serve] stored prompt not used: %s\n", e.what());
+      }
+      if (hit && !hit->logits.empty()) {
+        reuse = {"exact", tokens.size()};
+        return {hit->session.clone(), hit->logits};
+      }
+      if (const auto prefix = store->find_prefix(tokens, config)) {
+        reuse = {"prefix", prefix->tokens.size()};
+        LlamaSession session = prefix->session.clone();
+        std::vector<float> logits =
+            session.extend(std::span<const int32_t>(tokens).subspan(prefix->tokens.size()));
+        keep_prompt(tokens, config, method, session, logits);
+        return {std::move(session), std::move(logits)};
+      }
+    }
     LlamaSession session(model, config, session_options());
     std::vector<float> logits = session.prefill(tokens);
+    keep_prompt(tokens, config, method, session, logits, hit && hit->document);
     return {std::move(session), std::move(logits)};
   }
 
@@ -257,8 +314,21 @@ struct Server::Impl {
     const size_t max_tokens = r.max_tokens.value_or(options.default_max_tokens);
     const std::shared_ptr<Slot> slot = take_slot();
     size_t prompt_tokens = 0;
+    Reuse reuse;
     auto started = std::make_shared<std::pair<LlamaSession, std::vector<float>>>(
-        start(r, chat, max_tokens, prompt_tokens));
+        start(r, chat, max_tokens, prompt_tokens, reuse));
+    if (reuse.kind != "none") {
+      std::fprintf(stderr, "[serve] %s: prompt reused (%s, %zu of %zu tokens not prefilled)\n",
+                   req.path.c_str(), reuse.kind.c_str(), reuse.tokens, prompt_tokens);
+    }
+    // What the cache holds after the answer, and what the prompt reuse saved.
+    auto accounting = [started, reuse] {
+      const CacheStats stats = started->first.cache_stats();
+      return json{{"reuse", reuse.kind},
+                  {"reused_tokens", reuse.tokens},
+                  {"kv_bytes", stats.bytes_stored},
+                  {"kv_bytes_full_fp16", stats.bytes_full_fp16}};
+    };
     const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
     const std::time_t created = std::time(nullptr);
     const std::string object = chat ? "chat.completion" : "text_completion";
@@ -304,19 +374,21 @@ struct Server::Impl {
                       {"usage",
                        {{"prompt_tokens", prompt_tokens},
                         {"completion_tokens", n},
-                        {"total_tokens", prompt_tokens + n}}}});
+                        {"total_tokens", prompt_tokens + n}}},
+                      {"snapkv", accounting()}});
       return;
     }
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     res.set_chunked_content_provider(
-        "text/event-stream", [slot, generate, id, created, chat, chunk_object, model_id](
-                                 size_t, httplib::DataSink& sink) {
-          auto event = [&](const json& choice) {
-            const json j = {{"id", id},
-                            {"object", chunk_object},
-                            {"created", created},
-                            {"model", model_id},
-                            {"choices", json::array({choice})}};
+        "text/event-stream", [slot, generate, id, created, chat, chunk_object, model_id,
+                              accounting](size_t, httplib::DataSink& sink) {
+          auto event = [&](const json& choice, bool last = false) {
+            json j = {{"id", id},
+                      {"object", chunk_object},
+                      {"created", created},
+                      {"model", model_id},
+                      {"choices", json::array({choice})}};
+            if (last) j["snapkv"] = accounting();
             const std::string line =
                 "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
             return sink.write(line.data(), line.size());
@@ -347,7 +419,7 @@ struct Server::Impl {
             } else {
               last["text"] = "";
             }
-            event(last);
+            event(last, true);
             const std::string done = "data: [DONE]\n\n";
             sink.write(done.data(), done.size());
           }
@@ -356,42 +428,64 @@ struct Server::Impl {
         });
   }
 
+  // Prefills and compresses a document once: its id is its content address, so the same
+  // document with the same config is answered from the store (here, the directory or the shared
+  // store) without a second prefill.
   void create_cache(const httplib::Request& req, httplib::Response& res) {
     const CacheRequest r = parse_cache_request(req.body);
     if (r.save && options.cache_dir.empty()) {
       throw HttpError(400, "invalid_request_error",
                       "'save' needs a server started with --cache-dir");
     }
-    {
-      std::lock_guard<std::mutex> lock(table_mutex);
-      if (table.size() >= options.max_caches) {
-        throw HttpError(429, "too_many_caches",
-                        "the server holds " + std::to_string(table.size()) +
-                            " caches (limit); DELETE one first");
-      }
-    }
     const std::vector<int32_t> tokens = encode_checked(r.document, true, 0, 1);
     std::string method;
     const CacheConfig config = make_config(r.cache, tokens.size(), method);
+    const std::string id = content_id(model_fingerprint(model), tokens, config);
+    std::shared_ptr<const StoredPrompt> have = store->get(id);
+    if (have && !have->document) {  // the same prompt ran as a completion: list it from now on
+      auto doc = std::make_shared<StoredPrompt>(
+          StoredPrompt{id, have->tokens, have->config, method, have->session.clone(), have->logits,
+                       true, have->kv_bytes, have->kv_bytes_full_fp16, "", std::time(nullptr)});
+      store->put(doc);
+      have = doc;
+    }
+    if (have) {
+      std::fprintf(stderr, "[serve] /v1/caches: '%s' reused (%zu tokens not prefilled)\n",
+                   id.c_str(), tokens.size());
+      json j = doc_json(listed(*have, true));
+      j["reused"] = true;
+      if (r.save && have->path.empty()) {
+        const std::string path =
+            (std::filesystem::path(options.cache_dir) / (id + ".kvc")).string();
+        save_prompt_cache(path, have->session, tokens);
+        j["path"] = path;
+      }
+      send_json(res, j);
+      return;
+    }
     const std::shared_ptr<Slot> slot = take_slot();
     LlamaSession session(model, config, session_options());
     session.prefill(tokens);
     const CacheStats stats = session.cache_stats();
-    auto doc = std::make_shared<CachedDoc>(
-        CachedDoc{new_id("cache-"), std::move(session), tokens.size(), config, method,
-                  stats.bytes_stored, stats.bytes_full_fp16, "", std::time(nullptr)});
+    auto doc = std::make_shared<StoredPrompt>(StoredPrompt{id,
+                                                           tokens,
+                                                           config,
+                                                           method,
+                                                           std::move(session),
+                                                           {},
+                                                           true,
+                                                           stats.bytes_stored,
+                                                           stats.bytes_full_fp16,
+                                                           "",
+                                                           std::time(nullptr)});
     if (r.save) {
-      doc->saved_path = (std::filesystem::path(options.cache_dir) / (doc->id + ".kvc")).string();
-      save_prompt_cache(doc->saved_path, doc->session, tokens);
+      doc->path = (std::filesystem::path(options.cache_dir) / (id + ".kvc")).string();
+      save_prompt_cache(doc->path, doc->session, tokens);
     }
-    {
-      std::lock_guard<std::mutex> lock(table_mutex);
-      if (table.size() >= options.max_caches) {
-        throw HttpError(429, "too_many_caches", "the cache table filled up meanwhile");
-      }
-      table.emplace(doc->id, doc);
-    }
-    send_json(res, doc_json(*doc));
+    store->put(doc);
+    json j = doc_json(listed(*doc, true));
+    j["reused"] = false;
+    send_json(res, j);
   }
 
   // Runs a handler, turning every exception into a JSON error.
@@ -402,6 +496,13 @@ struct Server::Impl {
         fn(req, res);
       } catch (const HttpError& e) {
         send_error(res, e.status(), e.type(), e.what());
+      } catch (const StoreError& e) {
+        const bool down = e.kind() == StoreError::Kind::unavailable;
+        send_error(res, down ? 503 : 500, down ? "cache_store_unavailable" : "cache_store_corrupt",
+                   e.what());
+      } catch (const KvcError& e) {
+        send_error(res, e.kind() == KvcErrorKind::wrong_model ? 409 : 500, "cache_unreadable",
+                   e.what());
       } catch (const std::invalid_argument& e) {
         send_error(res, 400, "invalid_request_error", e.what());
       } catch (const std::exception& e) {
@@ -433,21 +534,22 @@ struct Server::Impl {
               guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
     http.Get("/v1/caches", guarded([this](const auto&, auto& res) {
                json data = json::array();
-               std::lock_guard<std::mutex> lock(table_mutex);
-               for (const auto& [id, doc] : table) data.push_back(doc_json(*doc));
+               for (const CacheStore::Listed& d : store->list()) data.push_back(doc_json(d));
                send_json(res, {{"object", "list"}, {"data", data}});
              }));
-    http.Get(R"(/v1/caches/([A-Za-z0-9_-]+))", guarded([this](const auto& req, auto& res) {
-               send_json(res, doc_json(*find(req.matches[1])));
+    http.Get(R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+               send_json(res, doc_json(listed(*find(req.matches[1]), true)));
              }));
-    http.Delete(R"(/v1/caches/([A-Za-z0-9_-]+))", guarded([this](const auto& req, auto& res) {
+    http.Delete(R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
                   const std::string id = req.matches[1];
-                  std::lock_guard<std::mutex> lock(table_mutex);
-                  if (table.erase(id) == 0) {
+                  if (!valid_store_name(id) || !store->erase(id)) {
                     throw HttpError(404, "not_found", "no cache with id '" + id + "'");
                   }
                   send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
                 }));
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(kIndexHtml, "text/html; charset=utf-8");
+    });
     // httplib's own refusals (unknown route 404, oversized body 413, ...) get a JSON body too.
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -466,6 +568,9 @@ Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOption
     throw_invalid("serve", "max_concurrent", "0", ">= 1");
   }
   impl_->routes();
+  for (const std::string& line : impl_->store->scan_dir()) {
+    std::fprintf(stderr, "[serve] --cache-dir: %s\n", line.c_str());
+  }
 }
 
 Server::~Server() = default;

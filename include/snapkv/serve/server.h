@@ -50,12 +50,20 @@ struct ServerOptions {
   std::string model_id = "snapkv";   // the id /v1/models reports and requests may name
   size_t max_concurrent = 4;         // requests generating or compressing at once
   size_t max_body_bytes = 8u << 20;  // larger bodies: 413
-  size_t max_caches = 16;            // documents held at once
+  // Prefilled prompts and documents held in memory (serve/cache_store.h): at most max_caches
+  // entries and max_cache_bytes bytes, least recently used evicted (documents to cache_dir).
+  size_t max_caches = 64;
+  size_t max_cache_bytes = size_t{2} << 30;
+  bool reuse_prompts = true;  // keep prefilled prompts for repeats and (uncompressed) prefixes
+  std::string cache_store;    // "redis://HOST:PORT": a store shared with other replicas
+  size_t cache_store_chunk_bytes = size_t{64} << 20;  // largest value written to Redis
   size_t default_max_tokens = 16;
   std::string default_method = "snapkv";
   double default_keep = 0.2;
-  CacheConfig defaults;   // window, sinks, pooling of every method
-  std::string cache_dir;  // where {"save": true} writes <id>.kvc ("" = refused)
+  CacheConfig defaults;  // window, sinks, pooling of every method
+  // .kvc files served by id (<id>.kvc), read at start-up; {"save": true} and evicted documents
+  // are written there ("" = none: "save" refused).
+  std::string cache_dir;
   size_t prefill_chunk = 512;
   bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)
   // Test hook: called on the worker thread once a request holds its concurrency slot, before any
