@@ -6,17 +6,26 @@
 //       -d '{"document": "...", "method": "snapkv+kivi2"}'
 //   curl -s localhost:8080/v1/completions -H 'Content-Type: application/json'
 //       -d '{"prompt": "Q?", "cache_id": "cache-..."}'
+#include <pthread.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "cache_options.h"
 #include "command.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/serve/server.h"
+#include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
 
 namespace {
@@ -27,12 +36,29 @@ struct ServeOptions {
   snapkv::cli::CacheOptions cache;  // the server's defaults; requests may override method/keep
   bool no_chat = false;             // chat messages as plain text, not the model's template
   bool no_reuse = false;            // --no-prompt-reuse
+  std::string api_key, api_key_file;
 };
 
-snapkv::serve::Server* g_server = nullptr;
+// Keys of --api-key and --api-key-file (one per line, blank lines and '#' comments skipped).
+std::vector<std::string> read_api_keys(const ServeOptions& o) {
+  std::vector<std::string> keys;
+  if (!o.api_key.empty()) keys.push_back(o.api_key);
+  if (o.api_key_file.empty()) return keys;
+  std::ifstream in(o.api_key_file);
+  if (!in)
+    snapkv::throw_runtime("serve", "cannot read --api-key-file", o.api_key_file, "a readable file");
+  for (std::string line; std::getline(in, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty() && line[0] != '#') keys.push_back(line);
+  }
+  if (keys.empty()) {
+    snapkv::throw_runtime("serve", "no key in --api-key-file", o.api_key_file, "one key per line");
+  }
+  return keys;
+}
 
-void on_signal(int) {
-  if (g_server != nullptr) g_server->stop();
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 int run_serve(ServeOptions o) {
@@ -41,6 +67,9 @@ int run_serve(ServeOptions o) {
   o.server.defaults = o.cache.knobs;
   o.server.default_method = o.cache.single_method().name;  // bad usage before the load
   o.server.default_keep = o.cache.keeps().at(0);
+  o.server.api_keys = read_api_keys(o);
+  if (o.server.model_id.empty())
+    o.server.model_id = std::filesystem::path(o.model).filename().string();
   o.server.prefill_chunk = o.cache.prefill_chunk;
   o.server.chat_template = !o.no_chat;
   o.server.reuse_prompts = !o.no_reuse;
@@ -53,11 +82,31 @@ int run_serve(ServeOptions o) {
                "%s)\n",
                o.server.host.c_str(), port, o.server.model_id.c_str(), o.server.max_concurrent,
                server.chat_template_status().c_str());
-  g_server = &server;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  if (!is_loopback(o.server.host) && o.server.api_keys.empty()) {
+    std::fprintf(stderr,
+                 "[serve] warning: listening on %s without --api-key: anyone who can reach this "
+                 "address can use the model\n",
+                 o.server.host.c_str());
+  }
+  // SIGINT / SIGTERM are taken by a thread of their own (sigwait), which stops the server; the
+  // server's threads inherit the blocked mask. If the connection threads have not ended 1.5 s
+  // later (a client still sending), the process exits anyway.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([&server, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "[serve] signal %d: shutting down\n", sig);
+    server.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::fprintf(stderr, "[serve] connections still open after 1.5 s: exiting\n");
+    std::_Exit(0);
+  }).detach();
   server.listen();
-  g_server = nullptr;
+  std::fprintf(stderr, "[serve] stopped\n");
   return 0;
 }
 
@@ -75,11 +124,36 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
-      sub.add_option("--model-id", o->server.model_id, "Model id reported and accepted")
+      o->server.model_id.clear();
+      sub.add_option("--model-id", o->server.model_id,
+                     "Model id /v1/models lists first (default: the file's name; requests may "
+                     "name any model)");
+      sub.add_option("--max-concurrent,--parallel", o->server.max_concurrent,
+                     "Requests prefilling or generating at once")
           ->capture_default_str();
-      sub.add_option("--max-concurrent", o->server.max_concurrent,
-                     "Requests served at once (more: 503)")
+      sub.add_option("--max-queue", o->server.max_queue,
+                     "Requests waiting for a worker, FIFO (more: 503 with Retry-After)")
           ->capture_default_str();
+      sub.add_option("--request-timeout", o->server.request_timeout_s,
+                     "Seconds a request may wait in the queue")
+          ->capture_default_str();
+      sub.add_option("--max-connections", o->server.max_connections,
+                     "Open connections served at once (idle ones included)")
+          ->capture_default_str();
+      sub.add_option("--read-timeout", o->server.read_timeout_s,
+                     "Seconds a connection may stall while sending a request")
+          ->capture_default_str();
+      sub.add_option("--max-n", o->server.max_n, "Most choices (n x prompts) per request")
+          ->capture_default_str();
+      sub.add_option("--max-prompt-tokens", o->server.max_prompt_tokens,
+                     "Longest prompt in tokens (0: the model's context)")
+          ->capture_default_str();
+      sub.add_option("--api-key", o->api_key,
+                     "Require 'Authorization: Bearer KEY' on every route but /health");
+      sub.add_option("--api-key-file", o->api_key_file, "File of accepted keys, one per line");
+      sub.add_flag(
+          "--quiet-requests", [o](int64_t) { o->server.log_requests = false; },
+          "No log line per request");
       sub.add_option("--max-body", o->server.max_body_bytes, "Largest request body in bytes")
           ->capture_default_str();
       sub.add_option("--max-caches", o->server.max_caches,
@@ -97,7 +171,7 @@ snapkv::cli::RegisterCommand reg{
                      "replicas");
       sub.add_flag("--no-prompt-reuse", o->no_reuse, "Prefill every prompt, even one seen before");
       sub.add_option("--max-tokens,-n,--n-predict", o->server.default_max_tokens,
-                     "Default max_tokens")
+                     "Default max_tokens (shortened to what the context leaves)")
           ->capture_default_str();
       sub.add_flag(
           "--no-chat", o->no_chat,
@@ -105,6 +179,7 @@ snapkv::cli::RegisterCommand reg{
           "them with the model's chat template");
       snapkv::cli::CacheOptionSpec spec;
       spec.budget = snapkv::cli::BudgetStyle::keep_one;
+      static_assert(snapkv::kDefaultKeep == 0.2, "the --keep default below follows generation.h");
       spec.default_keep = "0.2";
       snapkv::cli::add_cache_options(sub, o->cache, spec);
       return [o] { return run_serve(*o); };

@@ -37,8 +37,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "snapkv/kv/core/method.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 
@@ -46,28 +48,45 @@ namespace snapkv::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                   // 0: any free port (bind() returns it)
-  std::string model_id = "snapkv";   // the id /v1/models reports and requests may name
-  size_t max_concurrent = 4;         // requests generating or compressing at once
-  size_t max_body_bytes = 8u << 20;  // larger bodies: 413
+  int port = 8080;                  // 0: any free port (bind() returns it)
+  std::string model_id = "snapkv";  // the id /v1/models lists first (the CLI: the file's name)
+  // Model workers and their queue: max_concurrent requests prefill/generate at once, the next
+  // max_queue wait in FIFO order (at most request_timeout_s each), more get 503 + Retry-After.
+  size_t max_concurrent = 4;
+  size_t max_queue = 64;
+  double request_timeout_s = 600.0;
+  // Connections: each open connection holds one of max_connections connection threads (not a
+  // model worker); a request head or body that stalls for read_timeout_s closes the connection.
+  size_t max_connections = 256;
+  double read_timeout_s = 5.0;
+  size_t keep_alive_max = 1000;     // requests per connection
+  double keep_alive_timeout_s = 5;  // idle time between requests of a connection
+  // Limits (4xx beyond them).
+  size_t max_body_bytes = 8u << 20;  // 413
   // Prefilled prompts and documents held in memory (serve/cache_store.h): at most max_caches
   // entries and max_cache_bytes bytes, least recently used evicted (documents to cache_dir).
   size_t max_caches = 64;
   size_t max_cache_bytes = size_t{2} << 30;
-  bool reuse_prompts = true;  // keep prefilled prompts for repeats and (uncompressed) prefixes
-  std::string cache_store;    // "redis://HOST:PORT": a store shared with other replicas
-  size_t cache_store_chunk_bytes = size_t{64} << 20;  // largest value written to Redis
-  size_t default_max_tokens = 16;
-  std::string default_method = "snapkv";
-  double default_keep = 0.2;
+  size_t max_n = 8;              // choices per request (400)
+  size_t max_prompt_tokens = 0;  // 0: the model's context (400)
+  // Defaults of requests (model/generation.h).
+  size_t default_max_tokens = kDefaultMaxTokens;
+  std::string default_method = std::string(kDefaultMethod);
+  double default_keep = kDefaultKeep;
   CacheConfig defaults;  // window, sinks, pooling of every method
   // .kvc files served by id (<id>.kvc), read at start-up; {"save": true} and evicted documents
   // are written there ("" = none: "save" refused).
   std::string cache_dir;
+  bool reuse_prompts = true;  // keep prefilled prompts for repeats and (uncompressed) prefixes
+  std::string cache_store;    // "redis://HOST:PORT": a store shared with other replicas
+  size_t cache_store_chunk_bytes = size_t{64} << 20;  // largest value written to Redis
   size_t prefill_chunk = 512;
   bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)
+  // Bearer keys; when non-empty every route but /health needs "Authorization: Bearer <key>".
+  std::vector<std::string> api_keys;
+  bool log_requests = true;  // one line per request on stderr
   // Test hook: called on the worker thread once a request holds its concurrency slot, before any
-  // work (a test holds a slot with it to observe the 503). Empty in normal use.
+  // work (a test holds a slot with it to observe the queue). Empty in normal use.
   std::function<void()> on_slot_taken;
 };
 
@@ -87,11 +106,14 @@ class Server {
   int bind();
   // Serves until stop() (blocks the calling thread). bind() first.
   void listen();
-  // Stops listen() (from any thread) and waits for no one.
+  // Stops listen() (from any thread, not from a signal handler): refuses queued requests, cancels
+  // running generations at their next token and closes the listener; listen() returns once the
+  // connection threads have ended.
   void stop();
 
+  struct Impl;  // private to serve/ (src/serve/server_impl.h)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
