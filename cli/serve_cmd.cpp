@@ -169,6 +169,9 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--cache-store", o->server.cache_store,
                      "redis://HOST:PORT: compressed documents and prompts shared with other "
                      "replicas");
+      sub.add_option("--cache-store-chunk", o->server.cache_store_chunk_bytes,
+                     "Largest value written to the cache store (payloads are chunked)")
+          ->capture_default_str();
       sub.add_flag("--no-prompt-reuse", o->no_reuse, "Prefill every prompt, even one seen before");
       sub.add_option("--max-tokens,-n,--n-predict", o->server.default_max_tokens,
                      "Default max_tokens (shortened to what the context leaves)")

@@ -10,6 +10,10 @@
 //   POST /v1/caches               {document, method?, keep?, budget?, codec?, save?}: the document
 //                                 is prefilled and compressed once (question-agnostic), an id out
 //   GET  /v1/caches, GET/DELETE /v1/caches/{id}
+//   GET  /                        the web chat page (src/serve/web/index.html, compiled in)
+// Every prefilled prompt and document is kept in a content-addressed store (serve/cache_store.h:
+// memory LRU, --cache-dir, a shared Redis store): a repeated prompt or document is not prefilled
+// again, an uncompressed prompt's stored prefix is extended; "snapkv.reuse" says which.
 // A completion with cache_id appends its prompt (or rendered messages) to a copy of that cached
 // document's compressed cache: the document is never prefilled again and never modified. Without
 // cache_id the prompt is prefilled and compressed with the request's cache options (defaults from
@@ -25,7 +29,8 @@
 // Refused with a JSON error: malformed JSON or a body that is not an object (400), unknown or
 // mistyped fields (400), bodies over max_body_bytes (413), unknown cache ids or routes (404), a
 // prompt that does not fit the context with max_tokens (400), more than max_concurrent requests
-// at once (503), more than max_caches documents (429).
+// at once (503), a cache id that is not a valid name (400), a stored cache that is damaged or of
+// another model (500 / 409), a shared store that cannot be reached (503).
 // Send bodies as Content-Type: application/json: cpp-httplib refuses form-encoded bodies (curl -d
 // without -H) over 8 KiB with a 413.
 // Leaves out: TLS, authentication, batching requests into one forward (each request runs its own
