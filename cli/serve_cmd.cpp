@@ -6,8 +6,9 @@
 //       -d '{"document": "...", "method": "snapkv+kivi2"}'
 //   curl -s localhost:8080/v1/completions -H 'Content-Type: application/json'
 //       -d '{"prompt": "Q?", "cache_id": "cache-..."}'
-#include <pthread.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -57,6 +58,13 @@ std::vector<std::string> read_api_keys(const ServeOptions& o) {
   return keys;
 }
 
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &byte, 1);
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -88,17 +96,19 @@ int run_serve(ServeOptions o) {
                  "address can use the model\n",
                  o.server.host.c_str());
   }
-  // SIGINT / SIGTERM are taken by a thread of their own (sigwait), which stops the server; the
-  // server's threads inherit the blocked mask. If the connection threads have not ended 1.5 s
-  // later (a client still sending), the process exits anyway.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::thread([&server, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
+  // SIGINT / SIGTERM: the handler only writes the signal number to a pipe (async-signal-safe);
+  // a thread of its own reads it and stops the server. If the connection threads have not ended
+  // 1.5 s later (a client still sending), the process exits anyway.
+  if (::pipe(g_signal_pipe) != 0) snapkv::throw_runtime("serve", "cannot create a pipe", "", "");
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::thread([&server] {
+    unsigned char sig = 0;
+    while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
     std::fprintf(stderr, "[serve] signal %d: shutting down\n", sig);
     server.stop();
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));

@@ -7,4 +7,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 # starve each other (the model tests run 40x slower under load without this).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 BUILD_DIR="$BUILD_DIR" scripts/setup.sh "$@"
+# Tools only the tests use (the build does not need them).
+tests/serve/openai/install.sh
+tests/install_serve_tools.sh  # redis-server, chromium
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"
