@@ -2,8 +2,11 @@
 // lists no document, a pasted one is compressed through the page, a message is sent, the
 // streamed reply appears, equals the server's non-streamed answer to the same request, and the
 // turn shows the KV bytes saved. A screenshot is saved as OUT_DIR/chat_page.png.
-// Usage: node --experimental-websocket chat_page.mjs SNAPKV MODEL OUT_DIR CHROMIUM
+// Usage: node chat_page.mjs SNAPKV MODEL OUT_DIR CHROMIUM (Node >= 18: a minimal WebSocket
+// client is below, since Node 18's runtime has none).
 import { spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { connect } from "node:net";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -37,6 +40,64 @@ function start(cmd, args, pattern, what) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// A WebSocket client for the DevTools protocol (RFC 6455: masked client frames, text messages,
+// unfragmented frames from the server as Chromium sends them). onmessage(text) per message.
+function openSocket(url) {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const sock = connect(Number(u.port), u.hostname);
+    const key = randomBytes(16).toString("base64");
+    const ws = { onmessage: () => {} };
+    let buf = Buffer.alloc(0), open = false;
+    sock.on("error", reject);
+    sock.on("connect", () => {
+      sock.write(`GET ${u.pathname} HTTP/1.1\r\nHost: ${u.host}\r\nUpgrade: websocket\r\n` +
+                 `Connection: Upgrade\r\nSec-WebSocket-Key: ${key}\r\n` +
+                 "Sec-WebSocket-Version: 13\r\n\r\n");
+    });
+    sock.on("data", (d) => {
+      buf = Buffer.concat([buf, d]);
+      if (!open) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString();
+        const accept = createHash("sha1")
+            .update(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest("base64");
+        if (!head.startsWith("HTTP/1.1 101") || !head.includes(accept)) {
+          reject(new Error("websocket handshake refused: " + head));
+          return;
+        }
+        buf = buf.subarray(end + 4);
+        open = true;
+        resolve(ws);
+      }
+      for (;;) {
+        if (buf.length < 2) return;
+        let len = buf[1] & 0x7f, at = 2;
+        if (len === 126) { if (buf.length < 4) return; len = buf.readUInt16BE(2); at = 4; }
+        else if (len === 127) { if (buf.length < 10) return; len = Number(buf.readBigUInt64BE(2)); at = 10; }
+        if (buf.length < at + len) return;
+        const opcode = buf[0] & 0x0f, payload = buf.subarray(at, at + len);
+        buf = buf.subarray(at + len);
+        if (opcode === 1) ws.onmessage(payload.toString());
+      }
+    });
+    ws.send = (text) => {
+      const payload = Buffer.from(text);
+      const n = payload.length;
+      const head = n < 126 ? Buffer.from([0x81, 0x80 | n])
+                 : n < 65536 ? Buffer.from([0x81, 0x80 | 126, n >> 8, n & 0xff])
+                 : Buffer.concat([Buffer.from([0x81, 0x80 | 127]),
+                                  (() => { const b = Buffer.alloc(8); b.writeBigUInt64BE(BigInt(n)); return b; })()]);
+      const mask = randomBytes(4);
+      const masked = Buffer.alloc(n);
+      for (let i = 0; i < n; ++i) masked[i] = payload[i] ^ mask[i & 3];
+      sock.write(Buffer.concat([head, mask, masked]));
+    };
+    ws.close = () => sock.destroy();
+  });
+}
+
 async function main() {
   const [, port] = await start(snapkv, ["serve", "--model", model, "--port", "0", "--no-chat",
       "--threads", "1", "--window", "8"], /listening on http:\/\/127\.0\.0\.1:(\d+)/, "snapkv serve");
@@ -49,12 +110,11 @@ async function main() {
   const page = targets.find((t) => t.type === "page");
   if (!page) throw new Error("no page target in " + JSON.stringify(targets));
 
-  const ws = new WebSocket(page.webSocketDebuggerUrl);
-  await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = reject; });
+  const ws = await openSocket(page.webSocketDebuggerUrl);
   let next = 1;
   const pending = new Map();
-  ws.onmessage = (e) => {
-    const msg = JSON.parse(e.data);
+  ws.onmessage = (text) => {
+    const msg = JSON.parse(text);
     if (msg.id && pending.has(msg.id)) {
       pending.get(msg.id)(msg);
       pending.delete(msg.id);

@@ -9,4 +9,4 @@ node=$(command -v node || true)
 chromium=$(command -v chromium || command -v chromium-browser || true)
 if [[ -z $node ]]; then echo "skipped: node is not installed" >&2; exit 77; fi
 if [[ -z $chromium ]]; then echo "skipped: chromium is not installed" >&2; exit 77; fi
-exec "$node" --experimental-websocket --no-warnings "$here/chat_page.mjs" "$1" "$2" "$3" "$chromium"
+exec "$node" "$here/chat_page.mjs" "$1" "$2" "$3" "$chromium"
