@@ -103,21 +103,21 @@ TEST(CacheStore, SharedPayloadRoundTripsAndRefusesDamage) {
     change(b);
     return b;
   };
+  const size_t logits_count_at = bytes.size() - 4 * m.model.config().n_vocab - 8;
   const std::vector<std::vector<uint8_t>> bad = {
-      damaged([](auto& b) { b[0] ^= 1; }),               // magic
-      damaged([](auto& b) { b.resize(b.size() / 2); }),  // cut short
-      damaged([](auto& b) { b.push_back(0); }),          // trailing byte
-      damaged([](auto& b) { b[8] = 0xff; }),             // metadata size
-      damaged([](auto& b) { b[16] = '['; }),             // metadata text
-      damaged(
-          [](auto& b) { b[b.size() - 4 * m.model.config().n_vocab - 8] ^= 1; }),  // logits count
+      damaged([](auto& b) { b[0] ^= 1; }),                 // magic
+      damaged([](auto& b) { b.resize(b.size() / 2); }),    // cut short
+      damaged([](auto& b) { b.push_back(0); }),            // trailing byte
+      damaged([](auto& b) { b[8] = 0xff; }),               // metadata size
+      damaged([](auto& b) { b[16] = '['; }),               // metadata text
+      damaged([&](auto& b) { b[logits_count_at] ^= 1; }),  // logits count
   };
   for (size_t i = 0; i < bad.size(); ++i) {
     EXPECT_THROW(store.decode(e->id, bad[i]), StoreError) << i;
   }
   // A flipped byte inside the .kvc: its own checksum refuses it.
   std::vector<uint8_t> b = bytes;
-  b[b.size() - 4 * m.model.config().n_vocab - 8 - 100] ^= 1;
+  b[logits_count_at - 100] ^= 1;
   EXPECT_THROW(store.decode(e->id, b), KvcError);
 }
 
