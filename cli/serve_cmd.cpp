@@ -156,6 +156,9 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--max-prompt-tokens", o->server.max_prompt_tokens,
                      "Longest prompt in tokens (0: the model's context)")
           ->capture_default_str();
+      sub.add_option("--document-method", o->server.default_document_method,
+                     "Method of /v1/caches documents that name none")
+          ->capture_default_str();
       sub.add_option("--api-key", o->api_key,
                      "Require 'Authorization: Bearer KEY' on every route but /health");
       sub.add_option("--api-key-file", o->api_key_file, "File of accepted keys, one per line");

@@ -61,6 +61,7 @@ struct Server::Impl {
   WorkQueue queue;
   Metrics metrics;
   std::atomic<bool> stopping{false};
+  int listen_fd = -1;  // the listening socket, seen by the socket options hook
   std::mutex table_mutex;
   std::map<std::string, std::shared_ptr<const CachedDoc>> table;
   const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
@@ -79,7 +80,9 @@ struct Server::Impl {
   std::vector<int32_t> prompt_tokens(const PromptInput& p, bool after_document) const;
   SessionOptions session_options() const;
   std::shared_ptr<WorkQueue::Ticket> take_slot();
-  CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method) const;
+  // The cache of a request: its options over the defaults (a document's: /v1/caches).
+  CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method,
+                          bool document = false) const;
   // Refuses an empty prompt, one over max_prompt_tokens, or cached + prompt + to_generate over
   // the context (to_generate <= n_ctx, so the sum cannot overflow).
   void check_fits(const std::vector<int32_t>& tokens, size_t cached, size_t to_generate) const;
