@@ -5,7 +5,7 @@
 //   curl -s localhost:8080/v1/caches -H 'Content-Type: application/json'
 //       -d '{"document": "...", "method": "snapkv+kivi2"}'
 //   curl -s localhost:8080/v1/completions -H 'Content-Type: application/json'
-//       -d '{"prompt": "Q?", "cache_id": "cache-..."}'
+//       -d '{"prompt": "Q?", "cache_id": "kv-..."}'
 #include <unistd.h>
 
 #include <cerrno>
@@ -85,17 +85,17 @@ int run_serve(ServeOptions o) {
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   serve::Server server(model, tokenizer, o.server);
   const int port = server.bind();
-  std::fprintf(stderr,
-               "[serve] listening on http://%s:%d (model id '%s', %zu concurrent, chat template "
-               "%s)\n",
-               o.server.host.c_str(), port, o.server.model_id.c_str(), o.server.max_concurrent,
-               server.chat_template_status().c_str());
   if (!is_loopback(o.server.host) && o.server.api_keys.empty()) {
     std::fprintf(stderr,
                  "[serve] warning: listening on %s without --api-key: anyone who can reach this "
                  "address can use the model\n",
                  o.server.host.c_str());
   }
+  std::fprintf(stderr,
+               "[serve] listening on http://%s:%d (model id '%s', %zu concurrent, chat template "
+               "%s)\n",
+               o.server.host.c_str(), port, o.server.model_id.c_str(), o.server.max_concurrent,
+               server.chat_template_status().c_str());
   // SIGINT / SIGTERM: the handler only writes the signal number to a pipe (async-signal-safe);
   // a thread of its own reads it and stops the server. If the connection threads have not ended
   // 1.5 s later (a client still sending), the process exits anyway.
@@ -157,6 +157,9 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--max-prompt-tokens", o->server.max_prompt_tokens,
                      "Longest prompt in tokens (0: the model's context)")
+          ->capture_default_str();
+      sub.add_option("--document-method", o->server.default_document_method,
+                     "Method of /v1/caches documents that name none")
           ->capture_default_str();
       sub.add_option("--api-key", o->api_key,
                      "Require 'Authorization: Bearer KEY' on every route but /health");

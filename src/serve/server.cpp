@@ -3,6 +3,8 @@
 // The OpenAI completion routes are in openai_routes.cpp.
 #include "snapkv/serve/server.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -178,9 +180,10 @@ std::shared_ptr<WorkQueue::Ticket> Server::Impl::take_slot() {
   return ticket;
 }
 
-CacheConfig Server::Impl::make_config(const CacheOptions& c, size_t n_tokens,
-                                      std::string& method) const {
-  method = c.method.empty() ? options.default_method : c.method;
+CacheConfig Server::Impl::make_config(const CacheOptions& c, size_t n_tokens, std::string& method,
+                                      bool document) const {
+  const std::string& fallback = document ? options.default_document_method : options.default_method;
+  method = c.method.empty() ? fallback : c.method;
   try {
     CacheConfig config = parse_method(method, options.defaults).config;
     if (!c.codec.empty()) {
@@ -289,7 +292,7 @@ void Server::Impl::create_cache(const httplib::Request& req, httplib::Response& 
   const std::vector<int32_t> tokens = tokenizer.encode(r.document, true, false);
   check_fits(tokens, 0, 1);
   std::string method;
-  const CacheConfig config = make_config(r.cache, tokens.size(), method);
+  const CacheConfig config = make_config(r.cache, tokens.size(), method, /*document=*/true);
   const std::string id = content_id(model_fingerprint(model), tokens, config);
   RequestRecord& record = current_record();
   record.id = id;
@@ -380,6 +383,14 @@ void Server::Impl::routes() {
   http.set_read_timeout(read_s, read_us);
   http.set_write_timeout(read_s, read_us);
   http.set_keep_alive_max_count(options.keep_alive_max);
+  // The library's own options (SO_REUSEADDR) plus a note of the listening socket, whose accept
+  // backlog bind() raises from the library's 5: a burst of connections beyond the backlog would
+  // have new clients' handshakes dropped and retried a second later.
+  http.set_socket_options([this](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   http.set_keep_alive_timeout(static_cast<time_t>(std::ceil(options.keep_alive_timeout_s)));
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -516,6 +527,7 @@ int Server::bind() {
     throw_runtime("serve", "cannot listen", o.host + ":" + std::to_string(o.port),
                   "a free port on a local address");
   }
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // a larger accept backlog
   return port;
 }
 

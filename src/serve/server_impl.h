@@ -59,6 +59,7 @@ struct Server::Impl {
   std::atomic<bool> stopping{false};
   // Prefilled prompts and documents: memory, --cache-dir, --cache-store (serve/cache_store.h).
   std::unique_ptr<CacheStore> store;
+  int listen_fd = -1;  // the listening socket, seen by the socket options hook
   const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
   std::atomic<uint64_t> next_id{1};
   // /v1/chat/completions renders with the model's template; without one (or one we do not
@@ -75,7 +76,9 @@ struct Server::Impl {
   std::vector<int32_t> prompt_tokens(const PromptInput& p, bool after_document) const;
   SessionOptions session_options() const;
   std::shared_ptr<WorkQueue::Ticket> take_slot();
-  CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method) const;
+  // The cache of a request: its options over the defaults (a document's: /v1/caches).
+  CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method,
+                          bool document = false) const;
   // Refuses an empty prompt, one over max_prompt_tokens, or cached + prompt + to_generate over
   // the context (to_generate <= n_ctx, so the sum cannot overflow).
   void check_fits(const std::vector<int32_t>& tokens, size_t cached, size_t to_generate) const;

@@ -162,6 +162,20 @@ TEST(ServeHttp, EightConcurrentClientsAllServedThroughTheQueue) {
       << m->body;
 }
 
+TEST(ServeHttp, DocumentsDefaultToTheQuestionAgnosticMethod) {
+  Running server(ServerOptions{});
+  httplib::Client c = server.client();
+  const json doc = post(c, "/v1/caches", {{"document", "The pass key is 48213. Remember it."}});
+  EXPECT_EQ(doc["method"], std::string(kDefaultDocumentMethod));
+  const json r = post(c, "/v1/completions",
+                      {{"prompt", " The pass key is"}, {"max_tokens", 2}, {"cache_id", doc["id"]}});
+  EXPECT_EQ(r["snapkv"]["reused"], true);
+  EXPECT_EQ(r["snapkv"]["method"], std::string(kDefaultDocumentMethod));
+  EXPECT_EQ(r["usage"]["prompt_tokens"],
+            doc["prompt_tokens"].get<size_t>() +
+                tiny_model().tokenizer.encode(" The pass key is", false).size());
+}
+
 TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealth) {
   ServerOptions o;
   o.api_keys = {"k1", "second-key"};
@@ -203,11 +217,14 @@ TEST(ServeHttp, IdleAndHalfSentConnectionsNeverBlockARequest) {
   httplib::Client c = server.client();
   post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1}});
   EXPECT_LT(seconds_since(t0), 1.0) << "a request waited behind idle connections";
-  // A half-sent head is closed after the read timeout (here 1 s) without an answer's worth of
-  // waiting: the connection ends within a few seconds.
+  // A half-sent head is given up after the read timeout (here 1 s): the connection is answered
+  // with a 4xx or closed within a few seconds, not held.
+  const auto t1 = Clock::now();
   bool closed = false;
-  idle[1]->read_until("", 1, 5.0, &closed);
-  EXPECT_TRUE(closed) << "a stalled request head kept its connection open";
+  const std::string got = idle[1]->read_until("HTTP/1.1 4", 1, 3.0, &closed);
+  EXPECT_TRUE(closed || got.find("HTTP/1.1 4") != std::string::npos)
+      << "a stalled request head kept its connection: " << got;
+  EXPECT_LT(seconds_since(t1), 3.0);
 }
 
 TEST(ServeHttp, KeepAliveServesManyRequestsOnOneConnection) {

@@ -202,7 +202,8 @@ TEST(Serve, ChatOnACachedDocumentAppendsTheRender) {
   ServerOptions o;
   Running server(o, m.model, m.tokenizer);
   httplib::Client c = server.client();
-  const json created = post(c, "/v1/caches", {{"document", kDocument}, {"keep", 0.5}});
+  const json created =
+      post(c, "/v1/caches", {{"document", kDocument}, {"method", "snapkv"}, {"keep", 0.5}});
   const std::string id = created["id"].get<std::string>();
 
   const std::vector<ChatMessage> messages = {{"user", "What is the pass key?"}};
@@ -212,7 +213,7 @@ TEST(Serve, ChatOnACachedDocumentAppendsTheRender) {
   question.erase(question.begin());
   CacheConfig defaults = o.defaults;
   defaults.window = 8;
-  CacheConfig config = parse_method(o.default_method, defaults).config;
+  CacheConfig config = parse_method("snapkv", defaults).config;
   const std::vector<int32_t> doc = m.tokenizer.encode(kDocument, true);
   config.budget = budget_for(0.5, doc.size(), config);
   LlamaSession s(m.model, config);

@@ -198,3 +198,18 @@ test('SIGTERM during a stream: the server exits within 2 s', async () => {
   assert.equal(code, 0);
   try { while (!(await it.next()).done); } catch { /* the stream may end with the connection */ }
 });
+
+test('a non-loopback address without --api-key prints a warning', async () => {
+  const proc = spawn(snapkv, ['serve', '--model', model, '--port', '0', '--host', '0.0.0.0'],
+                     { stdio: ['ignore', 'ignore', 'pipe'] });
+  servers.push(proc);
+  let log = '';
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no listening line: ' + log)), 30000);
+    proc.stderr.on('data', (d) => {
+      log += d;
+      if (/listening on/.test(log)) { clearTimeout(timer); resolve(); }
+    });
+  });
+  assert.match(log, /warning: listening on 0\.0\.0\.0 without --api-key/);
+});
