@@ -98,14 +98,18 @@ struct Run {
       std::pair<LlamaSession, std::vector<float>> started =
           doc ? std::pair{doc->session.clone(), std::vector<float>{}}
               : server.start_prompt(job.tokens, config, method, reuse);
-      LlamaSession& base = started.first;
-      std::vector<float>& base_logits = started.second;
       if (doc) {
-        base_logits = base.extend(job.tokens);
+        started.second = started.first.extend(job.tokens);
         reuse = {"document", doc->tokens.size()};
       }
       prefill_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const CacheStats s = base.cache_stats();
+      const CacheStats s = started.first.cache_stats();
+      // The state a choice decodes from: a copy, or the prefilled one itself for the last.
+      auto state_for = [&started](bool last) {
+        return last ? std::move(started)
+                    : std::pair<LlamaSession, std::vector<float>>{started.first.clone(),
+                                                                  started.second};
+      };
       stats.tokens_seen += s.tokens_seen;
       stats.rows_kept += s.rows_kept;
       stats.kv_heads = s.kv_heads;
@@ -115,8 +119,7 @@ struct Run {
       for (size_t j = 0; j < request.n; ++j) {
         const size_t choice = ji * request.n + j;
         const bool last = j + 1 == request.n;
-        LlamaSession session = last ? std::move(base) : base.clone();
-        std::vector<float> logits = last ? std::move(base_logits) : base_logits;
+        auto [session, logits] = state_for(last);
         GenerationConfig g = generation;
         g.max_tokens = job.max_tokens;
         g.sampler.seed = request.sampler.seed + j;
