@@ -116,6 +116,8 @@ test('chat streaming: role first, content equals the plain answer, usage chunk l
   assert.equal(content, plain.choices[0].message.content);
   const finishes = chunks.map((c) => c.choices[0]?.finish_reason).filter(Boolean);
   assert.deepEqual(finishes, [plain.choices[0].finish_reason]);
+  const fin = chunks.find((c) => c.choices[0]?.finish_reason);
+  assert.ok(fin.snapkv.kv_bytes > 0 && fin.snapkv.kv_bytes <= fin.snapkv.kv_bytes_full_fp16, JSON.stringify(fin));
   const last = chunks.at(-1);
   assert.deepEqual(last.choices, []);
   assert.deepEqual(last.usage, plain.usage);
