@@ -242,7 +242,7 @@ void Server::Impl::keep_prompt(const std::vector<int32_t>& tokens, const CacheCo
   if (!options.reuse_prompts) return;
   const CacheStats stats = session.cache_stats();
   auto entry = std::make_shared<StoredPrompt>(StoredPrompt{
-      content_id(model_fingerprint(model), tokens, config), tokens, config, method, session.clone(),
+      content_id(store->fingerprint(), tokens, config), tokens, config, method, session.clone(),
       logits, document, stats.bytes_stored, stats.bytes_full_fp16, "", std::time(nullptr)});
   try {
     store->put(std::move(entry));
@@ -258,7 +258,7 @@ std::pair<LlamaSession, std::vector<float>> Server::Impl::start_prompt(
   std::shared_ptr<const StoredPrompt> hit;
   if (options.reuse_prompts) {
     try {
-      hit = store->get(content_id(model_fingerprint(model), tokens, config));
+      hit = store->get(content_id(store->fingerprint(), tokens, config));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[serve] stored prompt not used: %s\n", e.what());
     }
@@ -293,7 +293,7 @@ void Server::Impl::create_cache(const httplib::Request& req, httplib::Response& 
   check_fits(tokens, 0, 1);
   std::string method;
   const CacheConfig config = make_config(r.cache, tokens.size(), method, /*document=*/true);
-  const std::string id = content_id(model_fingerprint(model), tokens, config);
+  const std::string id = content_id(store->fingerprint(), tokens, config);
   RequestRecord& record = current_record();
   record.id = id;
   record.prompt_tokens = tokens.size();

@@ -110,6 +110,7 @@ class CacheStore {
   size_t memory_entries();
   size_t memory_bytes();
   const std::string& cache_dir() const { return dir_; }
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }  // computed once
   const BlobStore* shared() const { return shared_.get(); }
 
   // A stored prompt as bytes for the shared store (its .kvc, logits, metadata), and back.
