@@ -10,7 +10,8 @@ errors, non-200 answers, bodies that are not a completion), latency percentiles 
 nearest-rank) per kind and overall, and the server's resident memory (VmRSS of its process) at
 start (after the document was compressed) and at the end. Exit status 1 when anything failed.
 
-The server's --max-concurrent is set to the number of clients, so a 503 counts as a failure.
+The server runs with its default workers and queue (--workers sets --max-concurrent): requests
+beyond the workers wait in its queue, and a 503 counts as a failure.
 Timings depend on the machine: take figures of record on a quiet one. Python 3 standard library
 only.
 
@@ -105,6 +106,8 @@ def main():
     ap.add_argument("--cached-share", type=float, default=0.5,
                     help="fraction of requests that ask the cached document")
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=0,
+                    help="server --max-concurrent (0 = the server's default)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     ap.add_argument("--max-seconds", type=float, default=600.0, help="stop sending after this")
     ap.add_argument("--threads", type=int, default=0, help="server --threads (0 = all cores)")
@@ -121,7 +124,9 @@ def main():
     else:
         host, port = "127.0.0.1", free_port()
         cmd = [args.snapkv, "serve", "--model", args.model, "--host", host, "--port", str(port),
-               "--max-concurrent", str(args.clients), "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--quiet-requests"]
+        if args.workers > 0:
+            cmd += ["--max-concurrent", str(args.workers)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_healthy(host, port, proc, 60)

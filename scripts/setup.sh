@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev libssl-dev gnuplot-nox
           libsentencepiece-dev libpcre2-dev libcpp-httplib-dev clang libomp-dev libclang-rt-14-dev
-          python3)
+          libhiredis-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) with the test-only packages (scripts/test_deps.sh) and the Python
-# package (-DSNAPKV_BUILD_PYTHON=ON), builds and runs the whole test suite with ctest.
+# Installs what only the tests use (scripts/test_deps.sh: Python tools, Redis, Chromium, the
+# openai npm client), sets up (scripts/setup.sh) with the Python package
+# (-DSNAPKV_BUILD_PYTHON=ON), builds and runs the whole test suite with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}

@@ -1,62 +1,53 @@
-// The HTTP server (serve/server.h): routes, concurrency slots, the table of compressed documents,
-// and generation (plain and server-sent events) on per-request sessions.
+// The HTTP server (serve/server.h): set-up of connections and limits, authentication, the
+// per-request log line and counters, the table of compressed documents, tokenize / detokenize.
+// The OpenAI completion routes are in openai_routes.cpp.
 #include "snapkv/serve/server.h"
 
-#include <httplib.h>
+#include <sys/socket.h>
 
-#include <atomic>
-#include <ctime>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
-#include <map>
-#include <mutex>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "serve/requests.h"
-#include "snapkv/model/chat_template.h"
+#include "serve/server_impl.h"
+#include "serve/web_index_html.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/prompt_cache.h"
-#include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv::serve {
-namespace {
 
-using nlohmann::json;
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string error_body(const std::string& message, const std::string& type, int status) {
-  const json j = {{"error", {{"message", message}, {"type", type}, {"code", status}}}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return dump(
+      {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}});
 }
 
 void send_error(httplib::Response& res, int status, const std::string& type,
                 const std::string& message) {
   res.status = status;
+  if (status == 503) res.set_header("Retry-After", "1");
   res.set_content(error_body(message, type, status), "application/json");
 }
 
 void send_json(httplib::Response& res, const json& j) {
   res.status = 200;
-  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  res.set_content(dump(j), "application/json");
 }
 
-// One compressed document of the table: its session after the prompt (cloned per request).
-struct CachedDoc {
-  std::string id;
-  LlamaSession session;
-  size_t prompt_tokens = 0;
-  CacheConfig config;
-  std::string method;
-  size_t kv_bytes = 0, kv_bytes_full_fp16 = 0;
-  std::string saved_path;
-  std::time_t created = 0;
-};
+RequestRecord& current_record() {
+  thread_local RequestRecord record;
+  return record;
+}
 
-json doc_json(const CachedDoc& d) {
+json doc_json(const CacheStore::Listed& d) {
   json j = {{"id", d.id},
             {"object", "cache"},
             {"created", d.created},
@@ -66,406 +57,450 @@ json doc_json(const CachedDoc& d) {
             {"codec", to_string(d.config.codec)},
             {"budget", d.config.budget},
             {"kv_bytes", d.kv_bytes},
-            {"kv_bytes_full_fp16", d.kv_bytes_full_fp16}};
-  if (!d.saved_path.empty()) j["path"] = d.saved_path;
+            {"kv_bytes_full_fp16", d.kv_bytes_full_fp16},
+            {"in_memory", d.in_memory}};
+  if (!d.path.empty()) j["path"] = d.path;
   return j;
 }
 
-// Releases a concurrency slot when the last owner (handler or stream provider) lets go.
-class Slot {
- public:
-  explicit Slot(std::atomic<size_t>& busy) : busy_(busy) {}
-  ~Slot() { busy_.fetch_sub(1); }
-  Slot(const Slot&) = delete;
-  Slot& operator=(const Slot&) = delete;
+CacheStore::Listed listed(const StoredPrompt& e, bool in_memory) {
+  return {e.id,   e.tokens.size(), e.config, e.method, e.kv_bytes, e.kv_bytes_full_fp16,
+          e.path, e.created,       in_memory};
+}
 
- private:
-  std::atomic<size_t>& busy_;
-};
+namespace {
+
+thread_local std::chrono::steady_clock::time_point request_start;
+
+// time_t seconds + microseconds of a duration in seconds.
+std::pair<time_t, time_t> split_seconds(double s) {
+  const double whole = std::floor(s);
+  return {static_cast<time_t>(whole), static_cast<time_t>((s - whole) * 1e6)};
+}
+
+bool authorized(const httplib::Request& req, const std::vector<std::string>& keys) {
+  const std::string header = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (header.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string given = header.substr(prefix.size());
+  bool ok = false;
+  for (const std::string& key : keys) {
+    // Compare every byte of equal-length keys so the time does not tell how much matched.
+    if (key.size() != given.size()) continue;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(key[i] ^ given[i]);
+    ok |= diff == 0;
+  }
+  return ok;
+}
 
 }  // namespace
 
-struct Server::Impl {
-  const LlamaModel& model;
-  const Tokenizer& tokenizer;
-  ServerOptions options;
-  httplib::Server http;
-  std::atomic<size_t> busy{0};
-  std::mutex table_mutex;
-  std::map<std::string, std::shared_ptr<const CachedDoc>> table;
-  const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
-  std::atomic<uint64_t> next_id{1};
-  // /v1/chat/completions renders with the model's template; without one (or one we do not
-  // recognise) chat requests get chat_error, unless options.chat_template is off.
-  std::optional<ChatTemplate> chat_template;
-  std::string chat_error;
-
-  std::string new_id(const char* prefix) {
-    return prefix + std::to_string(id_salt % 1000000) + "-" + std::to_string(next_id.fetch_add(1));
+Server::Impl::Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
+    : model(m),
+      tokenizer(t),
+      options(std::move(o)),
+      queue(options.max_concurrent, options.max_queue) {
+  model_ids.push_back(options.model_id);
+  const std::string general_name = model.file().get_string_or("general.name", "");
+  if (!general_name.empty() && general_name != options.model_id) model_ids.push_back(general_name);
+  store = std::make_unique<CacheStore>(
+      model, session_options(), StoreLimits{options.max_caches, options.max_cache_bytes},
+      options.cache_dir,
+      options.cache_store.empty()
+          ? nullptr
+          : open_blob_store(options.cache_store, options.cache_store_chunk_bytes));
+  if (!options.chat_template) return;
+  try {
+    chat_template = ChatTemplate::from_gguf(model.file());
+  } catch (const RuntimeError& e) {
+    chat_error = e.what();
   }
+}
 
-  Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
-      : model(m), tokenizer(t), options(std::move(o)) {
-    if (!options.chat_template) return;
-    try {
-      chat_template = ChatTemplate::from_gguf(model.file());
-    } catch (const RuntimeError& e) {
-      chat_error = e.what();
-    }
+std::string Server::Impl::new_id(const char* prefix) {
+  return prefix + std::to_string(id_salt % 1000000) + "-" + std::to_string(next_id.fetch_add(1));
+}
+
+// The tokens of a chat request: the messages rendered with the model's template (special-token
+// texts parsed, BOS only where the template writes it), or, with options.chat_template off, one
+// message's content per line as plain text. After a cached document (which starts with BOS) a
+// leading BOS of the render is dropped.
+std::vector<int32_t> Server::Impl::chat_tokens(const std::vector<serve::ChatMessage>& messages,
+                                               bool after_document) const {
+  if (!options.chat_template) {
+    std::string text;
+    for (const serve::ChatMessage& m : messages) text += m.content + "\n";
+    return tokenizer.encode(text, /*add_special=*/!after_document, /*parse_special=*/false);
   }
-
-  // The tokens of a chat request: the messages rendered with the model's template (special-token
-  // texts parsed, BOS only where the template writes it), or, with options.chat_template off, one
-  // message's content per line as plain text. After a cached document (which starts with BOS) a
-  // leading BOS of the render is dropped.
-  std::vector<int32_t> chat_tokens(const std::vector<serve::ChatMessage>& messages,
-                                   bool after_document) const {
-    if (!options.chat_template) {
-      std::string text;
-      for (const serve::ChatMessage& m : messages) text += m.content + "\n";
-      return tokenizer.encode(text, !after_document);
-    }
-    if (!chat_template) {
-      throw HttpError(400, "chat_template_unsupported",
-                      "this model's chat template cannot be rendered: " + chat_error +
-                          "; start the server with --no-chat to send chat messages as plain "
-                          "text (one message per line), or use /v1/completions");
-    }
-    std::vector<snapkv::ChatMessage> conversation;
-    for (const serve::ChatMessage& m : messages) conversation.push_back({m.role, m.content});
-    std::vector<int32_t> tokens =
-        tokenizer.encode(chat_template->render(conversation), /*add_special=*/false,
-                         /*parse_special=*/true);
-    if (after_document && !tokens.empty() && tokens.front() == tokenizer.bos()) {
-      tokens.erase(tokens.begin());
-    }
-    return tokens;
+  if (!chat_template) {
+    throw HttpError(400, "chat_template_unsupported",
+                    "this model's chat template cannot be rendered: " + chat_error +
+                        "; start the server with --no-chat to send chat messages as plain "
+                        "text (one message per line), or use /v1/completions");
   }
-
-  // Prefill chunking, and kvzip's repeat prompt in this model's tokenizer (method kvzip).
-  SessionOptions session_options() const {
-    return SessionOptions{options.prefill_chunk,
-                          ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}};
+  std::vector<snapkv::ChatMessage> conversation;
+  for (const serve::ChatMessage& m : messages) conversation.push_back({m.role, m.content});
+  std::vector<int32_t> tokens = tokenizer.encode(chat_template->render(conversation),
+                                                 /*add_special=*/false, /*parse_special=*/true);
+  if (after_document && !tokens.empty() && tokens.front() == tokenizer.bos()) {
+    tokens.erase(tokens.begin());
   }
+  return tokens;
+}
 
-  std::shared_ptr<Slot> take_slot() {
-    if (busy.fetch_add(1) >= options.max_concurrent) {
-      busy.fetch_sub(1);
-      throw HttpError(503, "server_busy",
-                      "too many concurrent requests (limit " +
-                          std::to_string(options.max_concurrent) + "), retry later");
-    }
-    auto slot = std::make_shared<Slot>(busy);
-    if (options.on_slot_taken) options.on_slot_taken();
-    return slot;
-  }
-
-  CacheConfig make_config(const CacheOptions& c, size_t n_tokens, std::string& method) const {
-    method = c.method.empty() ? options.default_method : c.method;
-    try {
-      CacheConfig config = parse_method(method, options.defaults).config;
-      if (!c.codec.empty()) {
-        const CodecKind codec = parse_codec(c.codec);
-        if (config.codec != CodecKind::fp16 && config.codec != codec) {
-          throw std::invalid_argument("codec '" + c.codec + "' disagrees with method '" + method +
-                                      "'");
-        }
-        config.codec = codec;
+// A completion prompt's tokens: given ids as they are (each checked against the vocabulary), or
+// the text encoded as `snapkv tokenize` does: BOS (and EOS) only where the vocabulary's metadata
+// asks for them, and none after a cached document.
+std::vector<int32_t> Server::Impl::prompt_tokens(const PromptInput& p, bool after_document) const {
+  if (!p.tokens.empty()) {
+    for (const int32_t id : p.tokens) {
+      if (static_cast<size_t>(id) >= tokenizer.n_vocab()) {
+        bad_request("prompt token id " + std::to_string(id) + " is outside the vocabulary of " +
+                    std::to_string(tokenizer.n_vocab()));
       }
-      for (const auto& [name, value] : c.options) set_cache_option_value(config, name, value);
-      config.budget = c.budget
-                          ? *c.budget
-                          : budget_for(c.keep.value_or(options.default_keep), n_tokens, config);
-      config.validate();
-      return config;
-    } catch (const std::invalid_argument& e) {
-      throw HttpError(400, "invalid_request_error", e.what());
     }
+    return p.tokens;
   }
+  return tokenizer.encode(p.text, /*add_special=*/!after_document, /*parse_special=*/false);
+}
 
-  // Tokens of `text`, refused when cached document + text + tokens to generate exceed n_ctx.
-  std::vector<int32_t> encode_checked(const std::string& text, bool add_bos, size_t cached,
-                                      size_t to_generate) const {
-    std::vector<int32_t> tokens = tokenizer.encode(text, add_bos);
-    check_fits(tokens, cached, to_generate);
-    return tokens;
-  }
+// Prefill chunking, and kvzip's repeat prompt in this model's tokenizer (method kvzip).
+SessionOptions Server::Impl::session_options() const {
+  return SessionOptions{options.prefill_chunk,
+                        ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}};
+}
 
-  void check_fits(const std::vector<int32_t>& tokens, size_t cached, size_t to_generate) const {
-    if (tokens.empty()) throw HttpError(400, "invalid_request_error", "prompt has no tokens");
-    const size_t n_ctx = model.config().n_ctx;
-    if (cached + tokens.size() + to_generate > n_ctx) {
-      throw HttpError(400, "context_length_exceeded",
-                      (cached > 0 ? std::to_string(cached) + " cached document tokens + " : "") +
-                          "prompt of " + std::to_string(tokens.size()) + " tokens + " +
-                          std::to_string(to_generate) + " to generate exceeds the context of " +
-                          std::to_string(n_ctx) + " tokens");
-    }
-  }
+std::shared_ptr<WorkQueue::Ticket> Server::Impl::take_slot() {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(options.request_timeout_s));
+  std::shared_ptr<WorkQueue::Ticket> ticket = queue.admit(deadline);
+  if (options.on_slot_taken) options.on_slot_taken();
+  return ticket;
+}
 
-  std::shared_ptr<const CachedDoc> find(const std::string& id) {
-    std::lock_guard<std::mutex> lock(table_mutex);
-    const auto it = table.find(id);
-    if (it == table.end()) throw HttpError(404, "not_found", "no cache with id '" + id + "'");
-    return it->second;
-  }
-
-  // The session to generate from and its first logits: a clone of a cached document with the
-  // prompt appended, or a fresh prefill of the prompt.
-  std::pair<LlamaSession, std::vector<float>> start(const CompletionRequest& r, bool chat,
-                                                    size_t max_tokens, size_t& prompt_tokens) {
-    if (!r.cache_id.empty()) {
-      const std::shared_ptr<const CachedDoc> doc = find(r.cache_id);
-      std::vector<int32_t> tokens;
-      if (chat) {
-        tokens = chat_tokens(r.messages, true);
-        check_fits(tokens, doc->prompt_tokens, max_tokens);
-      } else {
-        tokens = encode_checked(r.prompt, false, doc->prompt_tokens, max_tokens);
+CacheConfig Server::Impl::make_config(const CacheOptions& c, size_t n_tokens, std::string& method,
+                                      bool document) const {
+  const std::string& fallback = document ? options.default_document_method : options.default_method;
+  method = c.method.empty() ? fallback : c.method;
+  try {
+    CacheConfig config = parse_method(method, options.defaults).config;
+    if (!c.codec.empty()) {
+      const CodecKind codec = parse_codec(c.codec);
+      if (config.codec != CodecKind::fp16 && config.codec != codec) {
+        throw std::invalid_argument("codec '" + c.codec + "' disagrees with method '" + method +
+                                    "'");
       }
-      prompt_tokens = doc->prompt_tokens + tokens.size();
-      LlamaSession session = doc->session.clone();
-      std::vector<float> logits = session.extend(tokens);
+      config.codec = codec;
+    }
+    for (const auto& [name, value] : c.options) set_cache_option_value(config, name, value);
+    config.budget =
+        c.budget ? *c.budget : budget_for(c.keep.value_or(options.default_keep), n_tokens, config);
+    config.validate();
+    return config;
+  } catch (const std::invalid_argument& e) {
+    throw HttpError(400, "invalid_request_error", e.what());
+  }
+}
+
+void Server::Impl::check_fits(const std::vector<int32_t>& tokens, size_t cached,
+                              size_t to_generate) const {
+  if (tokens.empty()) throw HttpError(400, "invalid_request_error", "prompt has no tokens");
+  const size_t n_ctx = model.config().n_ctx;
+  const size_t limit = options.max_prompt_tokens > 0 ? options.max_prompt_tokens : n_ctx;
+  if (cached + tokens.size() > limit) {
+    throw HttpError(400, "context_length_exceeded",
+                    "prompt of " + std::to_string(cached + tokens.size()) +
+                        " tokens exceeds the limit of " + std::to_string(limit) + " tokens");
+  }
+  if (to_generate > n_ctx || cached + tokens.size() + to_generate > n_ctx) {
+    throw HttpError(400, "context_length_exceeded",
+                    (cached > 0 ? std::to_string(cached) + " cached document tokens + " : "") +
+                        "prompt of " + std::to_string(tokens.size()) + " tokens + " +
+                        std::to_string(to_generate) + " to generate exceeds the context of " +
+                        std::to_string(n_ctx) + " tokens");
+  }
+}
+
+std::shared_ptr<const StoredPrompt> Server::Impl::find(const std::string& id) {
+  if (!valid_store_name(id)) {
+    throw HttpError(400, "invalid_request_error",
+                    "cache id '" + id +
+                        "' is not a valid name ([A-Za-z0-9._-], 1 to 128, not starting with '.')");
+  }
+  std::shared_ptr<const StoredPrompt> doc = store->get(id);
+  if (!doc) throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+  return doc;
+}
+
+// Keeps a prefilled prompt for the next request with the same tokens and config (a failing
+// shared store is logged: the answer does not depend on it).
+void Server::Impl::keep_prompt(const std::vector<int32_t>& tokens, const CacheConfig& config,
+                               const std::string& method, const LlamaSession& session,
+                               const std::vector<float>& logits, bool document) {
+  if (!options.reuse_prompts) return;
+  const CacheStats stats = session.cache_stats();
+  auto entry = std::make_shared<StoredPrompt>(StoredPrompt{
+      content_id(store->fingerprint(), tokens, config), tokens, config, method, session.clone(),
+      logits, document, stats.bytes_stored, stats.bytes_full_fp16, "", std::time(nullptr)});
+  try {
+    store->put(std::move(entry));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[serve] prompt kept in memory only: %s\n", e.what());
+  }
+}
+
+std::pair<LlamaSession, std::vector<float>> Server::Impl::start_prompt(
+    const std::vector<int32_t>& tokens, const CacheConfig& config, const std::string& method,
+    Reuse& reuse) {
+  reuse = Reuse{};
+  std::shared_ptr<const StoredPrompt> hit;
+  if (options.reuse_prompts) {
+    try {
+      hit = store->get(content_id(store->fingerprint(), tokens, config));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[serve] stored prompt not used: %s\n", e.what());
+    }
+    if (hit && !hit->logits.empty()) {
+      reuse = {"exact", tokens.size()};
+      return {hit->session.clone(), hit->logits};
+    }
+    if (const auto prefix = store->find_prefix(tokens, config)) {
+      reuse = {"prefix", prefix->tokens.size()};
+      LlamaSession session = prefix->session.clone();
+      std::vector<float> logits =
+          session.extend(std::span<const int32_t>(tokens).subspan(prefix->tokens.size()));
+      keep_prompt(tokens, config, method, session, logits, false);
       return {std::move(session), std::move(logits)};
     }
-    std::vector<int32_t> tokens;
-    if (chat) {
-      tokens = chat_tokens(r.messages, false);
-      check_fits(tokens, 0, max_tokens);
-    } else {
-      tokens = encode_checked(r.prompt, true, 0, max_tokens);
-    }
-    prompt_tokens = tokens.size();
-    std::string method;
-    const CacheConfig config = make_config(r.cache, tokens.size(), method);
-    LlamaSession session(model, config, session_options());
-    std::vector<float> logits = session.prefill(tokens);
-    return {std::move(session), std::move(logits)};
   }
+  LlamaSession session(model, config, session_options());
+  std::vector<float> logits = session.prefill(tokens);
+  keep_prompt(tokens, config, method, session, logits, hit && hit->document);
+  return {std::move(session), std::move(logits)};
+}
 
-  void completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-    const CompletionRequest r = parse_completion(req.body, chat);
-    if (!r.model.empty() && r.model != options.model_id) {
-      throw HttpError(404, "model_not_found", "model '" + r.model + "' is not served here");
+// Prefills and compresses a document once: its id is its content address, so the same document
+// with the same config is answered from the store (memory, the directory or the shared store)
+// without a second prefill.
+void Server::Impl::create_cache(const httplib::Request& req, httplib::Response& res) {
+  const CacheRequest r = parse_cache_request(req.body);
+  if (r.save && options.cache_dir.empty()) {
+    throw HttpError(400, "invalid_request_error", "'save' needs a server started with --cache-dir");
+  }
+  const std::vector<int32_t> tokens = tokenizer.encode(r.document, true, false);
+  check_fits(tokens, 0, 1);
+  std::string method;
+  const CacheConfig config = make_config(r.cache, tokens.size(), method, /*document=*/true);
+  const std::string id = content_id(store->fingerprint(), tokens, config);
+  RequestRecord& record = current_record();
+  record.id = id;
+  record.prompt_tokens = tokens.size();
+  std::shared_ptr<const StoredPrompt> have = store->get(id);
+  if (have && !have->document) {  // the same prompt ran as a completion: listed from now on
+    auto doc = std::make_shared<StoredPrompt>(
+        StoredPrompt{id, have->tokens, have->config, method, have->session.clone(), have->logits,
+                     true, have->kv_bytes, have->kv_bytes_full_fp16, "", std::time(nullptr)});
+    store->put(doc);
+    have = doc;
+  }
+  if (have) {
+    record.kv_bytes = have->kv_bytes;
+    record.reused = true;
+    json j = doc_json(listed(*have, true));
+    j["reused"] = true;
+    if (r.save && have->path.empty()) {
+      const std::string path = (std::filesystem::path(options.cache_dir) / (id + ".kvc")).string();
+      save_prompt_cache(path, have->session, tokens);
+      j["path"] = path;
     }
-    SamplerConfig sampling{r.temperature, r.top_p, r.seed};
+    send_json(res, j);
+    return;
+  }
+  const std::shared_ptr<WorkQueue::Ticket> slot = take_slot();
+  const auto t0 = std::chrono::steady_clock::now();
+  LlamaSession session(model, config, session_options());
+  session.prefill(tokens);
+  const CacheStats stats = session.cache_stats();
+  auto doc = std::make_shared<StoredPrompt>(StoredPrompt{id,
+                                                         tokens,
+                                                         config,
+                                                         method,
+                                                         std::move(session),
+                                                         {},
+                                                         true,
+                                                         stats.bytes_stored,
+                                                         stats.bytes_full_fp16,
+                                                         "",
+                                                         std::time(nullptr)});
+  record.kv_bytes = stats.bytes_stored;
+  record.prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.save) {
+    doc->path = (std::filesystem::path(options.cache_dir) / (id + ".kvc")).string();
+    save_prompt_cache(doc->path, doc->session, tokens);
+  }
+  store->put(doc);
+  json j = doc_json(listed(*doc, true));
+  j["reused"] = false;
+  send_json(res, j);
+}
+
+namespace {
+
+// Runs a handler, turning every exception into a JSON error.
+httplib::Server::Handler guarded(
+    std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+  return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
     try {
-      sampling.validate();
+      fn(req, res);
+    } catch (const HttpError& e) {
+      send_error(res, e.status(), e.type(), e.what());
+    } catch (const StoreError& e) {
+      const bool down = e.kind() == StoreError::Kind::unavailable;
+      send_error(res, down ? 503 : 500, down ? "cache_store_unavailable" : "cache_store_corrupt",
+                 e.what());
+    } catch (const KvcError& e) {
+      send_error(res, e.kind() == KvcErrorKind::wrong_model ? 409 : 500, "cache_unreadable",
+                 e.what());
     } catch (const std::invalid_argument& e) {
-      throw HttpError(400, "invalid_request_error", e.what());
+      send_error(res, 400, "invalid_request_error", e.what());
+    } catch (const std::exception& e) {
+      send_error(res, 500, "server_error", e.what());
     }
-    const size_t max_tokens = r.max_tokens.value_or(options.default_max_tokens);
-    const std::shared_ptr<Slot> slot = take_slot();
-    size_t prompt_tokens = 0;
-    auto started = std::make_shared<std::pair<LlamaSession, std::vector<float>>>(
-        start(r, chat, max_tokens, prompt_tokens));
-    const std::string id = new_id(chat ? "chatcmpl-" : "cmpl-");
-    const std::time_t created = std::time(nullptr);
-    const std::string object = chat ? "chat.completion" : "text_completion";
-    // Generates up to max_tokens, calling emit(piece) per token; returns the finish reason.
-    auto generate = [this, started, sampling, max_tokens](
-                        const std::function<bool(const std::string&)>& emit,
-                        size_t& n_generated) -> std::string {
-      Sampler sampler(sampling);
-      LlamaSession& session = started->first;
-      std::vector<float>& logits = started->second;
-      const size_t n_ctx = model.config().n_ctx;
-      for (size_t step = 0; step < max_tokens; ++step) {
-        const int32_t token = sampler.sample(logits);
-        if (tokenizer.is_eog(token)) return "stop";  // EOS or an end of turn (<|im_end|>)
-        ++n_generated;
-        if (!emit(tokenizer.token_to_piece(token))) return "cancelled";
-        if (step + 1 == max_tokens || session.n_past() >= n_ctx) break;
-        logits = session.decode(token);
-      }
-      return "length";
-    };
-    const std::string model_id = options.model_id;
-    if (!r.stream) {
-      std::string out;
-      size_t n = 0;
-      const std::string finish = generate(
-          [&out](const std::string& p) {
-            out += p;
-            return true;
-          },
-          n);
-      json choice = {{"index", 0}, {"finish_reason", finish}};
-      if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", out}};
-      } else {
-        choice["text"] = out;
-      }
-      send_json(res, {{"id", id},
-                      {"object", object},
-                      {"created", created},
-                      {"model", model_id},
-                      {"choices", json::array({choice})},
-                      {"usage",
-                       {{"prompt_tokens", prompt_tokens},
-                        {"completion_tokens", n},
-                        {"total_tokens", prompt_tokens + n}}}});
-      return;
-    }
-    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-    res.set_chunked_content_provider(
-        "text/event-stream", [slot, generate, id, created, chat, chunk_object, model_id](
-                                 size_t, httplib::DataSink& sink) {
-          auto event = [&](const json& choice) {
-            const json j = {{"id", id},
-                            {"object", chunk_object},
-                            {"created", created},
-                            {"model", model_id},
-                            {"choices", json::array({choice})}};
-            const std::string line =
-                "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            return sink.write(line.data(), line.size());
-          };
-          size_t n = 0;
-          std::string finish;
-          try {
-            finish = generate(
-                [&](const std::string& piece) {
-                  json choice = {{"index", 0}, {"finish_reason", nullptr}};
-                  if (chat) {
-                    choice["delta"] = {{"content", piece}};
-                  } else {
-                    choice["text"] = piece;
-                  }
-                  return event(choice);
-                },
-                n);
-          } catch (const std::exception& e) {
-            const std::string line = "data: " + error_body(e.what(), "server_error", 500) + "\n\n";
-            sink.write(line.data(), line.size());
-            finish = "error";
-          }
-          if (finish != "cancelled") {
-            json last = {{"index", 0}, {"finish_reason", finish}};
-            if (chat) {
-              last["delta"] = json::object();
-            } else {
-              last["text"] = "";
-            }
-            event(last);
-            const std::string done = "data: [DONE]\n\n";
-            sink.write(done.data(), done.size());
-          }
-          sink.done();
-          return true;
-        });
-  }
+  };
+}
 
-  void create_cache(const httplib::Request& req, httplib::Response& res) {
-    const CacheRequest r = parse_cache_request(req.body);
-    if (r.save && options.cache_dir.empty()) {
-      throw HttpError(400, "invalid_request_error",
-                      "'save' needs a server started with --cache-dir");
-    }
-    {
-      std::lock_guard<std::mutex> lock(table_mutex);
-      if (table.size() >= options.max_caches) {
-        throw HttpError(429, "too_many_caches",
-                        "the server holds " + std::to_string(table.size()) +
-                            " caches (limit); DELETE one first");
-      }
-    }
-    const std::vector<int32_t> tokens = encode_checked(r.document, true, 0, 1);
-    std::string method;
-    const CacheConfig config = make_config(r.cache, tokens.size(), method);
-    const std::shared_ptr<Slot> slot = take_slot();
-    LlamaSession session(model, config, session_options());
-    session.prefill(tokens);
-    const CacheStats stats = session.cache_stats();
-    auto doc = std::make_shared<CachedDoc>(
-        CachedDoc{new_id("cache-"), std::move(session), tokens.size(), config, method,
-                  stats.bytes_stored, stats.bytes_full_fp16, "", std::time(nullptr)});
-    if (r.save) {
-      doc->saved_path = (std::filesystem::path(options.cache_dir) / (doc->id + ".kvc")).string();
-      save_prompt_cache(doc->saved_path, doc->session, tokens);
-    }
-    {
-      std::lock_guard<std::mutex> lock(table_mutex);
-      if (table.size() >= options.max_caches) {
-        throw HttpError(429, "too_many_caches", "the cache table filled up meanwhile");
-      }
-      table.emplace(doc->id, doc);
-    }
-    send_json(res, doc_json(*doc));
-  }
+}  // namespace
 
-  // Runs a handler, turning every exception into a JSON error.
-  httplib::Server::Handler guarded(
-      std::function<void(const httplib::Request&, httplib::Response&)> fn) {
-    return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
-      try {
-        fn(req, res);
-      } catch (const HttpError& e) {
-        send_error(res, e.status(), e.type(), e.what());
-      } catch (const std::invalid_argument& e) {
-        send_error(res, 400, "invalid_request_error", e.what());
-      } catch (const std::exception& e) {
-        send_error(res, 500, "server_error", e.what());
-      }
-    };
-  }
+void Server::Impl::routes() {
+  http.set_payload_max_length(options.max_body_bytes);
+  // Connection threads, apart from the model's workers (queue): an idle or slow connection holds
+  // one of these, never a model worker.
+  const size_t connections = options.max_connections;
+  http.new_task_queue = [connections] { return new httplib::ThreadPool(connections); };
+  const auto [read_s, read_us] = split_seconds(options.read_timeout_s);
+  http.set_read_timeout(read_s, read_us);
+  http.set_write_timeout(read_s, read_us);
+  http.set_keep_alive_max_count(options.keep_alive_max);
+  // The library's own options (SO_REUSEADDR) plus a note of the listening socket, whose accept
+  // backlog bind() raises from the library's 5: a burst of connections beyond the backlog would
+  // have new clients' handshakes dropped and retried a second later.
+  http.set_socket_options([this](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
+  http.set_keep_alive_timeout(static_cast<time_t>(std::ceil(options.keep_alive_timeout_s)));
 
-  void routes() {
-    http.set_payload_max_length(options.max_body_bytes);
-    const size_t workers = options.max_concurrent + 4;  // room to answer 503s and /health
-    http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-    http.Get("/health", guarded([](const auto&, auto& res) {
-               send_json(res, {{"status", "ok"}});
-             }));
-    http.Get("/v1/models", guarded([this](const auto&, auto& res) {
-               send_json(res,
-                         {{"object", "list"},
-                          {"data", json::array({{{"id", options.model_id},
-                                                 {"object", "model"},
-                                                 {"owned_by", "snapkv"},
-                                                 {"context_length", model.config().n_ctx}}})}});
-             }));
-    http.Post("/v1/completions",
-              guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
-    http.Post("/v1/chat/completions",
-              guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
-    http.Post("/v1/caches",
-              guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
-    http.Get("/v1/caches", guarded([this](const auto&, auto& res) {
-               json data = json::array();
-               std::lock_guard<std::mutex> lock(table_mutex);
-               for (const auto& [id, doc] : table) data.push_back(doc_json(*doc));
-               send_json(res, {{"object", "list"}, {"data", data}});
-             }));
-    http.Get(R"(/v1/caches/([A-Za-z0-9_-]+))", guarded([this](const auto& req, auto& res) {
-               send_json(res, doc_json(*find(req.matches[1])));
-             }));
-    http.Delete(R"(/v1/caches/([A-Za-z0-9_-]+))", guarded([this](const auto& req, auto& res) {
-                  const std::string id = req.matches[1];
-                  std::lock_guard<std::mutex> lock(table_mutex);
-                  if (table.erase(id) == 0) {
-                    throw HttpError(404, "not_found", "no cache with id '" + id + "'");
-                  }
-                  send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
-                }));
-    // httplib's own refusals (unknown route 404, oversized body 413, ...) get a JSON body too.
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
-                                  : res.status == 413 ? "request body too large"
-                                                      : "request refused";
-      send_error(res, res.status, res.status == 404 ? "not_found" : "invalid_request_error",
-                 message);
-    });
-  }
-};
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    request_start = std::chrono::steady_clock::now();
+    current_record() = RequestRecord{};
+    if (options.api_keys.empty() || req.path == "/health" || authorized(req, options.api_keys)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_error(res, 401, "invalid_api_key",
+               "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const RequestRecord& r = current_record();
+    const bool known = req.path.rfind("/v1/caches/", 0) != 0;
+    const std::string route = known ? req.path : "/v1/caches/{id}";
+    metrics.record(route.size() <= 64 ? route : "other", res.status, r);
+    if (!options.log_requests) return;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_start)
+            .count();
+    std::fprintf(stderr, "[serve] %s %s %s %d in=%zu out=%zu kv_bytes=%zu %.1fms\n",
+                 r.id.empty() ? "-" : r.id.c_str(), req.method.c_str(), route.c_str(), res.status,
+                 r.prompt_tokens, r.completion_tokens, r.kv_bytes, ms);
+  });
 
-Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOptions options)
-    : impl_(std::make_unique<Impl>(model, tokenizer, std::move(options))) {
-  if (impl_->options.max_concurrent == 0) {
-    throw_invalid("serve", "max_concurrent", "0", ">= 1");
+  http.Get("/health", guarded([](const auto&, auto& res) { send_json(res, {{"status", "ok"}}); }));
+  http.Get("/v1/models",
+           guarded([this](const auto&, auto& res) { send_json(res, models_json()); }));
+  http.Post("/v1/completions",
+            guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
+  http.Post("/v1/chat/completions",
+            guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
+  http.Post("/v1/caches", guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
+  http.Get("/v1/caches", guarded([this](const auto&, auto& res) {
+             json data = json::array();
+             for (const CacheStore::Listed& d : store->list()) data.push_back(doc_json(d));
+             send_json(res, {{"object", "list"}, {"data", data}});
+           }));
+  http.Get(R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+             send_json(res, doc_json(listed(*find(req.matches[1]), true)));
+           }));
+  http.Delete(R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+                const std::string id = req.matches[1];
+                if (!valid_store_name(id) || !store->erase(id)) {
+                  throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+                }
+                send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
+              }));
+  // The web chat page (src/serve/web/index.html, compiled in).
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kIndexHtml, "text/html; charset=utf-8");
+  });
+  // llama-server's shapes: {"tokens": [ids]} or, with with_pieces, [{"id", "piece"}].
+  http.Post("/tokenize", guarded([this](const auto& req, auto& res) {
+              const TokenizeRequest r = parse_tokenize(req.body);
+              const std::vector<int32_t> ids =
+                  tokenizer.encode(r.content, r.add_special, r.parse_special);
+              json tokens = json::array();
+              for (const int32_t id : ids) {
+                if (r.with_pieces) {
+                  tokens.push_back({{"id", id}, {"piece", tokenizer.token_to_piece(id)}});
+                } else {
+                  tokens.push_back(id);
+                }
+              }
+              send_json(res, {{"tokens", tokens}});
+            }));
+  http.Post("/detokenize", guarded([this](const auto& req, auto& res) {
+              const std::vector<int32_t> ids = parse_detokenize(req.body);
+              for (const int32_t id : ids) {
+                if (static_cast<size_t>(id) >= tokenizer.n_vocab()) {
+                  bad_request("token id " + std::to_string(id) + " is outside the vocabulary");
+                }
+              }
+              send_json(res, {{"content", tokenizer.decode(ids)}});
+            }));
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Gauges g{queue.running(), queue.queued(), 0, 0};
+    g.caches = store->memory_entries();
+    g.cache_bytes = store->memory_bytes();
+    res.set_content(metrics.prometheus(g), "text/plain; version=0.0.4");
+  });
+  // httplib's own refusals (unknown route 404, oversized body 413, ...) get a JSON body too.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
+                                : res.status == 413 ? "request body too large"
+                                                    : "request refused";
+    send_error(res, res.status, res.status == 404 ? "not_found" : "invalid_request_error", message);
+  });
+}
+
+Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOptions options) {
+  if (options.max_concurrent == 0) throw_invalid("serve", "max_concurrent", "0", ">= 1");
+  if (options.max_connections < 2) {
+    throw_invalid("serve", "max_connections", std::to_string(options.max_connections), ">= 2");
   }
+  if (options.max_n == 0) throw_invalid("serve", "max_n", "0", ">= 1");
+  if (!(options.read_timeout_s > 0.0) || !(options.request_timeout_s > 0.0) ||
+      !(options.keep_alive_timeout_s > 0.0)) {
+    throw_invalid("serve", "timeouts", "<= 0", "> 0 seconds");
+  }
+  if (options.default_max_tokens == 0) throw_invalid("serve", "default_max_tokens", "0", ">= 1");
+  impl_ = std::make_unique<Impl>(model, tokenizer, std::move(options));
   impl_->routes();
+  for (const std::string& line : impl_->store->scan_dir()) {
+    std::fprintf(stderr, "[serve] --cache-dir: %s\n", line.c_str());
+  }
 }
 
 Server::~Server() = default;
@@ -478,6 +513,10 @@ std::string Server::chat_template_status() const {
 
 int Server::bind() {
   const ServerOptions& o = impl_->options;
+  if (o.host.empty()) throw_invalid("serve", "host", "''", "an address such as 127.0.0.1");
+  if (o.port < 0 || o.port > 65535) {
+    throw_invalid("serve", "port", std::to_string(o.port), "0..65535");
+  }
   int port = o.port;
   if (o.port == 0) {
     port = impl_->http.bind_to_any_port(o.host);
@@ -488,6 +527,7 @@ int Server::bind() {
     throw_runtime("serve", "cannot listen", o.host + ":" + std::to_string(o.port),
                   "a free port on a local address");
   }
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // a larger accept backlog
   return port;
 }
 
@@ -496,6 +536,8 @@ void Server::listen() {
 }
 
 void Server::stop() {
+  impl_->stopping = true;
+  impl_->queue.close();
   impl_->http.stop();
 }
 

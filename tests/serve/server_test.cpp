@@ -18,6 +18,7 @@
 
 #include "eval/tiny_model.h"
 #include "model/chat_model_util.h"
+#include "serve/running_server.h"
 #include "snapkv/gguf/gguf.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_template.h"
@@ -28,51 +29,13 @@ namespace snapkv::serve {
 namespace {
 
 using nlohmann::json;
+using test::post;
+using test::Running;
 using test::tiny_model;
 
 const char* kDocument =
     "The grass is green. The sky is blue. The pass key is 48213. Remember it. The sun is yellow. "
     "Here we go. There and back again. 48213 is the pass key. The grass is green.";
-
-// A server on 127.0.0.1:<free port>, listening on its own thread for the test's lifetime.
-class Running {
- public:
-  explicit Running(ServerOptions o, const LlamaModel& model = tiny_model().model,
-                   const Tokenizer& tokenizer = tiny_model().tokenizer)
-      : server_(model, tokenizer, fix(o)) {
-    port_ = server_.bind();
-    thread_ = std::thread([this] { server_.listen(); });
-  }
-  ~Running() {
-    server_.stop();
-    thread_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-
- private:
-  static ServerOptions fix(ServerOptions o) {
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.defaults.window = 8;
-    return o;
-  }
-  Server server_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-// POSTs `body` and checks the status; returns the parsed JSON body (discarded when not JSON).
-json post(httplib::Client& c, const std::string& path, const json& body, int expect_status = 200) {
-  const auto res = c.Post(path, body.dump(), "application/json");
-  EXPECT_TRUE(res) << path;
-  if (!res) return {};
-  EXPECT_EQ(res->status, expect_status) << path << " " << body.dump() << " -> " << res->body;
-  return json::parse(res->body, nullptr, false);
-}
 
 // Text as the server sends it: JSON strings carry invalid UTF-8 bytes (byte tokens of a model
 // with random-like weights) as U+FFFD.
@@ -239,7 +202,8 @@ TEST(Serve, ChatOnACachedDocumentAppendsTheRender) {
   ServerOptions o;
   Running server(o, m.model, m.tokenizer);
   httplib::Client c = server.client();
-  const json created = post(c, "/v1/caches", {{"document", kDocument}, {"keep", 0.5}});
+  const json created =
+      post(c, "/v1/caches", {{"document", kDocument}, {"method", "snapkv"}, {"keep", 0.5}});
   const std::string id = created["id"].get<std::string>();
 
   const std::vector<ChatMessage> messages = {{"user", "What is the pass key?"}};
@@ -249,7 +213,7 @@ TEST(Serve, ChatOnACachedDocumentAppendsTheRender) {
   question.erase(question.begin());
   CacheConfig defaults = o.defaults;
   defaults.window = 8;
-  CacheConfig config = parse_method(o.default_method, defaults).config;
+  CacheConfig config = parse_method("snapkv", defaults).config;
   const std::vector<int32_t> doc = m.tokenizer.encode(kDocument, true);
   config.budget = budget_for(0.5, doc.size(), config);
   LlamaSession s(m.model, config);
@@ -333,7 +297,6 @@ TEST(Serve, MalformedRequestsGetJsonErrors) {
   expect_error("/v1/completions", R"({"prompt": "hi", "max_tokens": -2})", 400, "negative count");
   expect_error("/v1/completions", R"({"prompt": "hi", "method": "nosuch"})", 400, "bad method");
   expect_error("/v1/completions", R"({"prompt": "hi", "keep": 1.5})", 400, "bad keep");
-  expect_error("/v1/completions", R"({"prompt": "hi", "model": "gpt-9"})", 404, "unknown model");
   expect_error("/v1/completions", R"({"prompt": "hi", "cache_id": "cache-nope"})", 404,
                "unknown cache id");
   expect_error("/v1/chat/completions", R"({"messages": []})", 400, "no messages");
@@ -342,20 +305,48 @@ TEST(Serve, MalformedRequestsGetJsonErrors) {
   expect_error("/v1/caches", R"({"document": "x", "save": true})", 400, "save without a dir");
   expect_error("/v1/completions", json{{"prompt", std::string(5000, 'a')}}.dump(), 413,
                "oversized body");
-  // 400 words of 3 tokens or so: longer than the tiny model's 1024-token context.
+  // 1000 words of 3 tokens or so: longer than the tiny model's 2048-token context.
   std::string long_prompt;
-  for (int i = 0; i < 400; ++i) long_prompt += "zq7 ";
+  for (int i = 0; i < 1000; ++i) long_prompt += "zq7 ";
   expect_error("/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "over-long prompt");
+  expect_error("/v1/completions", R"({"prompt": "hi", "max_tokens": 2048})", 400,
+               "prompt + max_tokens over the context");
+  expect_error("/v1/completions", R"({"prompt": "hi", "max_tokens": 18446744073709551615})", 400,
+               "max_tokens 2^64-1");
+  expect_error("/v1/completions", R"({"prompt": "hi", "n": 9})", 400, "n over --max-n");
+  expect_error("/v1/completions", R"({"prompt": "hi", "n": 0})", 400, "n 0");
+  expect_error("/v1/completions", R"({"prompt": "hi", "cache_id": ""})", 400, "empty cache_id");
+  expect_error("/v1/completions", R"({"prompt": "hi", "stop": [""]})", 400, "empty stop");
+  expect_error("/v1/completions", R"({"prompt": "hi", "temperature": 3})", 400, "temperature");
+  expect_error("/v1/completions", R"({"prompt": "hi", "logprobs": 21})", 400, "logprobs > 20");
+  expect_error("/v1/completions", R"({"prompt": [99999999]})", 400, "token id outside vocab");
+  expect_error("/v1/chat/completions",
+               R"({"messages": [{"role": "user", "content": "x"}], "tools": [],
+                   "tool_choice": "required"})",
+               400, "a required tool call");
+  expect_error("/v1/chat/completions",
+               R"({"messages": [{"role": "user", "content": "x"}],
+                   "response_format": {"type": "json_object"}})",
+               400, "JSON output");
+  expect_error("/v1/chat/completions",
+               R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+               "an image part");
+  expect_error("/v1/chat/completions",
+               R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400,
+               "top_logprobs without logprobs");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "tool", "content": "x"}]})", 400,
+               "a tool message");
   expect_error("/v1/nothing", "{}", 404, "unknown route");
 }
 
-TEST(Serve, RequestsBeyondTheConcurrencyLimitGet503) {
+TEST(Serve, RequestsBeyondTheWorkersQueueAndBeyondTheQueueGet503) {
   std::mutex mutex;
   std::condition_variable cv;
   bool entered = false, released = false;
   std::atomic<int> calls{0};
   ServerOptions o;
   o.max_concurrent = 1;
+  o.max_queue = 1;
   o.on_slot_taken = [&] {
     if (calls.fetch_add(1) != 0) return;  // hold only the first request's slot
     std::unique_lock<std::mutex> lock(mutex);
@@ -364,7 +355,7 @@ TEST(Serve, RequestsBeyondTheConcurrencyLimitGet503) {
     cv.wait(lock, [&] { return released; });
   };
   Running server(o);
-  int first_status = 0;
+  int first_status = 0, second_status = 0;
   std::thread first([&] {
     httplib::Client c = server.client();
     const auto res =
@@ -377,11 +368,29 @@ TEST(Serve, RequestsBeyondTheConcurrencyLimitGet503) {
     held = cv.wait_for(lock, std::chrono::seconds(30), [&] { return entered; });
   }
   EXPECT_TRUE(held) << "the first request never took its slot";
+  std::thread second([&] {
+    httplib::Client c = server.client();
+    const auto res =
+        c.Post("/v1/completions", R"({"prompt": "hello", "max_tokens": 2})", "application/json");
+    second_status = res ? res->status : -1;
+  });
   httplib::Client c = server.client();
   if (held) {
-    const json busy = post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1}}, 503);
-    EXPECT_EQ(busy["error"]["type"], "server_busy");
-    const auto health = c.Get("/health");  // health needs no slot
+    // The second request waits in the queue (depth 1 on /metrics); a third finds it full.
+    bool queued = false;
+    for (int i = 0; i < 300 && !queued; ++i) {
+      const auto m = c.Get("/metrics");
+      queued = m && m->body.find("\nsnapkv_queue_depth 1\n") != std::string::npos;
+      if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(queued) << "the second request never entered the queue";
+    const auto busy =
+        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
+    ASSERT_TRUE(busy);
+    EXPECT_EQ(busy->status, 503);
+    EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+    EXPECT_EQ(json::parse(busy->body)["error"]["type"], "server_busy");
+    const auto health = c.Get("/health");  // health needs no worker
     EXPECT_TRUE(health && health->status == 200);
   }
   {
@@ -390,7 +399,9 @@ TEST(Serve, RequestsBeyondTheConcurrencyLimitGet503) {
   }
   cv.notify_all();
   first.join();
+  second.join();
   EXPECT_EQ(first_status, 200);
+  EXPECT_EQ(second_status, 200);
   post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1}}, 200);  // the slot came back
 }
 

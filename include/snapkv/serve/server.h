@@ -1,35 +1,45 @@
-// `snapkv serve`: a local HTTP server over one loaded model, with the endpoints people already
-// script against plus a table of compressed documents.
+// `snapkv serve`: a local HTTP server over one loaded model that OpenAI clients and llama-server
+// scripts can point at, plus a table of compressed documents. docs/SERVER.md is the reference.
 //
-// Endpoints (JSON in and out; errors are {"error": {"message", "type", "code"}} with a 4xx/5xx):
-//   GET  /health                  {"status": "ok"}
-//   GET  /v1/models               the one model, OpenAI list shape
-//   POST /v1/completions          {prompt, max_tokens?, stream?, temperature?, top_p?, seed?,
-//                                  cache_id?, method?, keep?, budget?, codec?, model?}
-//   POST /v1/chat/completions     the same with messages [{role, content}] instead of prompt
+// Endpoints (JSON in and out; errors are {"error": {"message", "type", "param", "code"}} with a
+// 4xx/5xx status):
+//   GET  /health                  {"status": "ok"} (never needs an API key)
+//   GET  /v1/models               the model under options.model_id and its general.name
+//   POST /v1/completions          OpenAI's completions request (prompt: text, list, token ids)
+//   POST /v1/chat/completions     OpenAI's chat-completions request
 //   POST /v1/caches               {document, method?, keep?, budget?, codec?, save?}: the document
 //                                 is prefilled and compressed once (question-agnostic), an id out
 //   GET  /v1/caches, GET/DELETE /v1/caches/{id}
-// A completion with cache_id appends its prompt (or rendered messages) to a copy of that cached
-// document's compressed cache: the document is never prefilled again and never modified. Without
-// cache_id the prompt is prefilled and compressed with the request's cache options (defaults from
-// ServerOptions; method names as `snapkv eval`). stream: true answers with server-sent events
-// ("data: {chunk}" lines, then "data: [DONE]"). Chat messages are rendered with the model's
-// tokenizer.chat_template (model/chat_template.h: Llama 3, ChatML / Qwen, Mistral [INST]) with the
-// assistant's generation prompt, special-token texts parsed, as `snapkv chat` and `run --chat` do;
-// after a cached document a leading BOS of the render is dropped (the document has one). A model
-// without a template we recognise answers chat requests with a 400 "chat_template_unsupported"
-// naming why; ServerOptions::chat_template = false (`--no-chat`) sends the messages as plain
-// text instead, one message's content per line. Generation stops at max_tokens or at any
-// end-of-generation token (EOS, or an end of turn such as "<|eot_id|>"), as `snapkv run` does.
-// Refused with a JSON error: malformed JSON or a body that is not an object (400), unknown or
-// mistyped fields (400), bodies over max_body_bytes (413), unknown cache ids or routes (404), a
-// prompt that does not fit the context with max_tokens (400), more than max_concurrent requests
-// at once (503), more than max_caches documents (429).
-// Send bodies as Content-Type: application/json: cpp-httplib refuses form-encoded bodies (curl -d
-// without -H) over 8 KiB with a 413.
-// Leaves out: TLS, authentication, batching requests into one forward (each request runs its own
-// session; requests run concurrently, one model shared read-only).
+//   POST /tokenize, /detokenize   llama-server's shapes
+//   GET  /metrics                 Prometheus text format
+//   GET  /                        the web chat page (src/serve/web/index.html, compiled in)
+// Promises:
+//  - Every field of OpenAI's two request schemas is accepted; stop, n (the n choices of a prompt
+//    share one prefill: the session is cloned), logprobs / top_logprobs, echo,
+//    max_completion_tokens, temperature, top_p, top_k, min_p, the penalties, seed and
+//    stream_options.include_usage are implemented through model/generation.h's generate(); what
+//    the engine cannot do is refused by name only when a request needs it (tool_choice
+//    "required", response_format other than text, non-text content parts). Any model name is
+//    served. Responses have OpenAI's shapes (a stream's first chat delta carries the role;
+//    include_usage adds the final usage chunk) plus a "snapkv" object: method, budget, keep,
+//    rows kept / seen, KV bytes against fp16, prefill and decode milliseconds, reused or not.
+//  - Prompts are tokenized as `snapkv tokenize` does: BOS only where the vocabulary asks for it.
+//  - At most max_concurrent requests prefill or generate at once; the next max_queue wait in FIFO
+//    order (each at most request_timeout_s); beyond that 503 with Retry-After. Connections are
+//    served by max_connections threads of their own, so idle or slow clients never hold a model
+//    worker; a stalled request head or body is dropped after read_timeout_s without data.
+//  - Every prefilled prompt and document is kept in a content-addressed store
+//    (serve/cache_store.h: memory LRU, cache_dir, a shared Redis store): a repeated prompt or
+//    document is not prefilled again, an uncompressed prompt's stored prefix is extended
+//    ("snapkv.reuse" says which); a cache id that is not a valid name is a 400, a stored cache
+//    that is damaged or of another model a 500 / 409, a shared store out of reach a 503.
+//  - With api_keys set, every route but /health needs "Authorization: Bearer <key>" (401).
+//  - stop() refuses queued requests, cancels running generations at their next token and closes
+//    the listener. A client leaving a stream cancels its generation at the next token.
+// Leaves out: TLS, batching requests into one forward (each request runs its own session over
+// the one model, shared read-only), HTTP pipelining (cpp-httplib answers the first request of a
+// pipelined batch only; keep-alive with one request at a time works), a deadline on a whole
+// request head (a client trickling bytes faster than read_timeout_s holds a connection thread).
 #pragma once
 
 #include <cstddef>
@@ -37,8 +47,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "snapkv/kv/core/method.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/tokenizer.h"
 
@@ -46,20 +58,46 @@ namespace snapkv::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                   // 0: any free port (bind() returns it)
-  std::string model_id = "snapkv";   // the id /v1/models reports and requests may name
-  size_t max_concurrent = 4;         // requests generating or compressing at once
-  size_t max_body_bytes = 8u << 20;  // larger bodies: 413
-  size_t max_caches = 16;            // documents held at once
-  size_t default_max_tokens = 16;
-  std::string default_method = "snapkv";
-  double default_keep = 0.2;
-  CacheConfig defaults;   // window, sinks, pooling of every method
-  std::string cache_dir;  // where {"save": true} writes <id>.kvc ("" = refused)
+  int port = 8080;                  // 0: any free port (bind() returns it)
+  std::string model_id = "snapkv";  // the id /v1/models lists first (the CLI: the file's name)
+  // Model workers and their queue: max_concurrent requests prefill/generate at once, the next
+  // max_queue wait in FIFO order (at most request_timeout_s each), more get 503 + Retry-After.
+  size_t max_concurrent = 4;
+  size_t max_queue = 64;
+  double request_timeout_s = 600.0;
+  // Connections: each open connection holds one of max_connections connection threads (not a
+  // model worker); a request head or body that stalls for read_timeout_s closes the connection.
+  size_t max_connections = 256;
+  double read_timeout_s = 5.0;
+  size_t keep_alive_max = 1000;     // requests per connection
+  double keep_alive_timeout_s = 5;  // idle time between requests of a connection
+  // Limits (4xx beyond them).
+  size_t max_body_bytes = 8u << 20;  // 413
+  // Prefilled prompts and documents held in memory (serve/cache_store.h): at most max_caches
+  // entries and max_cache_bytes bytes, least recently used evicted (documents to cache_dir).
+  size_t max_caches = 64;
+  size_t max_cache_bytes = size_t{2} << 30;
+  size_t max_n = 8;              // choices per request (400)
+  size_t max_prompt_tokens = 0;  // 0: the model's context (400)
+  // Defaults of requests (model/generation.h).
+  size_t default_max_tokens = kDefaultMaxTokens;
+  std::string default_method = std::string(kDefaultMethod);  // completions' prompts
+  std::string default_document_method = std::string(kDefaultDocumentMethod);  // /v1/caches
+  double default_keep = kDefaultKeep;
+  CacheConfig defaults;  // window, sinks, pooling of every method
+  // .kvc files served by id (<id>.kvc), read at start-up; {"save": true} and evicted documents
+  // are written there ("" = none: "save" refused).
+  std::string cache_dir;
+  bool reuse_prompts = true;  // keep prefilled prompts for repeats and (uncompressed) prefixes
+  std::string cache_store;    // "redis://HOST:PORT": a store shared with other replicas
+  size_t cache_store_chunk_bytes = size_t{64} << 20;  // largest value written to Redis
   size_t prefill_chunk = 512;
   bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)
+  // Bearer keys; when non-empty every route but /health needs "Authorization: Bearer <key>".
+  std::vector<std::string> api_keys;
+  bool log_requests = true;  // one line per request on stderr
   // Test hook: called on the worker thread once a request holds its concurrency slot, before any
-  // work (a test holds a slot with it to observe the 503). Empty in normal use.
+  // work (a test holds a slot with it to observe the queue). Empty in normal use.
   std::function<void()> on_slot_taken;
 };
 
@@ -79,11 +117,14 @@ class Server {
   int bind();
   // Serves until stop() (blocks the calling thread). bind() first.
   void listen();
-  // Stops listen() (from any thread) and waits for no one.
+  // Stops listen() (from any thread, not from a signal handler): refuses queued requests, cancels
+  // running generations at their next token and closes the listener; listen() returns once the
+  // connection threads have ended.
   void stop();
 
+  struct Impl;  // private to serve/ (src/serve/server_impl.h)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

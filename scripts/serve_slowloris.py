@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Slow clients against `snapkv serve` on loopback: are normal requests still served at once?
+
+Starts `snapkv serve` on a free loopback port (or uses --url of one already running), opens
+--idle connections that hold the server without finishing a request (a third silent, a third with
+a request head cut off mid-way, a third trickling one header byte every --trickle seconds), then
+sends --requests ordinary completions one after another and reports each one's latency. Exit
+status 1 when any request failed or took longer than --limit seconds. Bounded: every socket has a
+timeout and the run ends after the requests. Python 3 standard library only.
+
+  scripts/serve_slowloris.py --snapkv build/snapkv --model models/snapkv-tiny4.gguf --idle 200
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(host, port, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            c = http.client.HTTPConnection(host, port, timeout=1)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--snapkv", default=os.path.join(ROOT, "build", "snapkv"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "snapkv-tiny4.gguf"))
+    ap.add_argument("--url", help="a running server instead of starting one")
+    ap.add_argument("--idle", type=int, default=200, help="slow connections held open")
+    ap.add_argument("--requests", type=int, default=5)
+    ap.add_argument("--trickle", type=float, default=0.5, help="seconds between trickled bytes")
+    ap.add_argument("--limit", type=float, default=1.0, help="most seconds a request may take")
+    args = ap.parse_args()
+
+    server = None
+    if args.url:
+        u = urllib.parse.urlparse(args.url)
+        host, port = u.hostname, u.port
+    else:
+        host, port = "127.0.0.1", free_port()
+        server = subprocess.Popen([args.snapkv, "serve", "--model", args.model, "--port", str(port),
+                                   "--quiet-requests"], stderr=subprocess.DEVNULL)
+    try:
+        if not wait_healthy(host, port, 30):
+            print("server did not start", file=sys.stderr)
+            return 1
+        held, stop = [], threading.Event()
+        for i in range(args.idle):
+            s = socket.create_connection((host, port), timeout=5)
+            if i % 3 == 1:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+            held.append(s)
+        trickled = [s for i, s in enumerate(held) if i % 3 == 2]
+
+        def trickle():
+            head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 10000
+            for byte in head:
+                if stop.wait(args.trickle):
+                    return
+                for s in trickled:
+                    try:
+                        s.send(bytes([byte]))
+                    except OSError:
+                        pass
+
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        time.sleep(1.0)  # the slow connections are all in place
+        failures, worst = 0, 0.0
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4})
+        for k in range(args.requests):
+            t0 = time.time()
+            try:
+                c = http.client.HTTPConnection(host, port, timeout=30)
+                c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                r = c.getresponse()
+                r.read()
+                ok = r.status == 200
+            except OSError as e:
+                ok = False
+                print("request %d: %s" % (k, e), file=sys.stderr)
+            dt = time.time() - t0
+            worst = max(worst, dt)
+            failures += 0 if ok and dt <= args.limit else 1
+            print("request %d: %s in %.3f s" % (k, "ok" if ok else "FAILED", dt))
+            time.sleep(0.5)
+        stop.set()
+        for s in held:
+            s.close()
+        print("%d slow connections held; %d of %d requests failed or took > %.1f s; worst %.3f s"
+              % (args.idle, failures, args.requests, args.limit, worst))
+        return 1 if failures else 0
+    finally:
+        if server:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+// A `snapkv serve` Server on 127.0.0.1:<free port>, listening on its own thread for a test's
+// lifetime, and the helpers the server tests share.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "eval/tiny_model.h"
+#include "snapkv/serve/server.h"
+
+namespace snapkv::serve::test {
+
+using nlohmann::json;
+using snapkv::test::tiny_model;
+
+// A server on 127.0.0.1:<free port>, listening on its own thread for the test's lifetime.
+class Running {
+ public:
+  explicit Running(ServerOptions o, const LlamaModel& model = tiny_model().model,
+                   const Tokenizer& tokenizer = tiny_model().tokenizer)
+      : server_(model, tokenizer, fix(o)) {
+    port_ = server_.bind();
+    thread_ = std::thread([this] { server_.listen(); });
+  }
+  ~Running() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  Server& server() { return server_; }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+
+ private:
+  static ServerOptions fix(ServerOptions o) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.defaults.window = 8;
+    o.log_requests = false;
+    return o;
+  }
+  Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// POSTs `body` and checks the status; returns the parsed JSON body (discarded when not JSON).
+inline json post(httplib::Client& c, const std::string& path, const json& body,
+                 int expect_status = 200) {
+  const auto res = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(res) << path;
+  if (!res) return {};
+  EXPECT_EQ(res->status, expect_status) << path << " " << body.dump() << " -> " << res->body;
+  return json::parse(res->body, nullptr, false);
+}
+
+}  // namespace snapkv::serve::test

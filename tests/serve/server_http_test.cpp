@@ -1,0 +1,301 @@
+// The server's HTTP behaviour beyond single completions, through real sockets on loopback:
+// prompt tokens follow the vocabulary's add_bos flag, 8 concurrent clients all get answers from
+// 2 workers and the queue, /tokenize, /detokenize and /metrics, API keys, idle and half-sent
+// connections that never hold a model worker, keep-alive, a client leaving a
+// stream frees its worker, and stop() returns within 2 s while a generation runs.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/chat_model_util.h"
+#include "serve/running_server.h"
+#include "snapkv/gguf/gguf.h"
+
+namespace snapkv::serve {
+namespace {
+
+using nlohmann::json;
+using test::post;
+using test::Running;
+using test::tiny_model;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A raw loopback TCP connection (closed on destruction).
+class RawSocket {
+ public:
+  explicit RawSocket(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawSocket(const RawSocket&) = delete;
+  RawSocket& operator=(const RawSocket&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(const std::string& s) {
+    return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
+  }
+  // Reads until `count` occurrences of `marker` arrived, the peer closed, or `timeout_s` passed.
+  std::string read_until(const std::string& marker, size_t count, double timeout_s,
+                         bool* closed = nullptr) {
+    std::string got;
+    const auto t0 = Clock::now();
+    while (seconds_since(t0) < timeout_s) {
+      size_t seen = 0;
+      for (size_t p = got.find(marker); p != std::string::npos; p = got.find(marker, p + 1)) {
+        ++seen;
+      }
+      if (!marker.empty() && seen >= count) break;
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 50) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        if (closed != nullptr) *closed = true;
+        break;
+      }
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+std::vector<uint8_t> tiny_model_without_bos() {
+  const gguf::File src = gguf::File::open(snapkv::testing::tiny_model_path());
+  gguf::Writer w;
+  for (const gguf::KeyValue& kv : src.metadata()) {
+    if (kv.key != "tokenizer.ggml.add_bos_token") w.set(kv.key, kv.value);
+  }
+  w.set_bool("tokenizer.ggml.add_bos_token", false);
+  for (const gguf::TensorInfo& t : src.tensors()) {
+    w.add_tensor(t.name, t.type, t.ne, std::span<const uint8_t>(t.data, t.n_bytes), true);
+  }
+  return w.to_bytes();
+}
+
+TEST(ServeHttp, PromptTokensAddBosOnlyWhereTheVocabularySaysSo) {
+  const std::string text = "Hello world";
+  {
+    Running server(ServerOptions{});
+    httplib::Client c = server.client();
+    const json r = post(c, "/v1/completions", {{"prompt", text}, {"max_tokens", 1}});
+    EXPECT_EQ(r["usage"]["prompt_tokens"], tiny_model().tokenizer.encode(text, true).size());
+    const json t = post(c, "/tokenize", {{"content", text}});
+    EXPECT_EQ(t["tokens"].size(), r["usage"]["prompt_tokens"].get<size_t>());
+    EXPECT_EQ(t["tokens"][0], tiny_model().tokenizer.bos());
+  }
+  const LlamaModel model(gguf::File::from_bytes(tiny_model_without_bos()));
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
+  ASSERT_FALSE(tokenizer.vocab().add_bos);
+  Running server(ServerOptions{}, model, tokenizer);
+  httplib::Client c = server.client();
+  const json r = post(c, "/v1/completions", {{"prompt", text}, {"max_tokens", 1}});
+  const std::vector<int32_t> plain = tokenizer.encode(text, false);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], plain.size());
+  const json t = post(c, "/tokenize", {{"content", text}, {"with_pieces", true}});
+  ASSERT_EQ(t["tokens"].size(), plain.size());
+  EXPECT_EQ(t["tokens"][0]["id"], plain[0]);
+  const json d = post(c, "/detokenize", {{"tokens", plain}});
+  EXPECT_EQ(d["content"], text);
+  post(c, "/detokenize", {{"tokens", {1u << 30}}}, 400);
+}
+
+TEST(ServeHttp, EightConcurrentClientsAllServedThroughTheQueue) {
+  ServerOptions o;
+  o.max_concurrent = 2;
+  Running server(o);
+  constexpr int kClients = 8, kRequests = 4;
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c = server.client();
+      for (int k = 0; k < kRequests; ++k) {
+        const json body = {
+            {"prompt", "Client " + std::to_string(i)}, {"max_tokens", 4}, {"stream", k % 2 == 1}};
+        const auto res = c.Post("/v1/completions", body.dump(), "application/json");
+        (res && res->status == 200 ? ok : failed).fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(ok.load(), kClients * kRequests);
+  httplib::Client c = server.client();
+  const auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("# TYPE snapkv_requests_total counter"), std::string::npos);
+  EXPECT_NE(m->body.find("snapkv_requests_total{route=\"/v1/completions\",status=\"200\"} " +
+                         std::to_string(kClients * kRequests) + "\n"),
+            std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("\nsnapkv_generated_tokens_total " +
+                         std::to_string(kClients * kRequests * 4) + "\n"),
+            std::string::npos)
+      << m->body;
+}
+
+TEST(ServeHttp, DocumentsDefaultToTheQuestionAgnosticMethod) {
+  Running server(ServerOptions{});
+  httplib::Client c = server.client();
+  const json doc = post(c, "/v1/caches", {{"document", "The pass key is 48213. Remember it."}});
+  EXPECT_EQ(doc["method"], std::string(kDefaultDocumentMethod));
+  const json r = post(c, "/v1/completions",
+                      {{"prompt", " The pass key is"}, {"max_tokens", 2}, {"cache_id", doc["id"]}});
+  EXPECT_EQ(r["snapkv"]["reused"], true);
+  EXPECT_EQ(r["snapkv"]["method"], std::string(kDefaultDocumentMethod));
+  EXPECT_EQ(r["usage"]["prompt_tokens"],
+            doc["prompt_tokens"].get<size_t>() +
+                tiny_model().tokenizer.encode(" The pass key is", false).size());
+}
+
+TEST(ServeHttp, ApiKeyGuardsEveryRouteButHealth) {
+  ServerOptions o;
+  o.api_keys = {"k1", "second-key"};
+  Running server(o);
+  httplib::Client c = server.client();
+  for (const char* path : {"/v1/models", "/metrics", "/v1/caches"}) {
+    const auto res = c.Get(path);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401) << path;
+    EXPECT_EQ(json::parse(res->body)["error"]["type"], "invalid_api_key") << path;
+  }
+  const auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const auto wrong = c.Get("/v1/models", {{"Authorization", "Bearer k2"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  for (const char* key : {"k1", "second-key"}) {
+    const auto res = c.Get("/v1/models", {{"Authorization", std::string("Bearer ") + key}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << key;
+  }
+}
+
+TEST(ServeHttp, IdleAndHalfSentConnectionsNeverBlockARequest) {
+  ServerOptions o;
+  o.max_concurrent = 1;
+  o.max_connections = 64;
+  o.read_timeout_s = 1.0;
+  Running server(o);
+  // 40 connections: half open and silent, half with a request head cut off mid-way.
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 40; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(server.port()));
+    ASSERT_TRUE(idle.back()->connected());
+    if (i % 2 == 1) idle.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
+  }
+  const auto t0 = Clock::now();
+  httplib::Client c = server.client();
+  post(c, "/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1}});
+  EXPECT_LT(seconds_since(t0), 1.0) << "a request waited behind idle connections";
+  // A half-sent head is given up after the read timeout (here 1 s): the connection is answered
+  // with a 4xx or closed within a few seconds, not held.
+  const auto t1 = Clock::now();
+  bool closed = false;
+  const std::string got = idle[1]->read_until("HTTP/1.1 4", 1, 3.0, &closed);
+  EXPECT_TRUE(closed || got.find("HTTP/1.1 4") != std::string::npos)
+      << "a stalled request head kept its connection: " << got;
+  EXPECT_LT(seconds_since(t1), 3.0);
+}
+
+TEST(ServeHttp, KeepAliveServesManyRequestsOnOneConnection) {
+  Running server(ServerOptions{});
+  RawSocket s(server.port());
+  ASSERT_TRUE(s.connected());
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(s.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")) << "request " << i;
+    const std::string got = s.read_until("{\"status\":\"ok\"}", 1, 10.0);
+    ASSERT_NE(got.find("HTTP/1.1 200"), std::string::npos) << "request " << i << ": " << got;
+    EXPECT_EQ(got.find("Connection: close"), std::string::npos) << got;
+  }
+  // A client that asks to close gets its answer and an honest close.
+  ASSERT_TRUE(s.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  bool closed = false;
+  const std::string last = s.read_until("", 1, 10.0, &closed);
+  EXPECT_NE(last.find("Connection: close"), std::string::npos) << last;
+  EXPECT_TRUE(closed);
+}
+
+TEST(ServeHttp, AClientLeavingAStreamFreesItsWorker) {
+  ServerOptions o;
+  o.max_concurrent = 1;
+  o.max_queue = 0;
+  Running server(o);
+  {
+    RawSocket s(server.port());
+    ASSERT_TRUE(s.connected());
+    const std::string body = json{{"prompt", "Once"}, {"max_tokens", 900}, {"stream", true}}.dump();
+    s.send(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
+    const std::string first = s.read_until("data: ", 2, 30.0);
+    ASSERT_NE(first.find("data: "), std::string::npos) << first;
+  }  // closed mid-stream
+  httplib::Client c = server.client();
+  int status = 0;
+  const auto t0 = Clock::now();
+  while (seconds_since(t0) < 5.0) {
+    const auto res =
+        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
+    status = res ? res->status : -1;
+    if (status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(status, 200) << "the abandoned stream kept the only worker";
+}
+
+TEST(ServeHttp, StopReturnsWithinTwoSecondsDuringAGeneration) {
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.log_requests = false;
+  Server server(tiny_model().model, tiny_model().tokenizer, o);
+  const int port = server.bind();
+  std::thread listener([&] { server.listen(); });
+  RawSocket s(port);
+  ASSERT_TRUE(s.connected());
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 900}, {"stream", true}}.dump();
+  s.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string first = s.read_until("data: ", 2, 30.0);
+  EXPECT_NE(first.find("data: "), std::string::npos) << "the stream never started: " << first;
+  const auto t0 = Clock::now();
+  server.stop();
+  listener.join();
+  EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+}  // namespace
+}  // namespace snapkv::serve
