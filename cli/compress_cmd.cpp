@@ -119,10 +119,7 @@ snapkv::cli::RegisterCommand reg{
           ->required();
       sub.add_option("--out,-o", o->out, "The .kvc file to write (replaced atomically)")
           ->required();
-      snapkv::cli::CacheOptionSpec spec;
-      spec.default_methods = "kvzip";
-      spec.default_keep = "0.2";
-      snapkv::cli::add_cache_options(sub, o->cache, spec);
+      snapkv::cli::add_cache_options(sub, o->cache, snapkv::cli::document_cache_spec());
       snapkv::cli::add_json_option(sub, o->json, "tokens, kept rows, file bytes and timings");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
       return [o] { return run_compress(*o); };

@@ -22,6 +22,7 @@
 
 #include "cache_options.h"
 #include "command.h"
+#include "generation_options.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_template.h"
@@ -42,10 +43,7 @@ struct RunOptions {
   std::string prompt;
   std::string prompt_file;
   snapkv::cli::CacheOptions cache;
-  size_t max_tokens = 64;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  uint64_t seed = 0;
+  snapkv::cli::GenerationOptions gen;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
   bool verbose = false;  // also log the load / prefill / decode times and RSS after each phase
@@ -76,13 +74,12 @@ int run_generate(RunOptions& o) {
   }
   snapkv::cli::apply_threads("run", o.cache.threads);
   snapkv::cli::CacheOptions cache_options = o.cache;
-  cache_options.knobs.seed = o.seed;
+  GenerationConfig generation = o.gen.config();  // bad values fail before the model loads
+  cache_options.knobs.seed = generation.sampler.seed;
   const Method method = cache_options.single_method();
   // Validated now with the --budget value so bad settings fail before the model loads; the
   // budget from --keep is applied once the prompt is tokenized.
   (void)cache_options.config_for(method, std::max<size_t>(cache_options.budget, 1));
-  SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
-  sampler_config.validate();
 
   o.json.open("run");
   Timer load_timer;
@@ -131,10 +128,14 @@ int run_generate(RunOptions& o) {
     prompt = tokenizer.encode(text);
   }
   if (prompt.empty()) throw_invalid("run", "empty prompt", "0 tokens", ">= 1 token");
-  if (prompt.size() > mc.n_ctx) {
-    throw_invalid(
-        "run", "prompt longer than the model's context", std::to_string(prompt.size()) + " tokens",
-        "<= " + std::string(mc.arch_name()) + ".context_length = " + std::to_string(mc.n_ctx));
+  const size_t n_ctx = o.gen.context_limit("run", mc.n_ctx, mc.arch_name());
+  if (prompt.size() > n_ctx) {
+    throw_invalid("run", "prompt longer than the context",
+                  std::to_string(prompt.size()) + " tokens",
+                  "<= " +
+                      (n_ctx == mc.n_ctx ? std::string(mc.arch_name()) + ".context_length = "
+                                         : std::string("--ctx-size ")) +
+                      std::to_string(n_ctx));
   }
 
   const CacheConfig config = cache_options.config_for(method, prompt.size());
@@ -146,9 +147,6 @@ int run_generate(RunOptions& o) {
   const double prefill_s = prefill_timer.seconds();
   const size_t rss_after_prefill = current_rss_bytes();
 
-  GenerationConfig generation;
-  generation.max_tokens = o.max_tokens;
-  generation.sampler = sampler_config;
   const GenerationResult result = generate(
       session, std::move(logits), tokenizer, generation, prompt, [&](const GenerationPiece& piece) {
         if (!o.json.to_stdout()) {
@@ -195,6 +193,7 @@ int run_generate(RunOptions& o) {
     j["tokens"] = generated;
     j["prompt_tokens"] = prompt.size();
     j["generated_tokens"] = generated.size();
+    j["finish_reason"] = to_string(result.finish);
     j["method"] = method.name;
     j["policy"] = to_string(config.policy);
     j["codec"] = to_string(config.codec);
@@ -254,13 +253,8 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--prompt,-p", o->prompt, "Prompt text");
       sub.add_option("--prompt-file,-f,--file", o->prompt_file,
                      "Read the prompt from this file (- = standard input)");
-      snapkv::cli::add_cache_options(sub, o->cache, {});
-      sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
-                     "Tokens to generate (stops at EOS)")
-          ->capture_default_str();
-      sub.add_option("--temperature,--temp", o->temperature, "0 = greedy")->capture_default_str();
-      sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();
-      sub.add_option("--seed,-s", o->seed, "Sampler and random-policy seed")->capture_default_str();
+      snapkv::cli::add_cache_options(sub, o->cache, snapkv::cli::query_aware_cache_spec());
+      snapkv::cli::add_generation_options(sub, o->gen);
       snapkv::cli::add_json_option(sub, o->json, "the text, tokens and cache statistics");
       auto* quiet = sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
       sub.add_flag("--verbose", o->verbose,

@@ -68,7 +68,7 @@ def ours(path, bandwidth):
     answers = a.get("answers", [])
     if not answers:
         fail("no answers in %s" % path)
-    rates = [x["decode_tok_s"] for x in answers]
+    rates = [x["decode_tokens_per_s"] for x in answers]
     steps = answers[0]["decode_steps"]
     if any(x["decode_steps"] != steps for x in answers) or steps < 1:
         fail("%s: the answers decoded different or no steps: %s (--ignore-eos missing?)"
