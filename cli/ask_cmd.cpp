@@ -22,6 +22,8 @@
 #include "cache_options.h"
 #include "command.h"
 #include "generation_options.h"
+#include "json_fields.h"
+#include "snapkv/kv/core/spec_json.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/generation.h"
 #include "snapkv/model/llama.h"
@@ -162,16 +164,14 @@ int run_ask(AskOptions& o) {
   }
   if (o.json.given()) {
     nlohmann::json j;
-    j["cache"] = o.cache;
+    j["cache_file"] = o.cache;
     j["bytes_read"] = loaded.file_bytes;
     j["load_s"] = load_s;
     j["prompt_tokens"] = loaded.tokens.size();
     j["policy"] = to_string(loaded.config.policy);
     j["codec"] = to_string(loaded.config.codec);
     j["budget"] = loaded.config.budget;
-    const CacheStats stats = loaded.session.cache_stats();
-    j["kept_rows"] = stats.tokens_kept;
-    j["kv_bytes"] = stats.bytes_stored;  // the loaded cache, every layer
+    snapkv::cli::add_kv_stats(j, loaded.session);  // the loaded cache, every layer
     // What one decode step reads of the weights: every matrix and the output head, one row of
     // the token embedding (a memory-traffic bound divides this plus the kept KV by a bandwidth).
     const LlamaWeights& w = model.weights();
@@ -180,6 +180,8 @@ int run_ask(AskOptions& o) {
                                  (w.tied_output ? 0 : w.token_embd.total_bytes()) +
                                  w.token_embd.row_bytes();
     j["threads"] = snapkv::num_threads();
+    j["config"] = snapkv::cli::config_json(config_record_json(loaded.config),
+                                           snapkv::cli::to_json(base_generation));
     j["answers"] = answers;
     o.json.write(j, "ask");  // invalid UTF-8 in answers is replaced when writing
   }

@@ -175,7 +175,11 @@ nlohmann::json CacheOptions::to_json() const {
       split_list(methods).empty() ? parse_method("snapkv", knobs) : parsed_methods().front();
   nlohmann::json j = config_record_json(m.config);
   j["methods"] = methods;
-  j["keep"] = keep;
+  // Numbers, not the text typed: null when not given, a list for eval's --keep LIST.
+  const std::vector<double> k = keeps();
+  j["keep"] = k.empty()       ? nlohmann::json(nullptr)
+              : k.size() == 1 ? nlohmann::json(k.front())
+                              : nlohmann::json(k);
   j["budget"] = budget;
   j["prefill_chunk"] = prefill_chunk;
   j["threads"] = threads;
