@@ -26,6 +26,7 @@
 #include "bench_model.h"
 #include "cache_options.h"
 #include "command.h"
+#include "json_fields.h"
 #include "snapkv/eval/model_bench.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
@@ -66,6 +67,7 @@ struct Measurement {
   size_t prompt = 0;
   double prefill_tps = 0, decode_tps = 0;
   size_t kv_bytes = 0, kv_full_bytes = 0, kept = 0;
+  nlohmann::json kv_stats;                     // cli/json_fields.h add_kv_stats
   double prefill_ratio = 1, decode_ratio = 1;  // vs full, same type and length
 };
 
@@ -189,6 +191,8 @@ int run_bench(BenchOptions& o) {
           m.kv_bytes = st.bytes_stored;
           m.kv_full_bytes = st.bytes_full_fp16;
           m.kept = st.tokens_kept;
+          m.kv_stats = nlohmann::json::object();
+          snapkv::cli::add_kv_stats(m.kv_stats, session);
           if (!o.quiet) {
             std::fprintf(stderr,
                          "[bench] %s %zu %s run %zu/%zu: prefill %.1f tok/s, decode %.2f "
@@ -227,7 +231,8 @@ int run_bench(BenchOptions& o) {
                               {"decode_tokens_per_s", m.decode_tps},
                               {"kv_bytes", m.kv_bytes},
                               {"kv_bytes_full_fp16", m.kv_full_bytes},
-                              {"kept_rows", m.kept},
+                              {"kept_rows", m.kv_stats.value("kept_rows", nlohmann::json())},
+                              {"kv_ratio", m.kv_stats.value("kv_ratio", nlohmann::json())},
                               {"prefill_ratio_vs_full", m.prefill_ratio},
                               {"decode_ratio_vs_full", m.decode_ratio}});
     }

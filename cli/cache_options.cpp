@@ -13,6 +13,7 @@
 
 #include "snapkv/kv/core/spec.h"
 #include "snapkv/kv/core/spec_json.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/input_file.h"
@@ -79,8 +80,64 @@ void add_spec_flags(CLI::App& app, CacheOptions& o, const std::string& group) {
 
 }  // namespace
 
+namespace {
+std::string keep_text(double keep) {
+  std::string s = std::to_string(keep);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+}  // namespace
+
+CacheOptionSpec query_aware_cache_spec() {
+  CacheOptionSpec spec;
+  spec.default_methods = std::string(kDefaultMethod);
+  spec.default_keep = keep_text(kDefaultKeep);
+  return spec;
+}
+
+CacheOptionSpec document_cache_spec() {
+  CacheOptionSpec spec = query_aware_cache_spec();
+  spec.default_methods = std::string(kDefaultDocumentMethod);
+  return spec;
+}
+
+std::string codec_for_cache_types(const std::string& k, const std::string& v) {
+  const std::string kk = k.empty() ? "f16" : k, vv = v.empty() ? "f16" : v;
+  if (kk == "f16" && vv == "f16") return "";
+  const auto q4 = [](const std::string& t) { return t == "q4_0" || t == "q4_1"; };
+  if (q4(kk) && q4(vv)) return "kivi4";
+  throw_invalid("cli", "--cache-type-k/--cache-type-v pair has no snapkv codec",
+                "-ctk " + kk + " -ctv " + vv,
+                "f16/f16 (fp16) or q4_0|q4_1 for both (kivi4); other codecs by --method "
+                "(e.g. snapkv+kivi2)");
+}
+
+void rewrite_llama_cpp_options(std::vector<std::string>& args) {
+  for (std::string& a : args) {
+    if (a == "-ctk") a = "--cache-type-k";
+    if (a == "-ctv") a = "--cache-type-v";
+  }
+}
+
 std::vector<Method> CacheOptions::parsed_methods() const {
-  std::vector<Method> out = parse_methods(methods, knobs);
+  std::string list = methods;
+  if (!cache_type_k.empty() || !cache_type_v.empty()) {
+    const std::string codec = codec_for_cache_types(cache_type_k, cache_type_v);
+    if (!codec.empty()) {
+      list.clear();
+      for (const std::string& name : split_list(methods)) {
+        const Method m = parse_method(name, knobs);
+        if (m.config.codec != CodecKind::fp16) {
+          throw_invalid("cli", "--cache-type-k/-v with a method that has a codec", name,
+                        "a method without a codec (the cache types choose " + codec + ")");
+        }
+        if (!list.empty()) list += ",";
+        list += m.config.policy == PolicyKind::full ? codec : name + "+" + codec;
+      }
+    }
+  }
+  std::vector<Method> out = parse_methods(list, knobs);
   for (Method& m : out) m.config.budget = budget;
   return out;
 }
@@ -113,11 +170,16 @@ CacheConfig CacheOptions::config_for(const Method& m, size_t tokens) const {
 }
 
 nlohmann::json CacheOptions::to_json() const {
-  const std::vector<std::string> names = split_list(methods);
-  const Method m = parse_method(names.empty() ? std::string("snapkv") : names.front(), knobs);
+  // The first method as the command will run it (--cache-type-k/-v applied).
+  const Method m =
+      split_list(methods).empty() ? parse_method("snapkv", knobs) : parsed_methods().front();
   nlohmann::json j = config_record_json(m.config);
   j["methods"] = methods;
-  j["keep"] = keep;
+  // Numbers, not the text typed: null when not given, a list for eval's --keep LIST.
+  const std::vector<double> k = keeps();
+  j["keep"] = k.empty()       ? nlohmann::json(nullptr)
+              : k.size() == 1 ? nlohmann::json(k.front())
+                              : nlohmann::json(k);
   j["budget"] = budget;
   j["prefill_chunk"] = prefill_chunk;
   j["threads"] = threads;
@@ -145,14 +207,27 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
     case BudgetStyle::none:
       break;
     case BudgetStyle::budget_or_keep:
-      o.budget_option = app.add_option("--budget", o.budget, "Rows kept per KV head after prefill")
-                            ->capture_default_str()
-                            ->group(group);
-      keep = app.add_option("--keep", o.keep,
-                            "Kept fraction in (0, 1] of the prompt instead of --budget (budget = "
-                            "max(ceil(keep x tokens), sinks + 1), sinks + window when the "
-                            "window is kept)")
-                 ->group(group);
+      if (spec.default_keep.empty()) {
+        o.budget_option =
+            app.add_option("--budget", o.budget, "Rows kept per KV head after prefill")
+                ->capture_default_str()
+                ->group(group);
+        keep = app.add_option("--keep", o.keep,
+                              "Kept fraction in (0, 1] of the prompt instead of --budget (budget "
+                              "= max(ceil(keep x tokens), sinks + 1), sinks + window when the "
+                              "window is kept)")
+                   ->group(group);
+      } else {
+        // --keep by default; --budget N (no default printed: none applies) replaces it.
+        o.budget_option = app.add_option("--budget", o.budget,
+                                         "Rows kept per KV head after prefill, instead of --keep")
+                              ->group(group);
+        keep = app.add_option("--keep", o.keep,
+                              "Kept fraction in (0, 1] of the prompt (budget = max(ceil(keep x "
+                              "tokens), sinks + 1), sinks + window when the window is kept)")
+                   ->capture_default_str()
+                   ->group(group);
+      }
       keep->excludes(o.budget_option);
       break;
     case BudgetStyle::keep_list:
@@ -167,6 +242,11 @@ void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& sp
       break;
   }
   add_spec_flags(app, o, group);
+  app.add_option("--cache-type-k", o.cache_type_k,
+                 "llama.cpp's -ctk: f16, q4_0, q4_1 (with -ctv: f16/f16 = fp16, q4 both = kivi4)")
+      ->group(group);
+  app.add_option("--cache-type-v", o.cache_type_v, "llama.cpp's -ctv (see --cache-type-k)")
+      ->group(group);
   if (spec.prefill_chunk) {
     app.add_option("--prefill-chunk", o.prefill_chunk, "Tokens per prefill forward")
         ->capture_default_str()

@@ -20,6 +20,7 @@
 //   --zip-salient F --zip-high 4|16 codec zipcache: salient fraction and its precision
 //   --gear-rank R --gear-sparse F --gear-bits 2|4   codec gear
 //   --prefill-chunk N               tokens per prefill forward
+//   --cache-type-k/-ctk, --cache-type-v/-ctv T   llama.cpp's cache types (codec_for_cache_types)
 //   --threads N                     worker threads (0 = all cores); OpenBLAS runs one thread
 //                                   inside each of our tasks (ops/gemm.h)
 // Also here: --json [FILE] (stdout when no FILE), and the hidden --print-cache-config that prints
@@ -66,6 +67,12 @@ struct CacheOptionSpec {
   bool threads = true;
 };
 
+// The defaults of model/generation.h as specs: run and chat (the prompt holds the question):
+// --method snapkv --keep 0.2; compress (question-agnostic): --method kvzip --keep 0.2. --budget N
+// replaces --keep.
+CacheOptionSpec query_aware_cache_spec();
+CacheOptionSpec document_cache_spec();
+
 struct CacheOptions {
   std::string methods;  // NAME or LIST (see MethodArity)
   size_t budget = CacheConfig{}.budget;
@@ -73,6 +80,9 @@ struct CacheOptions {
   // Every option of the cache spec (kv/core/spec.h) given on the command line, over the
   // library's defaults; the command sets knobs.seed from its own --seed (random policy).
   CacheConfig knobs;
+  // --cache-type-k / --cache-type-v (llama.cpp's -ctk / -ctv): "" = not given; see
+  // codec_for_cache_types().
+  std::string cache_type_k, cache_type_v;
   size_t prefill_chunk = 512;
   int threads = 0;
   bool print_config = false;
@@ -91,6 +101,16 @@ struct CacheOptions {
   // the cache spec's record plus methods, keep, prefill_chunk and threads.
   nlohmann::json to_json() const;
 };
+
+// llama.cpp's KV cache types mapped to a snapkv codec: f16/f16 -> "" (fp16, no codec), q4_0 or
+// q4_1 for both -> "kivi4" (asymmetric 4-bit groups: keys per channel, values per token). Any
+// other pair throws std::invalid_argument "[cli] --cache-type-k/--cache-type-v ..." naming it.
+// An empty type stands for f16 (llama.cpp's default).
+std::string codec_for_cache_types(const std::string& k, const std::string& v);
+
+// Rewrites llama.cpp's two-letter single-dash options "-ctk" and "-ctv" to --cache-type-k and
+// --cache-type-v (the parser reads single-dash names as one letter).
+void rewrite_llama_cpp_options(std::vector<std::string>& args);
 
 // Registers the shared flags on `app`, writing into `o` (which must outlive parsing).
 void add_cache_options(CLI::App& app, CacheOptions& o, const CacheOptionSpec& spec);

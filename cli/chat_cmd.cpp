@@ -26,6 +26,8 @@
 
 #include "cache_options.h"
 #include "command.h"
+#include "generation_options.h"
+#include "json_fields.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_session.h"
@@ -42,10 +44,7 @@ struct ChatCmdOptions {
   std::string model;
   std::string system;
   snapkv::cli::CacheOptions cache;
-  size_t max_tokens = 256;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  uint64_t seed = 0;
+  snapkv::cli::GenerationOptions gen;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
   bool no_chat = false;  // no template: each turn as a plain line of text
@@ -75,19 +74,50 @@ KeptRows kept_rows(const snapkv::LlamaSession& session) {
   return k;
 }
 
+const char* kChatHelp =
+    "Commands (a line starting with //: a user turn starting with /):\n"
+    "  /help    this list\n"
+    "  /clear   start a new conversation (the system message stays)\n"
+    "  /stats   tokens seen, kept KV rows per head, KV bytes vs an fp16 cache of every token\n"
+    "  /exit    end the chat (as does the end of input; /quit too)\n";
+
+// /stats on stderr.
+void print_stats(const snapkv::ChatSession& chat, const snapkv::CacheConfig& config) {
+  const snapkv::LlamaSession* session = chat.session();
+  if (session == nullptr) {
+    std::fputs("[chat] stats: no turn yet\n", stderr);
+    return;
+  }
+  const snapkv::CacheStats stats = session->cache_stats();
+  const KeptRows kept = kept_rows(*session);
+  const double saved = stats.bytes_full_fp16 > 0
+                           ? 100.0 * (1.0 - static_cast<double>(stats.bytes_stored) /
+                                                static_cast<double>(stats.bytes_full_fp16))
+                           : 0.0;
+  std::fprintf(stderr,
+               "[chat] stats: %zu tokens seen | kept rows/head min %zu mean %.1f max %zu (budget "
+               "%zu, decode budget %zu) | KV %zu bytes vs %zu full fp16 (%.1f%% saved)\n",
+               session->n_past(), kept.min, kept.mean, kept.max, config.budget,
+               config.decode_budget, stats.bytes_stored, stats.bytes_full_fp16, saved);
+}
+
 int run_chat(ChatCmdOptions& o) {
   using namespace snapkv;
   snapkv::cli::apply_threads("chat", o.cache.threads);
   o.json.open("chat", {{o.model, "--model"}});
   nlohmann::json turns = nlohmann::json::array();  // for --json FILE
-  if (!o.cache.keep.empty()) {
-    throw_invalid("chat", "--keep needs a known prompt length", "--keep " + o.cache.keep,
-                  "--budget N (the conversation grows turn by turn)");
-  }
+  const GenerationConfig generation = o.gen.config();
   snapkv::cli::CacheOptions cache_options = o.cache;
-  cache_options.knobs.seed = o.seed;
+  cache_options.knobs.seed = generation.sampler.seed;
   const Method method = cache_options.single_method();
-  CacheConfig config = cache_options.config_for(method, cache_options.budget);
+  (void)cache_options.config_for(method, std::max<size_t>(cache_options.budget, 1));
+  const LlamaModel model = LlamaModel::load(o.model);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
+  const size_t n_ctx =
+      o.gen.context_limit("chat", model.config().n_ctx, model.config().arch_name());
+  // A conversation's length is not known in advance: --keep F keeps F x the context it may
+  // reach (--ctx-size, or the model's) rows per KV head.
+  CacheConfig config = cache_options.config_for(method, n_ctx);
   // Later turns are appended under a decode-time budget: the one given, else the budget itself.
   if (config.decode_budget == 0 && config.policy != PolicyKind::full) {
     config.decode_budget = config.budget;
@@ -101,11 +131,6 @@ int run_chat(ChatCmdOptions& o) {
                                        (keeps_window(config) ? config.window : 0)));
     }
   }
-  SamplerConfig sampler_config{o.temperature, o.top_p, o.seed};
-  sampler_config.validate();
-
-  const LlamaModel model = LlamaModel::load(o.model);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   ChatTemplate chat_template = [&] {
     if (o.no_chat) {
       const Vocab& v = tokenizer.vocab();
@@ -128,11 +153,12 @@ int run_chat(ChatCmdOptions& o) {
   ChatSession chat(
       model, tokenizer, std::move(chat_template), config,
       SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}},
-      sampler_config, o.system);
+      generation.sampler, o.system);
 
   const bool interactive = ::isatty(STDIN_FILENO) == 1;
   std::string line;
   size_t turn_index = 0;
+  bool had_error = false;
   for (;;) {
     if (interactive) {
       std::fputs("> ", stderr);
@@ -140,13 +166,36 @@ int run_chat(ChatCmdOptions& o) {
     }
     if (!std::getline(std::cin, line)) break;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line == "/exit") break;
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines
-    const ChatTurn turn = chat.send(line, o.max_tokens, [&](const std::string& piece) {
+    if (line.rfind("//", 0) == 0) {
+      line.erase(0, 1);  // "//text": the user turn "/text"
+    } else if (line[0] == '/') {
+      const size_t space = line.find(' ');
+      const std::string name = line.substr(0, space);
+      if (name == "/exit" || name == "/quit") break;
+      if (name == "/help") {
+        std::fputs(kChatHelp, stderr);
+      } else if (name == "/clear") {
+        chat.clear();
+        turn_index = 0;
+        if (!o.quiet) std::fputs("[chat] new conversation\n", stderr);
+      } else if (name == "/stats") {
+        print_stats(chat, config);
+      } else {
+        std::fprintf(stderr,
+                     "snapkv: error: [chat] unknown command '%s', expected one of /help, /clear, "
+                     "/stats, /exit (start a line with // to send one beginning with /)\n",
+                     name.c_str());
+        had_error = true;
+      }
+      continue;
+    }
+    const ChatTurn turn = chat.send(line, generation, [&](const GenerationPiece& piece) {
       if (!o.json.to_stdout()) {
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fwrite(piece.text.data(), 1, piece.text.size(), stdout);
         std::fflush(stdout);
       }
+      return true;
     });
     ++turn_index;
     const LlamaSession& session = *chat.session();
@@ -155,15 +204,14 @@ int run_chat(ChatCmdOptions& o) {
     if (o.json.given()) {
       nlohmann::json j;
       j["turn"] = turn_index;
-      j["reply"] = turn.reply;
+      j["text"] = turn.reply;
       j["tokens"] = turn.generated;
-      j["stop"] = to_string(turn.stop);
-      j["fed_tokens"] = turn.fed.size();
+      j["generated_tokens"] = turn.generated.size();
+      j["finish_reason"] = to_string(turn.finish);
+      j["prompt_tokens"] = turn.fed.size();  // appended for this user turn
       j["canonical"] = turn.canonical;
       j["n_past"] = session.n_past();
-      j["kept_rows"] = {{"min", kept.min}, {"mean", kept.mean}, {"max", kept.max}};
-      j["kv_bytes"] = stats.bytes_stored;
-      j["kv_bytes_full_fp16"] = stats.bytes_full_fp16;
+      snapkv::cli::add_kv_stats(j, session);
       j["budget"] = config.budget;
       j["decode_budget"] = config.decode_budget;
       // Generated bytes need not be valid UTF-8: invalid sequences are replaced.
@@ -180,13 +228,13 @@ int run_chat(ChatCmdOptions& o) {
                      "[chat] turn %zu: +%zu tokens, generated %zu (%s) | %zu tokens seen | kept "
                      "rows/head min %zu mean %.1f max %zu | KV %zu bytes vs %zu full fp16\n",
                      turn_index, turn.fed.size(), turn.generated.size(),
-                     std::string(to_string(turn.stop)).c_str(), session.n_past(), kept.min,
+                     std::string(to_string(turn.finish)).c_str(), session.n_past(), kept.min,
                      kept.mean, kept.max, stats.bytes_stored, stats.bytes_full_fp16);
       }
     }
   }
   if (o.json.to_file()) o.json.write(turns, "chat");
-  return 0;
+  return had_error ? 1 : 0;
 }
 
 snapkv::cli::RegisterCommand reg{
@@ -195,22 +243,17 @@ snapkv::cli::RegisterCommand reg{
       auto o = std::make_shared<ChatCmdOptions>();
       sub.footer(
           "Example:\n  printf 'Hello\\nAnd then?\\n' | snapkv chat --model M.gguf --budget 256\n"
-          "One user turn per line on stdin; /exit or end of input ends the chat. The model's\n"
+          "One user turn per line on stdin; /exit or end of input ends the chat; /help lists the\n"
+          "commands (/clear, /stats). The model's\n"
           "tokenizer.chat_template must be a Llama 3, ChatML / Qwen or Mistral [INST] template\n"
           "(--no-chat: none, each turn a plain line of text).\n"
-          "The first turn is compressed to --budget like run's prompt; later turns and replies\n"
-          "are kept under --decode-budget (default: --budget), re-selected by --method.");
+          "The cache keeps --budget rows per KV head, or --keep x the context (--ctx-size or the\n"
+          "model's): the first turn is compressed to it like run's prompt; later turns and\n"
+          "replies are kept under --decode-budget (default: the same), re-selected by --method.");
       sub.add_option("--model,-m", o->model, "GGUF model file with a chat template")->required();
       sub.add_option("--system", o->system, "System message");
-      snapkv::cli::add_cache_options(sub, o->cache, {});
-      snapkv::cli::bounded(sub.add_option("--max-tokens,-n,--n-predict", o->max_tokens,
-                                          "Tokens per reply (stops at an end-of-generation token)"),
-                           0, snapkv::cli::kMaxContextTokens,
-                           "tokens; generation also stops at the model's context")
-          ->capture_default_str();
-      sub.add_option("--temperature,--temp", o->temperature, "0 = greedy")->capture_default_str();
-      sub.add_option("--top-p", o->top_p, "Nucleus mass in (0, 1]")->capture_default_str();
-      sub.add_option("--seed,-s", o->seed, "Sampler and random-policy seed")->capture_default_str();
+      snapkv::cli::add_cache_options(sub, o->cache, snapkv::cli::query_aware_cache_spec());
+      snapkv::cli::add_generation_options(sub, o->gen, "Tokens per reply");
       snapkv::cli::add_json_option(
           sub, o->json,
           "one object per turn (reply, tokens, kept rows, KV bytes): a line per turn on stdout, "

@@ -18,6 +18,7 @@
 
 #include "cache_options.h"
 #include "command.h"
+#include "json_fields.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
@@ -77,23 +78,24 @@ int run_compress(CompressOptions& o) {
 
   if (o.json.given()) {
     nlohmann::json j;
-    j["out"] = o.out;
+    j["cache_file"] = o.out;
     j["prompt_tokens"] = tokens.size();
     j["method"] = method.name;
     j["policy"] = to_string(config.policy);
     j["codec"] = to_string(config.codec);
     j["budget"] = config.budget;
-    j["kept_rows"] = stats.tokens_kept;
     j["file_bytes"] = file_bytes;
-    j["kv_bytes"] = stats.bytes_stored;
-    j["kv_bytes_full_fp16"] = stats.bytes_full_fp16;
+    snapkv::cli::add_kv_stats(j, session);
     j["prefill_s"] = prefill_s;
     j["write_s"] = write_s;
-    j["cache"] = cache_options.to_json();
+    j["config"] = snapkv::cli::config_json(
+        snapkv::cli::cache_config_json(cache_options, method, config), nullptr);
     o.json.write(j, "compress");
   }
-  if (!o.json.to_stdout()) {
-    std::printf(
+  if (!o.quiet) {  // the product is the file: the summary is a log line
+    std::fprintf(
+        stderr,
+
         "[compress] %s: %zu tokens, kept %zu rows/head (budget %zu), %s %s, file %zu bytes "
         "vs %zu for an fp16 cache of every token (%.1f%%), prefill %.2f s, write %.3f s\n",
         o.out.c_str(), tokens.size(), stats.tokens_kept, config.budget,
@@ -122,10 +124,7 @@ snapkv::cli::RegisterCommand reg{
           ->required();
       sub.add_option("--out,-o", o->out, "The .kvc file to write (replaced atomically)")
           ->required();
-      snapkv::cli::CacheOptionSpec spec;
-      spec.default_methods = "kvzip";
-      spec.default_keep = "0.2";
-      snapkv::cli::add_cache_options(sub, o->cache, spec);
+      snapkv::cli::add_cache_options(sub, o->cache, snapkv::cli::document_cache_spec());
       snapkv::cli::add_json_option(sub, o->json, "tokens, kept rows, file bytes and timings");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
       return [o] { return run_compress(*o); };

@@ -5,10 +5,12 @@
 //
 //   snapkv demo [--model models/<name>.gguf] [--context 1024] [--task passkey] [--seed 7]
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,19 @@ struct DemoOptions {
   std::string task = "passkey";
   uint64_t seed = 7;
   snapkv::cli::CacheOptions cache;  // --keep (default 0.1), window, pool, kernel, threads...
+  snapkv::cli::JsonOutput json;
 };
+
+// printf to stdout unless the JSON goes there.
+bool g_text = true;
+void say(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void say(const char* format, ...) {
+  if (!g_text) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+}
 
 // The shipped model, models/snapkv-tiny4.gguf (see models/README.md), under the current directory;
 // when that file is absent, the first (by name) models/*.gguf.
@@ -64,7 +78,9 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
-int run_demo(const DemoOptions& o) {
+int run_demo(DemoOptions& o) {
+  g_text = !o.json.to_stdout();
+  o.json.open("demo");
   cli::apply_threads("demo", o.cache.threads);
   const std::vector<double> keeps = o.cache.keeps();
   if (keeps.size() != 1) throw_invalid("demo", "--keep", o.cache.keep, "one fraction in (0, 1]");
@@ -93,16 +109,14 @@ int run_demo(const DemoOptions& o) {
     if (!answers.empty()) answers += ", ";
     answers += a;
   }
-  std::printf("model %s (%s, %zu layers, %zu KV heads x %zu)\n", path.c_str(),
-              model.config().name.c_str(), model.config().n_layers, model.config().n_kv_heads,
-              model.config().head_dim);
-  std::printf("task %s, %zu prompt tokens, needle depth %.0f%%, expected: %s\n", o.task.c_str(),
-              prompt.size(), sample.depths.empty() ? 0.0 : 100.0 * sample.depths.front(),
-              answers.c_str());
+  say("model %s (%s, %zu layers, %zu KV heads x %zu)\n", path.c_str(), model.config().name.c_str(),
+      model.config().n_layers, model.config().n_kv_heads, model.config().head_dim);
+  say("task %s, %zu prompt tokens, needle depth %.0f%%, expected: %s\n", o.task.c_str(),
+      prompt.size(), sample.depths.empty() ? 0.0 : 100.0 * sample.depths.front(), answers.c_str());
   std::string question = sample.question + sample.answer_prefix;
   question.erase(0, question.find_first_not_of(" \n"));
   for (char& c : question) c = c == '\n' ? ' ' : c;
-  std::printf("question: %s\n\n", question.c_str());
+  say("question: %s\n\n", question.c_str());
 
   const std::string keep_pct = fixed(100.0 * keep, 0) + "%";
   struct Row {
@@ -112,8 +126,9 @@ int run_demo(const DemoOptions& o) {
                                  {"SnapKV " + keep_pct, "snapkv"},
                                  {"StreamingLLM " + keep_pct, "streaming"},
                                  {"SnapKV+KIVI-2 " + keep_pct, "snapkv+kivi2"}};
-  std::printf("%-20s %7s %-24s %-7s %9s %6s %11s %10s\n", "method", "kept", "answer", "correct",
-              "KV KiB", "KV%", "prefill t/s", "decode t/s");
+  say("%-20s %7s %-24s %-7s %9s %6s %11s %10s\n", "method", "kept", "answer", "correct", "KV KiB",
+      "KV%", "prefill t/s", "decode t/s");
+  nlohmann::json results = nlohmann::json::array();
   for (const Row& row : rows) {
     const Method method = parse_method(row.method, defaults);
     const CacheConfig config = o.cache.config_for(method, prompt.size());
@@ -124,17 +139,49 @@ int run_demo(const DemoOptions& o) {
     const double prefill_tps = static_cast<double>(run.prompt_tokens) / run.prefill_seconds;
     const double decode_tps =
         run.decode_seconds > 0 ? static_cast<double>(run.decode_steps) / run.decode_seconds : 0.0;
-    std::printf("%-20s %7zu %-24s %-7s %9s %6s %11.0f %10.1f\n", row.label.c_str(), s.tokens_kept,
-                answer.c_str(), run.score >= 1.0 ? "yes" : (run.score > 0 ? "partly" : "no"),
-                fixed(static_cast<double>(s.bytes_stored) / 1024.0, 1).c_str(),
-                fixed(100.0 * static_cast<double>(s.bytes_stored) /
-                          static_cast<double>(std::max<size_t>(1, s.bytes_full_fp16)),
-                      1)
-                    .c_str(),
-                prefill_tps, decode_tps);
+    say("%-20s %7zu %-24s %-7s %9s %6s %11.0f %10.1f\n", row.label.c_str(), s.tokens_kept,
+        answer.c_str(), run.score >= 1.0 ? "yes" : (run.score > 0 ? "partly" : "no"),
+        fixed(static_cast<double>(s.bytes_stored) / 1024.0, 1).c_str(),
+        fixed(100.0 * static_cast<double>(s.bytes_stored) /
+                  static_cast<double>(std::max<size_t>(1, s.bytes_full_fp16)),
+              1)
+            .c_str(),
+        prefill_tps, decode_tps);
     std::fflush(stdout);
+    const double kv_ratio = static_cast<double>(s.bytes_stored) /
+                            static_cast<double>(std::max<size_t>(1, s.bytes_full_fp16));
+    results.push_back(
+        {{"method", row.method},
+         {"label", row.label},
+         {"text", run.prediction},
+         {"tokens", run.generated},
+         {"generated_tokens", run.generated.size()},
+         {"score", run.score},
+         {"correct", run.score >= 1.0},
+         {"prompt_tokens", run.prompt_tokens},
+         {"budget", config.budget},
+         // The demo's methods keep the same rows in every head: min = max.
+         {"kept_rows", {{"min", s.tokens_kept}, {"mean", s.mean_kept()}, {"max", s.tokens_kept}}},
+         {"kv_bytes", s.bytes_stored},
+         {"kv_bytes_full_fp16", s.bytes_full_fp16},
+         {"kv_ratio", kv_ratio},
+         {"prefill_s", run.prefill_seconds},
+         {"decode_s", run.decode_seconds},
+         {"decode_steps", run.decode_steps},
+         {"prefill_tokens_per_s", prefill_tps},
+         {"decode_tokens_per_s", decode_tps}});
   }
-  std::printf("\nkept = rows per KV head after the prompt; KV%% = bytes vs a full fp16 cache.\n");
+  say("\nkept = rows per KV head after the prompt; KV%% = bytes vs a full fp16 cache.\n");
+  if (o.json.given()) {
+    nlohmann::json j;
+    j["model"] = path;
+    j["task"] = o.task;
+    j["prompt_tokens"] = prompt.size();
+    j["expected"] = sample.answers;
+    j["keep"] = keep;
+    j["results"] = results;
+    o.json.write(j, "demo");
+  }
   return 0;
 }
 
@@ -160,6 +207,7 @@ snapkv::cli::RegisterCommand reg{
       spec.budget = snapkv::cli::BudgetStyle::keep_one;
       spec.default_keep = "0.1";
       snapkv::cli::add_cache_options(sub, o->cache, spec);
+      snapkv::cli::add_json_option(sub, o->json, "each method's answer, KV bytes and speed");
       return [o] { return run_demo(*o); };
     }};
 

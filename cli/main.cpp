@@ -14,6 +14,7 @@
 
 #include "cache_options.h"
 #include "command.h"
+#include "generation_options.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/cpu.h"
 #include "snapkv/util/error.h"
@@ -142,8 +143,12 @@ int run_main(int argc, char** argv) {
   }
   reject_negative_unsigned(app);
 
+  // llama.cpp's -ctk / -ctv: two-letter names the parser would read as -c tk.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  rewrite_llama_cpp_options(args);
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -160,6 +165,7 @@ int run_main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       if (print_cache_config_if_asked(*sub)) return 0;
+      if (print_generation_config_if_asked(*sub)) return 0;
       return action();
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "snapkv: error: %s\n", e.what());

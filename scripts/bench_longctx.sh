@@ -181,7 +181,7 @@ measure() {
   for name in full snapkv1024; do
     log "ours: decode $GEN tokens from $name.kvc, $REPS repetitions, SNAPKV_WEIGHTS=$WEIGHTS"
     SNAPKV_WEIGHTS="$WEIGHTS" "$SNAPKV" ask --model "$MODEL" --cache "$WORK/$name.kvc" --questions "$questions" \
-      --max-tokens "$GEN" --ignore-eos --multiline --threads "$THREADS" \
+      --max-tokens "$GEN" --ignore-eos --threads "$THREADS" \
       --json "$OUT/ours-$name.json" > /dev/null
   done
   for ((i = 0; i < REPS; ++i)); do

@@ -68,19 +68,19 @@ def ours(path, bandwidth):
     answers = a.get("answers", [])
     if not answers:
         fail("no answers in %s" % path)
-    rates = [x["decode_tok_s"] for x in answers]
+    rates = [x["decode_tokens_per_s"] for x in answers]
     steps = answers[0]["decode_steps"]
     if any(x["decode_steps"] != steps for x in answers) or steps < 1:
         fail("%s: the answers decoded different or no steps: %s (--ignore-eos missing?)"
              % (path, [x["decode_steps"] for x in answers]))
-    kept, kv_bytes = a["kept_rows"], a["kv_bytes"]
+    kept, kv_bytes = a["kept_rows"]["mean"], a["kv_bytes"]
     row_bytes = kv_bytes / max(kept, 1)
     mean_rows = kept + answers[0]["question_tokens"] + (steps + 1) / 2.0
     step_bytes = a["weight_bytes_per_step"] + row_bytes * mean_rows
     bound = bandwidth / step_bytes
     median = statistics.median(rates)
     return {
-        "cache": a["cache"], "prompt_tokens": a["prompt_tokens"], "policy": a["policy"],
+        "cache": a["cache_file"], "prompt_tokens": a["prompt_tokens"], "policy": a["policy"],
         "codec": a["codec"], "kept_rows": kept, "kv_bytes_loaded": kv_bytes,
         "kv_bytes_per_row": row_bytes, "decode_steps": steps, "threads": a.get("threads"),
         "decode_tok_s": rates, "median_decode_tok_s": median,
@@ -134,9 +134,9 @@ def main():
     for name in ("full", "snapkv1024", "snapkv1024-short"):
         c = load_json(os.path.join(args.work, name + ".json"))
         prefill[name] = {"prompt_tokens": c["prompt_tokens"], "method": c["method"],
-                         "chunk_mode": c["cache"].get("chunk_mode"),
-                         "prefill_chunk": c["cache"].get("prefill_chunk"),
-                         "kept_rows": c["kept_rows"], "kv_bytes": c["kv_bytes"],
+                         "chunk_mode": c["config"]["cache"].get("chunk_mode"),
+                         "prefill_chunk": c["config"]["cache"].get("prefill_chunk"),
+                         "kept_rows": c["kept_rows"]["mean"], "kv_bytes": c["kv_bytes"],
                          "peak_rss_bytes": read_int(os.path.join(args.work, name + ".rss"))}
     prefill["llama.cpp"] = {"prompt_tokens": llama_prompt,
                             "peak_rss_bytes": read_int(os.path.join(args.work, "llama-prefill.rss"))}

@@ -47,10 +47,10 @@ json cell_json(const CellResult& c, bool with_samples) {
             {"mean_kv_bytes_prompt", c.mean_kv_bytes_prompt},
             {"mean_kv_bytes_full_fp16_prompt", c.mean_kv_bytes_full_fp16_prompt},
             {"kv_fraction_prompt", c.kv_fraction_prompt},
-            {"prefill_tok_s", c.prefill_tok_s},
-            {"decode_tok_s", c.decode_tok_s},
-            {"prefill_seconds", c.prefill_seconds},
-            {"decode_seconds", c.decode_seconds},
+            {"prefill_tokens_per_s", c.prefill_tok_s},
+            {"decode_tokens_per_s", c.decode_tok_s},
+            {"prefill_s", c.prefill_seconds},
+            {"decode_s", c.decode_seconds},
             {"mean_generated_tokens", c.mean_generated},
             {"agreement_with_full", c.has_full ? json(c.agreement_with_full) : json(nullptr)}};
   if (with_samples) {
@@ -62,7 +62,7 @@ json cell_json(const CellResult& c, bool with_samples) {
                          {"answers", s.answers},
                          {"prompt_tokens", s.prompt_tokens},
                          {"budget", s.budget},
-                         {"kept_rows", s.kept_rows},
+                         {"mean_kept_rows", s.kept_rows},
                          {"generated_tokens", s.generated_tokens}});
     }
     j["samples"] = samples;
@@ -184,7 +184,7 @@ json to_json(const PerplexityResults& results, const LlamaModel& model, const Ru
                      {"mean_kv_bytes_full_fp16", c.mean_kv_bytes_full_fp16},
                      {"kv_fraction", c.kv_fraction},
                      {"kv_fraction_prefix", c.kv_fraction_prefix},
-                     {"prefill_tok_s", c.prefill_tok_s}});
+                     {"prefill_tokens_per_s", c.prefill_tok_s}});
   }
   j["results"] = cells;
   return j;

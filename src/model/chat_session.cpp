@@ -130,16 +130,13 @@ std::vector<int32_t> ChatSession::delta_for(const std::vector<ChatMessage>& with
   return out;
 }
 
-ChatTurn ChatSession::send(std::string_view user, size_t max_tokens,
-                           const std::function<void(const std::string&)>& on_piece) {
+std::vector<ChatMessage> ChatSession::feed(std::string_view user, ChatTurn& turn) {
   if (trimmed(user).empty()) {
     throw_invalid(kComponent, "empty user turn", "\"" + std::string(user) + "\"", "some text");
   }
   const size_t n_ctx = model_->config().n_ctx;
   std::vector<ChatMessage> with_user = messages_;
   with_user.push_back({"user", std::string(user)});
-
-  ChatTurn turn;
   if (!session_) {
     turn.fed = tokenize(template_.render(with_user, chat_options_));
     if (turn.fed.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
@@ -161,33 +158,71 @@ ChatTurn ChatSession::send(std::string_view user, size_t max_tokens,
   }
   history_.insert(history_.end(), turn.fed.begin(), turn.fed.end());
   pending_.reset();
+  return with_user;
+}
 
-  for (;;) {
-    if (turn.generated.size() >= max_tokens) {
-      turn.stop = ChatStop::max_tokens;
-      break;
-    }
-    const int32_t token = sampler_.sample(logits_);
-    if (tokenizer_->is_eog(token)) {
-      pending_ = token;
-      turn.stop = ChatStop::eog;
-      break;
-    }
-    turn.generated.push_back(token);
-    const std::string piece = tokenizer_->token_to_piece(token);
-    turn.reply += piece;
-    if (on_piece) on_piece(piece);
-    if (turn.generated.size() == max_tokens || history_.size() >= n_ctx) {
-      pending_ = token;  // fed with the next turn
-      turn.stop = turn.generated.size() == max_tokens ? ChatStop::max_tokens : ChatStop::context;
-      break;
-    }
-    logits_ = session_->decode(token);
-    history_.push_back(token);
+ChatTurn ChatSession::send(std::string_view user, size_t max_tokens,
+                           const std::function<void(const std::string&)>& on_piece) {
+  GenerationConfig generation;
+  generation.sampler = sampler_;
+  if (max_tokens == 0) {  // the turn is appended, nothing generated
+    ChatTurn turn;
+    std::vector<ChatMessage> with_user = feed(user, turn);
+    turn.stop = ChatStop::max_tokens;
+    turn.finish = FinishReason::length;
+    ++turns_;
+    messages_ = std::move(with_user);
+    messages_.push_back({"assistant", ""});
+    return turn;
   }
+  generation.max_tokens = max_tokens;
+  return send(user, generation, [&](const GenerationPiece& piece) {
+    if (on_piece) on_piece(std::string(piece.text));
+    return true;
+  });
+}
+
+ChatTurn ChatSession::send(std::string_view user, const GenerationConfig& generation,
+                           const PieceCallback& on_piece) {
+  generation.validate();
+  ChatTurn turn;
+  std::vector<ChatMessage> with_user = feed(user, turn);
+  GenerationConfig g = generation;
+  g.sampler.seed += turns_;
+  ++turns_;
+  // generate() decodes every token but the last; the last (or the end token) is fed with the
+  // next turn.
+  const GenerationResult r =
+      generate(*session_, std::move(logits_), *tokenizer_, g, history_, on_piece);
+  logits_.clear();
+  for (size_t i = 0; i + 1 < r.tokens.size(); ++i) history_.push_back(r.tokens[i]);
+  if (r.end_token >= 0) {
+    // The end token follows the reply's last token, which was decoded.
+    if (!r.tokens.empty()) history_.push_back(r.tokens.back());
+    pending_ = r.end_token;
+  } else if (!r.tokens.empty()) {
+    pending_ = r.tokens.back();
+  }
+  turn.generated = r.tokens;
+  turn.reply = r.text;
+  turn.finish = r.finish;
+  turn.stop = r.finish == FinishReason::length    ? ChatStop::max_tokens
+              : r.finish == FinishReason::context ? ChatStop::context
+                                                  : ChatStop::eog;
   messages_ = std::move(with_user);
   messages_.push_back({"assistant", turn.reply});
   return turn;
+}
+
+void ChatSession::clear() {
+  session_.reset();
+  history_.clear();
+  pending_.reset();
+  logits_.clear();
+  turns_ = 0;
+  std::vector<ChatMessage> kept;
+  if (!messages_.empty() && messages_.front().role == "system") kept.push_back(messages_.front());
+  messages_ = std::move(kept);
 }
 
 }  // namespace snapkv

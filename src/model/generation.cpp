@@ -48,6 +48,10 @@ void GenerationConfig::validate() const {
   for (const std::string& s : stop) {
     if (s.empty()) throw_invalid(kComponent, "empty stop string", "\"\"", "a non-empty string");
   }
+  if (context_limit != 0 && context_limit < 2) {
+    throw_invalid(kComponent, "context_limit", std::to_string(context_limit),
+                  "0 (the model's) or >= 2");
+  }
   if (top_logprobs < -1 || top_logprobs > kMaxTopLogprobs) {
     throw_invalid(kComponent, "top_logprobs out of range", std::to_string(top_logprobs),
                   "-1 (none) or 0.." + std::to_string(kMaxTopLogprobs));
@@ -100,7 +104,9 @@ GenerationResult generate(LlamaSession& session, std::vector<float> logits,
                           std::span<const int32_t> history, const PieceCallback& on_piece) {
   config.validate();
   Sampler sampler(config.sampler);
-  const size_t n_ctx = session.model().config().n_ctx;
+  const size_t model_ctx = session.model().config().n_ctx;
+  const size_t n_ctx =
+      config.context_limit == 0 ? model_ctx : std::min(model_ctx, config.context_limit);
   GenerationResult r;
   std::vector<int32_t> seen(history.begin(), history.end());
   size_t emitted = 0;  // bytes of r.text passed to on_piece
@@ -114,6 +120,7 @@ GenerationResult generate(LlamaSession& session, std::vector<float> logits,
     const int32_t token = sampler.sample(logits, seen);
     if (tokenizer.is_eog(token) && !config.ignore_eos) {
       r.finish = FinishReason::stop;
+      r.end_token = token;
       break;
     }
     r.tokens.push_back(token);

@@ -86,11 +86,11 @@ TEST(ChatCli, NoChatSendsPlainLines) {
   const std::vector<json> turns = json_lines(r.out);
   ASSERT_EQ(turns.size(), 2u) << r.out;
   EXPECT_TRUE(turns[1].at("canonical").get<bool>()) << turns[1].dump();
-  const size_t fed1 = turns[0].at("fed_tokens").get<size_t>();
-  const size_t fed2 = turns[1].at("fed_tokens").get<size_t>();
+  const size_t fed1 = turns[0].at("prompt_tokens").get<size_t>();
+  const size_t fed2 = turns[1].at("prompt_tokens").get<size_t>();
   const size_t gen1 = turns[0].at("tokens").size(), gen2 = turns[1].at("tokens").size();
-  ASSERT_EQ(turns[0].at("stop"), "max_tokens");
-  ASSERT_EQ(turns[1].at("stop"), "max_tokens");
+  ASSERT_EQ(turns[0].at("finish_reason"), "length");
+  ASSERT_EQ(turns[1].at("finish_reason"), "length");
   EXPECT_GT(fed1, 1u);
   EXPECT_LT(fed2, fed1 + gen1) << "the second turn re-fed the history: " << r.out;
   // Each reply's last token waits to be fed with the next turn (fed2 counts it).
@@ -133,7 +133,7 @@ TEST(ChatCli, MultiTurnJsonWithinBudgetAndEofEndsCleanly) {
   ASSERT_EQ(r2.rc, 0) << r2.err;
   const std::vector<json> turns2 = json_lines(r2.out);
   ASSERT_EQ(turns2.size(), 1u) << r2.out;
-  EXPECT_EQ(turns2[0]["reply"], turns[0]["reply"]);
+  EXPECT_EQ(turns2[0]["text"], turns[0]["text"]);
 }
 
 TEST(ChatCli, TextModeAndRunChat) {
@@ -164,12 +164,49 @@ TEST(ChatCli, TextModeAndRunChat) {
   EXPECT_EQ(jc["prompt_tokens"].get<size_t>(), expected.size()) << ids.out;
 }
 
-TEST(ChatCli, KeepIsRefused) {
+// A conversation's length is unknown: --keep F keeps F x the context (--ctx-size here).
+TEST(ChatCli, KeepSizesTheBudgetFromTheContext) {
   TempDir dir("chat_cli");
   const std::string model = write_chat_model(dir);
-  const CliResult r = run_cli_input("chat --model '" + model + "' --keep 0.5 --quiet", "hi\n", dir);
-  EXPECT_EQ(r.rc, 2) << r.err;
-  EXPECT_NE(r.err.find("--keep"), std::string::npos) << r.err;
+  const CliResult r = run_cli_input("chat --model '" + model +
+                                        "' --keep 0.5 --ctx-size 200 --max-tokens 2 --json "
+                                        "--quiet --threads 1",
+                                    "hi\n", dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 1u) << r.out;
+  EXPECT_EQ(turns[0]["budget"], 100);
+  const CliResult big = run_cli_input(
+      "chat --model '" + model + "' --ctx-size 1000000 --quiet --threads 1", "hi\n", dir);
+  EXPECT_EQ(big.rc, 2) << big.err;
+  EXPECT_NE(big.err.find("--ctx-size larger than the model's trained context"), std::string::npos)
+      << big.err;
+}
+
+// The chat's commands through a pipe: /help and /stats print on stderr, /clear starts over (the
+// first turn after it replies as the first turn did), an unknown command is an error and never
+// reaches the model, and "//x" sends "/x".
+TEST(ChatCli, SlashCommandsThroughAPipe) {
+  TempDir dir("chat_cli");
+  const std::string model = write_chat_model(dir);
+  const std::string args =
+      "chat --model '" + model + "' --max-tokens 4 --budget 48 --window 8 --json --threads 1";
+  const CliResult r = run_cli_input(args,
+                                    "/help\nhello there\n/stats\n/clear\nhello there\n/bogus "
+                                    "x\n//slash\n/exit\nnever\n",
+                                    dir);
+  EXPECT_EQ(r.rc, 1) << r.err;  // the unknown command
+  const std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 3u) << r.out;  // hello, hello (after /clear), /slash
+  EXPECT_EQ(turns[0]["turn"], 1);
+  EXPECT_EQ(turns[1]["turn"], 1);  // a new conversation
+  EXPECT_EQ(turns[1]["text"], turns[0]["text"]);
+  EXPECT_EQ(turns[1]["n_past"], turns[0]["n_past"]);
+  EXPECT_EQ(turns[2]["turn"], 2);
+  EXPECT_NE(r.err.find("/clear"), std::string::npos) << r.err;  // the /help list
+  EXPECT_NE(r.err.find("[chat] stats:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[chat] unknown command '/bogus'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("new conversation"), std::string::npos) << r.err;
 }
 
 }  // namespace

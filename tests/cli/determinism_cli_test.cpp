@@ -21,7 +21,7 @@ using nlohmann::json;
 json results_without_timings(const std::string& path) {
   json cells = json::parse(read_text(path)).at("results");
   for (json& c : cells) {
-    for (const char* k : {"decode_seconds", "decode_tok_s", "prefill_seconds", "prefill_tok_s"}) {
+    for (const char* k : {"decode_s", "decode_tokens_per_s", "prefill_s", "prefill_tokens_per_s"}) {
       c.erase(k);
     }
   }

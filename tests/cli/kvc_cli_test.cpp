@@ -1,6 +1,7 @@
 // `snapkv compress` + `snapkv ask` end to end on the eval tests' tiny model: the answers printed
 // by `ask --json` equal those of the same prompt run in process (prefill, append the question,
-// greedy), the file is refused after corruption (exit 1, named error) and bad usage exits 2.
+// greedy, no newline stop), the file is refused after corruption (exit 1, named error) and bad
+// usage exits 2.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,7 +60,7 @@ TEST(KvcCli, CompressThenAskMatchesTheInProcessAnswer) {
   for (size_t i = 0; i < questions.size(); ++i) {
     LlamaSession s = base.clone();
     std::vector<float> logits = s.extend(m.tokenizer.encode(questions[i], false));
-    const GreedyAnswer want = answer_greedy(s, std::move(logits), m.tokenizer, 6, true);
+    const GreedyAnswer want = answer_greedy(s, std::move(logits), m.tokenizer, 6, false);
     EXPECT_EQ(aj["answers"][i]["tokens"].get<std::vector<int32_t>>(), want.tokens) << i;
     EXPECT_EQ(aj["answers"][i]["question"].get<std::string>(), questions[i]);
     EXPECT_GE(aj["answers"][i]["ttft_s"].get<double>(), 0.0);
@@ -112,7 +113,7 @@ TEST(KvcCli, RaggedAndPyramidCachesAnswerAsInProcess) {
                    SessionOptions{512, ReconstructionOptions{kvzip_repeat_prompt(m.tokenizer)}});
     s.prefill(tokens);
     std::vector<float> logits = s.extend(m.tokenizer.encode(question, false));
-    const GreedyAnswer want = answer_greedy(s, std::move(logits), m.tokenizer, 6, true);
+    const GreedyAnswer want = answer_greedy(s, std::move(logits), m.tokenizer, 6, false);
     EXPECT_EQ(aj["answers"][0]["tokens"].get<std::vector<int32_t>>(), want.tokens) << method;
   }
 }

@@ -41,6 +41,7 @@
 
 #include "snapkv/kv/core/config.h"
 #include "snapkv/model/chat_template.h"
+#include "snapkv/model/generation.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/model/tokenizer.h"
@@ -56,7 +57,8 @@ struct ChatTurn {
   std::string reply;               // the generated text (streamed pieces), end token excluded
   std::vector<int32_t> fed;        // [n] tokens appended to the cache for the user turn
   std::vector<int32_t> generated;  // [n] sampled tokens, end token excluded
-  ChatStop stop = ChatStop::eog;
+  ChatStop stop = ChatStop::eog;   // eog also for a stop string
+  FinishReason finish = FinishReason::stop;  // generate()'s reason (model/generation.h)
   bool canonical = true;  // the delta continued the tokenized full render (file comment)
 };
 
@@ -73,6 +75,15 @@ class ChatSession {
   // turn or one past the context (the session is unchanged then).
   ChatTurn send(std::string_view user, size_t max_tokens,
                 const std::function<void(const std::string&)>& on_piece = {});
+  // The same with every option of generate() (model/generation.h): stop strings, penalties over
+  // the conversation's tokens, ignore_eos. The sampler of turn i (0-based) is seeded with
+  // generation.sampler.seed + i, so a conversation replays with the same seed. Reply text cut at
+  // a stop string is what messages() records; the cache holds every generated token.
+  ChatTurn send(std::string_view user, const GenerationConfig& generation,
+                const PieceCallback& on_piece = {});
+  // Forgets the conversation (the cache, the history and the messages but the system message):
+  // the next send() starts a new chat.
+  void clear();
 
   // Tokens the cache has seen, in order (== session().n_past() of them).
   const std::vector<int32_t>& history() const { return history_; }
@@ -86,13 +97,16 @@ class ChatSession {
   std::vector<int32_t> tokenize(std::string_view text) const;
   // Tokens to append for `user` after the current history (see the file comment).
   std::vector<int32_t> delta_for(const std::vector<ChatMessage>& with_user, bool& canonical) const;
+  // Appends the user turn to the cache (turn.fed, turn.canonical); returns the messages with it.
+  std::vector<ChatMessage> feed(std::string_view user, ChatTurn& turn);
 
   const LlamaModel* model_;
   const Tokenizer* tokenizer_;
   ChatTemplate template_;
   CacheConfig config_;
   SessionOptions options_;
-  Sampler sampler_;
+  SamplerConfig sampler_;
+  size_t turns_ = 0;
   ChatOptions chat_options_;
   std::string close_;  // the template's text after an assistant reply (src: assistant_close)
   std::vector<ChatMessage> messages_;

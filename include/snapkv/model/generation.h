@@ -58,6 +58,9 @@ struct GenerationConfig {
   std::vector<std::string> stop;          // stop strings (non-empty each)
   bool ignore_eos = false;
   int top_logprobs = -1;  // -1: no log-probabilities; 0..20: the chosen token's and this many more
+  // Positions the session may reach: 0 = the model's context_length; a smaller value ends
+  // generation (FinishReason::context) there, as the model's own limit does (llama.cpp's -c).
+  size_t context_limit = 0;
 
   // Throws std::invalid_argument "[generation] ..." on the first bad field.
   void validate() const;
@@ -91,6 +94,8 @@ struct GenerationResult {
   std::vector<GeneratedToken> details;  // [n] with top_logprobs >= 0, else empty
   std::string text;                     // the pieces joined, cut before a stop string
   FinishReason finish = FinishReason::length;
+  // The end-of-generation token sampled last when it ended generation (not in tokens), else -1.
+  int32_t end_token = -1;
   size_t decode_steps = 0;
   double decode_s = 0.0;  // seconds in sampling and decode steps
 };
