@@ -105,11 +105,9 @@ struct Run {
       stats.bytes_stored += s.bytes_stored;
       stats.bytes_full_fp16 += s.bytes_full_fp16;
       prompt_tokens += (doc ? doc->prompt_tokens : 0) + job.tokens.size();
-      for (size_t j = 0; j < request.n; ++j) {
+      // Choice j decodes from its own session: clones for all but the last, which takes `base`.
+      const auto decode = [&](size_t j, LlamaSession& session, std::vector<float> logits) {
         const size_t choice = ji * request.n + j;
-        const bool last = j + 1 == request.n;
-        LlamaSession session = last ? std::move(base) : base.clone();
-        std::vector<float> logits = last ? std::move(base_logits) : base_logits;
         GenerationConfig g = generation;
         g.max_tokens = job.max_tokens;
         g.sampler.seed = request.sampler.seed + j;
@@ -123,7 +121,13 @@ struct Run {
         decode_s += result.decode_s;
         if (result.finish == FinishReason::cancelled) return false;
         on_done(choice, job, result);
+        return true;
+      };
+      for (size_t j = 0; j + 1 < request.n; ++j) {
+        LlamaSession session = base.clone();
+        if (!decode(j, session, base_logits)) return false;
       }
+      if (!decode(request.n - 1, base, std::move(base_logits))) return false;
     }
     return true;
   }
