@@ -78,6 +78,20 @@ std::pair<time_t, time_t> split_seconds(double s) {
   return {static_cast<time_t>(whole), static_cast<time_t>((s - whole) * 1e6)};
 }
 
+// The route a path is counted and logged under: a fixed set, so that no client can grow the
+// counters without bound by asking for made-up paths.
+std::string route_label(const std::string& path) {
+  static const char* const kRoutes[] = {
+      "/health",    "/v1/models", "/v1/completions", "/v1/chat/completions",
+      "/v1/caches", "/tokenize",  "/detokenize",     "/metrics",
+      "/"};
+  for (const char* route : kRoutes) {
+    if (path == route) return route;
+  }
+  if (path.rfind("/v1/caches/", 0) == 0) return "/v1/caches/{id}";
+  return "other";
+}
+
 bool authorized(const httplib::Request& req, const std::vector<std::string>& keys) {
   const std::string header = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
@@ -405,17 +419,20 @@ void Server::Impl::routes() {
     return httplib::Server::HandlerResponse::Handled;
   });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const RequestRecord& r = current_record();
-    const bool known = req.path.rfind("/v1/caches/", 0) != 0;
-    const std::string route = known ? req.path : "/v1/caches/{id}";
-    metrics.record(route.size() <= 64 ? route : "other", res.status, r);
-    if (!options.log_requests) return;
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - request_start)
-            .count();
-    std::fprintf(stderr, "[serve] %s %s %s %d in=%zu out=%zu kv_bytes=%zu %.1fms\n",
-                 r.id.empty() ? "-" : r.id.c_str(), req.method.c_str(), route.c_str(), res.status,
-                 r.prompt_tokens, r.completion_tokens, r.kv_bytes, ms);
+    RequestRecord& r = current_record();
+    const std::string route = route_label(req.path);
+    metrics.record(route, res.status, r);
+    if (options.log_requests) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                  request_start)
+                            .count();
+      std::fprintf(stderr, "[serve] %s %s %s %d in=%zu out=%zu kv_bytes=%zu %.1fms\n",
+                   r.id.empty() ? "-" : r.id.c_str(), req.method.c_str(), route.c_str(), res.status,
+                   r.prompt_tokens, r.completion_tokens, r.kv_bytes, ms);
+    }
+    // A request refused before routing (a bad head, an oversized body) starts from zero.
+    r = RequestRecord{};
+    request_start = std::chrono::steady_clock::now();
   });
 
   http.Get("/health", guarded([](const auto&, auto& res) { send_json(res, {{"status", "ok"}}); }));

@@ -148,7 +148,23 @@ TEST(ServeHttp, EightConcurrentClientsAllServedThroughTheQueue) {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(ok.load(), kClients * kRequests);
   httplib::Client c = server.client();
-  const auto m = c.Get("/metrics");
+  for (const char* made_up : {"/nope-1", "/nope-2"}) {
+    const auto res = c.Get(made_up);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 404);
+  }
+  // A request is counted once its response is written, a moment after the client has it.
+  const std::string all_done = "snapkv_requests_total{route=\"/v1/completions\",status=\"200\"} " +
+                               std::to_string(kClients * kRequests) + "\n";
+  httplib::Result m = c.Get("/metrics");
+  const std::string made_up_counted = "snapkv_requests_total{route=\"other\",status=\"404\"} 2\n";
+  for (int i = 0; i < 100 && m &&
+                  (m->body.find(all_done) == std::string::npos ||
+                   m->body.find(made_up_counted) == std::string::npos);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    m = c.Get("/metrics");
+  }
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   EXPECT_NE(m->body.find("# TYPE snapkv_requests_total counter"), std::string::npos);
@@ -156,6 +172,9 @@ TEST(ServeHttp, EightConcurrentClientsAllServedThroughTheQueue) {
                          std::to_string(kClients * kRequests) + "\n"),
             std::string::npos)
       << m->body;
+  // Made-up paths are counted under one label, so they cannot grow the counters.
+  EXPECT_NE(m->body.find(made_up_counted), std::string::npos) << m->body;
+  EXPECT_EQ(m->body.find("nope"), std::string::npos) << m->body;
   EXPECT_NE(m->body.find("\nsnapkv_generated_tokens_total " +
                          std::to_string(kClients * kRequests * 4) + "\n"),
             std::string::npos)
