@@ -94,7 +94,22 @@ int run_ask(AskOptions& o) {
     }
   }
   Timer load_timer;
-  const PromptCache loaded = load_prompt_cache(model, o.cache, SessionOptions{o.chunk});
+  const PromptCache loaded = [&] {
+    try {
+      return load_prompt_cache(model, o.cache, SessionOptions{o.chunk});
+    } catch (const KvcError& e) {
+      if (e.kind() != KvcErrorKind::wrong_model) throw;
+      // Name both sides: the model given (general.name and file) and the cache file; the
+      // fingerprints are in the message.
+      const std::string name =
+          model.config().name.empty() ? "(no general.name)" : "'" + model.config().name + "'";
+      throw KvcError(e.kind(), std::string(e.what()) + "; the model given is " + name + " (" +
+                                   o.model + "), the cache file " + o.cache +
+                                   " was written with another model (rebuild it with `snapkv "
+                                   "compress --model " +
+                                   o.model + "`)");
+    }
+  }();
   const double load_s = load_timer.seconds();
   if (!o.quiet) {
     std::fprintf(stderr,

@@ -19,6 +19,7 @@
 #include "cache_options.h"
 #include "command.h"
 #include "json_fields.h"
+#include "progress.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/llama.h"
@@ -38,6 +39,7 @@ struct CompressOptions {
   snapkv::cli::CacheOptions cache;  // --method (default kvzip), --keep (default 0.2) | --budget
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  snapkv::cli::ProgressFlag progress;
 };
 
 int run_compress(CompressOptions& o) {
@@ -63,12 +65,15 @@ int run_compress(CompressOptions& o) {
                   "< llama.context_length = " + std::to_string(model.config().n_ctx));
   }
   const CacheConfig config = cache_options.config_for(method, tokens.size());
-  LlamaSession session(
-      model, config,
-      SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
+  snapkv::cli::Progress progress("compress", o.progress.enabled(o.quiet));
+  SessionOptions session_options{o.cache.prefill_chunk,
+                                 ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}};
+  session_options.progress = progress.callback();
+  LlamaSession session(model, config, std::move(session_options));
   Timer prefill_timer;
   session.prefill(tokens);
   const double prefill_s = prefill_timer.seconds();
+  progress.done();
   Timer write_timer;
   save_prompt_cache(o.out, session, tokens);
   const double write_s = write_timer.seconds();
@@ -127,6 +132,7 @@ snapkv::cli::RegisterCommand reg{
       snapkv::cli::add_cache_options(sub, o->cache, snapkv::cli::document_cache_spec());
       snapkv::cli::add_json_option(sub, o->json, "tokens, kept rows, file bytes and timings");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      snapkv::cli::add_progress_flags(sub, o->progress);
       return [o] { return run_compress(*o); };
     }};
 

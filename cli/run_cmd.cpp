@@ -24,6 +24,7 @@
 #include "command.h"
 #include "generation_options.h"
 #include "json_fields.h"
+#include "progress.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/chat_template.h"
@@ -48,8 +49,9 @@ struct RunOptions {
   snapkv::cli::JsonOutput json;
   bool quiet = false;
   bool verbose = false;  // also log the load / prefill / decode times and RSS after each phase
-  bool chat = false;     // render the prompt as one user message with the model's chat template
-  std::string system;    // --system (with --chat)
+  snapkv::cli::ProgressFlag progress;
+  bool chat = false;   // render the prompt as one user message with the model's chat template
+  std::string system;  // --system (with --chat)
 };
 
 // "12.34 MiB", or KiB below one MiB.
@@ -140,12 +142,15 @@ int run_generate(RunOptions& o) {
   }
 
   const CacheConfig config = cache_options.config_for(method, prompt.size());
-  LlamaSession session(
-      model, config,
-      SessionOptions{o.cache.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}});
+  snapkv::cli::Progress progress("run", o.progress.enabled(o.quiet));
+  SessionOptions session_options{o.cache.prefill_chunk,
+                                 ReconstructionOptions{kvzip_repeat_prompt(tokenizer)}};
+  session_options.progress = progress.callback();
+  LlamaSession session(model, config, std::move(session_options));
   Timer prefill_timer;
   std::vector<float> logits = session.prefill(prompt);
   const double prefill_s = prefill_timer.seconds();
+  progress.done();
   const size_t rss_after_prefill = current_rss_bytes();
 
   const GenerationResult result = generate(
@@ -265,6 +270,7 @@ snapkv::cli::RegisterCommand reg{
                    "Render --prompt as one user message with the model's chat template "
                    "(tokenizer.chat_template: Llama 3, ChatML / Qwen, Mistral [INST])");
       sub.add_option("--system", o->system, "System message (with --chat)");
+      snapkv::cli::add_progress_flags(sub, o->progress);
       return [o] { return run_generate(*o); };
     }};
 

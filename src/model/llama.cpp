@@ -196,9 +196,12 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
               is_last ? last.data() : nullptr, false);
     }
     start = end;
+    if (options_.progress) options_.progress("prefill", end, n);
   }
   if (end_prompt && plan_.scoring_pass) {
+    if (options_.progress) options_.progress("kvzip", 0, 1);
     compress_kvzip(nullptr);
+    if (options_.progress) options_.progress("kvzip", 1, 1);
   } else if (end_prompt) {
     for (LayerCache& cache : caches_) cache.end_prompt();
   }

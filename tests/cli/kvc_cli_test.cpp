@@ -82,6 +82,26 @@ TEST(KvcCli, CompressThenAskMatchesTheInProcessAnswer) {
   EXPECT_EQ(usage.rc, 2) << usage.err;
 }
 
+// A cache made with one model and loaded with another: the error names the model given (its
+// general.name and file), the cache file and both fingerprints.
+TEST(KvcCli, CacheForAnotherModelNamesBothSides) {
+  TempDir dir("kvc_cli_other");
+  const std::string doc = dir.file("doc.txt"), kvc = dir.file("doc.kvc");
+  std::ofstream(doc) << kDocument;
+  const CliResult c = run_cli("compress --model '" + test::tiny_model_path() + "' -f '" + doc +
+                                  "' -o '" + kvc + "' --quiet",
+                              dir);
+  ASSERT_EQ(c.rc, 0) << c.err;
+  const std::string other = std::string(SNAPKV_SOURCE_DIR) + "/models/snapkv-tiny4.gguf";
+  const CliResult a =
+      run_cli("ask --model '" + other + "' --cache '" + kvc + "' --question x --quiet", dir);
+  EXPECT_EQ(a.rc, 1) << a.err;
+  EXPECT_NE(a.err.find("fingerprint"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("the model given is 'snapkv-"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find(other), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find(kvc), std::string::npos) << a.err;
+}
+
 // AdaKV's ragged heads and PyramidKV's layer budgets (kvzip scored by the reconstruction pass)
 // through compress + ask: the same answers as the in-process question-agnostic path.
 TEST(KvcCli, RaggedAndPyramidCachesAnswerAsInProcess) {

@@ -113,6 +113,10 @@ struct SessionOptions {
   size_t prefill_chunk = 512;  // tokens per prefill forward (>= 1)
   // Policy kvzip: the context-reconstruction pass run after the prompt (model/kvzip.h).
   ReconstructionOptions reconstruction = {};
+  // Called by prefill() after each chunk with ("prefill", positions done, prompt length), and
+  // around policy kvzip's reconstruction pass with ("kvzip", 0, 1) and ("kvzip", 1, 1). For
+  // progress displays; it must not touch the session.
+  std::function<void(const char* phase, size_t done, size_t total)> progress = {};
 };
 
 class LlamaSession {

@@ -1,0 +1,66 @@
+// Progress lines on stderr (cli/progress.h).
+#include "progress.h"
+
+#include <cstdio>
+
+#include "command.h"
+
+namespace snapkv::cli {
+
+bool ProgressFlag::enabled(bool quiet) const {
+  if (quiet || forced < 0) return false;
+  return forced > 0 || stderr_is_tty();
+}
+
+void add_progress_flags(CLI::App& app, ProgressFlag& flag) {
+  app.add_flag_function(
+      "--progress,!--no-progress", [&flag](int64_t count) { flag.forced = count > 0 ? 1 : -1; },
+      "Draw progress on stderr (default: only when stderr is a terminal)");
+}
+
+Progress::Progress(std::string component, bool enabled)
+    : component_(std::move(component)), enabled_(enabled) {}
+
+Progress::~Progress() {
+  done();
+}
+
+void Progress::update(const char* phase, size_t done, size_t total) {
+  if (!enabled_) return;
+  const double now = timer_.seconds();
+  if (phase_ != phase) {
+    phase_ = phase;
+    phase_start_ = now;
+  }
+  if (done < total && now - last_draw_ < 0.1) return;
+  last_draw_ = now;
+  const double elapsed = now - phase_start_;
+  if (phase_ == "prefill" && done > 0) {
+    const double rate = static_cast<double>(done) / std::max(elapsed, 1e-9);
+    const double eta = static_cast<double>(total - done) / std::max(rate, 1e-9);
+    std::fprintf(stderr, "\r\033[K[%s] prefill %zu/%zu tokens, %.0f tok/s, ETA %.1f s",
+                 component_.c_str(), done, total, rate, eta);
+  } else if (phase_ == "kvzip") {
+    std::fprintf(stderr, "\r\033[K[%s] KVzip reconstruction pass%s (%.1f s)", component_.c_str(),
+                 done < total ? "..." : " done", elapsed);
+  } else {
+    std::fprintf(stderr, "\r\033[K[%s] %s %zu/%zu", component_.c_str(), phase_.c_str(), done,
+                 total);
+  }
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+std::function<void(const char*, size_t, size_t)> Progress::callback() {
+  if (!enabled_) return {};
+  return [this](const char* phase, size_t done, size_t total) { update(phase, done, total); };
+}
+
+void Progress::done() {
+  if (!drawn_) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  drawn_ = false;
+}
+
+}  // namespace snapkv::cli
