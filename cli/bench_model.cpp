@@ -91,7 +91,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   for (const Method& m : methods) {
     for (size_t p : o.n_prompt) (void)cache.config_for(m, std::max<size_t>(p, 1));
   }
-  if (o.json != nullptr) o.json->open(kComponent);
+  if (o.json != nullptr) o.json->open(kComponent, {{o.model, "--model"}});
 
   const eval::ModelBenchReport report = eval::run_model_bench(model, spec);
   const std::vector<eval::ModelBenchRow>& rows = report.rows;

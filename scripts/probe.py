@@ -62,8 +62,8 @@ COMMANDS = {
     "bench --layers 1 --embd 64 --heads 2 --kv-heads 1 --ff 128 --vocab 256 --types f32 "
     "--lengths 16 -r 1 --methods full --quiet":
         (["--layers", "--repeats", "--decode-tokens", "--seed"], []),
-    "demo -m m.gguf --context 128 --quiet": (["--context", "--seed"], ["--keep"]),
-    "coverage --lengths 64 --budgets 16 --kv-heads 1 --group 1 --head-dim 16 --window 8":
+    "demo -m m.gguf --context 128": (["--context", "--seed"], ["--keep"]),
+    "coverage --lengths 64 --budgets 16 --kv-heads 1 --group 2 --head-dim 32 --window 16":
         (["--window", "--sinks", "--kv-heads", "--group", "--head-dim", "--seed"], []),
     "tokenize -m m.gguf --text hello": ([], []),
     "serve -m absent.gguf": (["--port"], []),  # a valid port: the missing model is the error
@@ -80,6 +80,9 @@ WRITERS = [
     "eval -m m.gguf --tasks passkey --context 128 --n 1 --methods full --quiet --json OUT",
     "tasks gen --task passkey --n 1 --context 128 --out OUT",
     "compress -m m.gguf -f doc.txt --out OUT --quiet",
+    "bench -m m.gguf -p 16 -n 2 -r 1 --quiet --json OUT",
+    "coverage --lengths 64 --budgets 16 --kv-heads 1 --group 2 --head-dim 32 --window 16 "
+    "--json OUT",
 ]
 
 
@@ -253,8 +256,8 @@ def stdout_cases():
     cmds = ["--help", "run --help", "run -m m.gguf --prompt hi --max-tokens 2 --quiet",
             "tokenize -m m.gguf --text hello", "tasks gen --n 1 --context 128",
             "ask -m m.gguf --cache doc.kvc --question hi --max-tokens 2",
-            "demo -m m.gguf --context 128 --quiet",
-            "coverage --lengths 64 --budgets 16 --kv-heads 1 --group 1 --head-dim 16 --window 8"]
+            "demo -m m.gguf --context 128",
+            "coverage --lengths 64 --budgets 16 --kv-heads 1 --group 2 --head-dim 32 --window 16"]
     return [{"class": "stdout on /dev/full", "args": c, "stdout": "/dev/full", "invalid": True}
             for c in cmds]
 

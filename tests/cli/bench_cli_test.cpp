@@ -113,7 +113,7 @@ void expect_error(const std::string& args, int rc, const std::string& part, cons
 TEST(BenchCli, ModelModeBadValuesAreNamedErrors) {
   TempDir dir("bench");
   const std::string b = "bench --model " + kModel + " ";
-  expect_error(b + "-r 0", 2, "-r/--repetitions", dir);
+  expect_error(b + "-r 0", 2, "--repeats: out of range, got 0", dir);
   expect_error(b + "-p 5000", 2, "longer than the model's context", dir);
   expect_error(b + "-p 2000 -n 100", 2, "2000 + 100 = 2100", dir);
   expect_error(b + "-n 4096", 2, "-n/--n-gen longer than the model's context", dir);

@@ -284,7 +284,7 @@ TEST(CacheOptionsCli, TasksGenOutIsAllOrNothing) {
   const std::string out2 = dir.file("u.jsonl");
   const std::string script = dir.file("term.sh");
   std::ofstream(script) << "'" << SNAPKV_CLI_PATH
-                        << "' tasks gen --task all --n 1000000 --context 2000 --quiet "
+                        << "' tasks gen --task all --n 100000 --context 2000 --quiet "
                         << "--out '" << out2 << "' &\n"
                         << "pid=$!\n"
                         << "for i in $(seq 1 400); do ls '" << dir.file("")
