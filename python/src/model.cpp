@@ -344,8 +344,12 @@ struct Doc {
   size_t file_bytes = 0;
 };
 
-std::string ask(const Doc& d, const std::string& question, size_t max_tokens, bool multiline) {
-  if (max_tokens == 0) throw_invalid(kComponent, "max_tokens", "0", ">= 1");
+std::string ask(const Doc& d, const std::string& question, size_t max_tokens,
+                std::vector<std::string> stop) {
+  GenerationConfig g;  // greedy, as `snapkv ask` by default
+  g.max_tokens = max_tokens;
+  g.stop = std::move(stop);
+  g.validate();
   const std::vector<int32_t> q = d.m->tokenizer.encode(question, false);
   if (q.empty()) throw_invalid(kComponent, "empty question", "0 tokens", ">= 1 token");
   const size_t n_ctx = d.m->model.config().n_ctx;
@@ -357,7 +361,7 @@ std::string ask(const Doc& d, const std::string& question, size_t max_tokens, bo
   py::gil_scoped_release release;
   LlamaSession s = d.session->clone();
   std::vector<float> logits = s.extend(q);
-  return answer_greedy(s, std::move(logits), d.m->tokenizer, max_tokens, !multiline).text;
+  return generate(s, std::move(logits), d.m->tokenizer, g).text;
 }
 
 }  // namespace
@@ -556,10 +560,11 @@ void register_model(py::module_& m) {
             save_prompt_cache(path, *d.session, d.tokens);
           },
           py::arg("path"), "Writes the .kvc file (atomically).")
-      .def("ask", &ask, py::arg("question"), py::arg("max_tokens") = 32,
-           py::arg("multiline") = false,
+      .def("ask", &ask, py::arg("question"), py::arg("max_tokens") = kDefaultMaxTokens,
+           py::arg("stop") = std::vector<std::string>{},
            "Greedy answer from a fresh copy of the cache with the question appended (as `snapkv\n"
-           "ask`): up to max_tokens tokens, EOS or (unless multiline) the first newline.")
+           "ask`): up to max_tokens tokens, an end-of-generation token or a stop string\n"
+           "(stop=['\\n'] for one-line answers).")
       .def_readonly("tokens", &Doc::tokens)
       .def_property_readonly("stats",
                              [](const Doc& d) {

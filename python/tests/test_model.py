@@ -117,7 +117,7 @@ def test_kvc_written_by_python_is_read_by_cli_and_back(model, snapkv_bin, model_
     doc.save(str(path))
     r = run_cli(snapkv_bin, "ask", "--model", model_path, "--cache", str(path), "--question",
                 question, "--json")
-    cli_answer = json.loads(r.stdout)["answers"][0]["answer"]
+    cli_answer = json.loads(r.stdout)["answers"][0]["text"]
     py_answer = doc.ask(question)
     assert py_answer == cli_answer
     # ... and a file from `snapkv compress` answered by Python.
@@ -129,7 +129,7 @@ def test_kvc_written_by_python_is_read_by_cli_and_back(model, snapkv_bin, model_
     loaded = snapkv.load_cache(model, str(cli_kvc))
     r = run_cli(snapkv_bin, "ask", "--model", model_path, "--cache", str(cli_kvc), "--question",
                 question, "--json")
-    assert loaded.ask(question) == json.loads(r.stdout)["answers"][0]["answer"]
+    assert loaded.ask(question) == json.loads(r.stdout)["answers"][0]["text"]
     assert loaded.config["policy"] == "kvzip"
     assert loaded.stats["file_bytes"] > 0
 

@@ -146,7 +146,7 @@ TEST(CacheOptionsCli, NonDecimalIntegersAreRefused) {
   const std::string run = "run --model " + kModel + " --prompt hello ";
   expect_usage_error(run + "--budget 010", "read in decimal", dir);
   expect_usage_error(run + "--budget 0x20", "read in decimal", dir);
-  expect_usage_error(run + "--max-tokens=00", "read in decimal", dir);
+  expect_usage_error(run + "--seed=00", "read in decimal", dir);
   expect_usage_error("tasks gen --n 0b11", "read in decimal", dir);
   expect_usage_error(run + "--kernel 07", "no leading zeros", dir);
   const CliResult ok = run_cli(run + "--budget 100 --decode-budget 0 --max-tokens 1", dir);
