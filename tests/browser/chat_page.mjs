@@ -15,10 +15,22 @@ const [snapkv, model, outDir, chromium] = process.argv.slice(2);
 const children = [];
 const profile = mkdtempSync(join(tmpdir(), "snapkv_chromium_"));
 
+// Each child leads its own process group (spawn's `detached`), so the whole group goes: Chromium's
+// helper processes too, which would otherwise keep writing into the profile being removed.
 function finish(code, message) {
   if (message) console.error(message);
-  for (const c of children) c.kill("SIGKILL");
-  rmSync(profile, { recursive: true, force: true });
+  for (const c of children) {
+    try {
+      process.kill(-c.pid, "SIGKILL");
+    } catch {
+      c.kill("SIGKILL");
+    }
+  }
+  try {
+    rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+  } catch (e) {
+    console.error(`warning: could not remove ${profile}: ${e.message}`);
+  }
   process.exit(code);
 }
 setTimeout(() => finish(1, "FAIL: the test ran past its 150 s bound"), 150000).unref();
@@ -26,7 +38,7 @@ setTimeout(() => finish(1, "FAIL: the test ran past its 150 s bound"), 150000).u
 // Starts a process and resolves with the first match of `pattern` in its stderr.
 function start(cmd, args, pattern, what) {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"], detached: true });
     children.push(child);
     let err = "";
     child.stderr.on("data", (d) => {
