@@ -93,8 +93,7 @@ TEST(GenerationOptionsCli, EachAliasParsesToItsLongForm) {
   EXPECT_NE(bad.err.find("top_p"), std::string::npos) << bad.err;
   const CliResult empty_stop = run_cli("ask --model u --cache u --question x --stop ''", dir);
   EXPECT_EQ(empty_stop.rc, 2) << empty_stop.err;
-  EXPECT_NE(empty_stop.err.find("--stop: an empty value"), std::string::npos)
-      << empty_stop.err;
+  EXPECT_NE(empty_stop.err.find("--stop: an empty value"), std::string::npos) << empty_stop.err;
 }
 
 // The default CLI11 prints on the line of `option` in `help` ("--keep TEXT=0.2": "0.2"; "" when
