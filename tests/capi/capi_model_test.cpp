@@ -148,6 +148,8 @@ TEST(CApiModel, KvcRoundTripAnswersTheSame) {
   ASSERT_EQ(snapkv_doc_stats(doc, &s1), SNAPKV_OK);
   ASSERT_EQ(snapkv_doc_stats(loaded, &s2), SNAPKV_OK);
   EXPECT_EQ(s1.bytes_stored, s2.bytes_stored);
+  snapkv_doc_free(loaded);
+  loaded = nullptr;
   EXPECT_EQ(snapkv_doc_load(m.p, "/nonexistent.kvc", &loaded), SNAPKV_RUNTIME_ERROR);
   EXPECT_EQ(loaded, nullptr);
   EXPECT_EQ(snapkv_doc_ask(doc, "", 8, a, sizeof a, &na), SNAPKV_INVALID_ARGUMENT);

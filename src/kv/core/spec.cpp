@@ -177,8 +177,12 @@ std::string quoted(std::string_view s) {
 
 std::string range_text(const CacheOption& o) {
   auto fmt = [&](double v) {
-    if (o.type == OptionType::count)
-      return format_option_value(OptionValue{static_cast<uint64_t>(v)});
+    if (o.type == OptionType::count) {
+      // 2^64 as a double (an unbounded count's max) is past uint64_t: the largest count then.
+      constexpr double kTwoTo64 = 18446744073709551616.0;
+      const uint64_t n = v >= kTwoTo64 ? UINT64_MAX : static_cast<uint64_t>(v);
+      return format_option_value(OptionValue{n});
+    }
     return format_option_value(OptionValue{v});
   };
   std::string r = o.type == OptionType::count ? "an integer in " : "a number in ";
