@@ -107,5 +107,10 @@ int main(int argc, char** argv) {
   bad = fp16;
   std::memset(bad.data() + sizeof(KvcHeader), 'z', 8);  // policy name
   write(dir / "bad-policy-name.kvc", bad);
+  bad = make_file(CodecKind::kivimix, PolicyKind::snapkv, 2, 8);
+  // -0.0 in a codec field the codec leaves zero: equal to 0.0, but not the bytes a rewrite gives.
+  bad[sizeof(KvcHeader) + sizeof(KvcConfigRecord) + offsetof(KvcAllocationRecord, codec_fraction) +
+      7] = 0x80;
+  write(dir / "bad-negative-zero-codec-field.kvc", bad);
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -119,7 +120,9 @@ void parse_allocation(const KvcAllocationRecord& r, CacheConfig& c) {
   if (codec_routes_rows(c.codec)
           ? r.codec_count != 0
           : c.codec != CodecKind::gear &&
-                (r.codec_fraction != 0.0 || r.codec_count != 0 || r.codec_bits != 0)) {
+                // Bitwise: -0.0 would pass "!= 0.0" and not survive a rewrite.
+                (std::bit_cast<uint64_t>(r.codec_fraction) != 0 || r.codec_count != 0 ||
+                 r.codec_bits != 0)) {
     fail(KvcErrorKind::malformed, "allocation record codec fields", "values unused by the codec",
          "zeros");
   }
