@@ -364,6 +364,53 @@ std::string ask(const Doc& d, const std::string& question, size_t max_tokens,
   return generate(s, std::move(logits), d.m->tokenizer, g).text;
 }
 
+// The prompt of chat(): messages [{'role': ..., 'content': ...}] rendered with the model's chat
+// template. The render carries the special-token texts (and BOS where the template writes it):
+// parsed, nothing added, as `snapkv run --chat` tokenizes it.
+std::vector<int32_t> chat_tokens(const ModelHandle& h, const py::handle& messages) {
+  const char* expected = "[{'role': 'system'|'user'|'assistant', 'content': str}, ...]";
+  if (!py::isinstance<py::list>(messages) && !py::isinstance<py::tuple>(messages)) {
+    throw_invalid(kComponent, "chat messages", py::repr(messages).cast<std::string>(), expected);
+  }
+  std::vector<ChatMessage> msgs;
+  for (const py::handle& item : messages) {
+    if (!py::isinstance<py::dict>(item)) {
+      throw_invalid(kComponent, "chat message", py::repr(item).cast<std::string>(), expected);
+    }
+    const auto d = py::reinterpret_borrow<py::dict>(item);
+    if (!d.contains("role") || !d.contains("content")) {
+      throw_invalid(kComponent, "chat message", py::repr(d).cast<std::string>(), expected);
+    }
+    msgs.push_back({d["role"].cast<std::string>(), d["content"].cast<std::string>()});
+  }
+  if (msgs.empty()) throw_invalid(kComponent, "messages", "[]", ">= 1 message");
+  const ChatTemplate t = ChatTemplate::from_gguf(h.model.file());
+  return check_prompt(h, h.tokenizer.encode(t.render(msgs), false, true));
+}
+
+// generate() and chat(): one binding with GENERATION_ARGS's keywords, differing only in how the
+// first argument becomes the prompt's tokens.
+auto generation_entry(std::vector<int32_t> (*tokens_of)(const ModelHandle&, const py::handle&)) {
+  return [tokens_of](const std::shared_ptr<ModelHandle>& h, const py::handle& prompt,
+                     const py::handle& cache, size_t max_tokens, float temperature, float top_p,
+                     size_t top_k, float min_p, float repeat_penalty, size_t repeat_last_n,
+                     float presence_penalty, float frequency_penalty, uint64_t seed,
+                     std::optional<std::vector<std::string>> stop, bool ignore_eos,
+                     int top_logprobs, bool stream, size_t prefill_chunk) {
+    const SamplerConfig sc{temperature,
+                           top_p,
+                           seed,
+                           top_k,
+                           min_p,
+                           repeat_penalty,
+                           repeat_last_n,
+                           presence_penalty,
+                           frequency_penalty};
+    return run(h, tokens_of(*h, prompt), cache,
+               {max_tokens, sc, std::move(stop), ignore_eos, top_logprobs, stream, prefill_chunk});
+  };
+}
+
 }  // namespace
 
 // The keyword arguments of generate() and chat(), with the library's shared defaults
@@ -448,73 +495,18 @@ void register_model(py::module_& m) {
             return text(h.tokenizer.decode(ids, special));
           },
           py::arg("ids"), py::arg("special") = false, "The text of token ids.")
-      .def(
-          "generate",
-          [](const std::shared_ptr<ModelHandle>& h, const py::handle& prompt,
-             const py::handle& cache, size_t max_tokens, float temperature, float top_p,
-             size_t top_k, float min_p, float repeat_penalty, size_t repeat_last_n,
-             float presence_penalty, float frequency_penalty, uint64_t seed,
-             std::optional<std::vector<std::string>> stop, bool ignore_eos, int top_logprobs,
-             bool stream, size_t prefill_chunk) {
-            const SamplerConfig sc{temperature,
-                                   top_p,
-                                   seed,
-                                   top_k,
-                                   min_p,
-                                   repeat_penalty,
-                                   repeat_last_n,
-                                   presence_penalty,
-                                   frequency_penalty};
-            return run(
-                h, prompt_tokens(*h, prompt), cache,
-                {max_tokens, sc, std::move(stop), ignore_eos, top_logprobs, stream, prefill_chunk});
-          },
-          py::arg("prompt"), GENERATION_ARGS,
-          "Generates from prompt (a str, tokenized with BOS as `snapkv run` does, or token ids)\n"
-          "with caches from cache (a snapkv.builder(...); None: the shared default, snapkv at\n"
-          "keep 0.2). Stops at an end-of-generation token (unless ignore_eos), after max_tokens,\n"
-          "at the first of the stop strings (cut before it) or at the model's context. Sampling:\n"
-          "temperature 0 = greedy; top_p, top_k, min_p, repeat/presence/frequency penalties over\n"
-          "the last repeat_last_n tokens; seed also seeds the random policy unless the builder\n"
-          "sets one. Returns a Completion, or with stream=True a Stream yielding str pieces.\n"
-          "Ctrl-C stops a non-streaming call between tokens (KeyboardInterrupt).")
-      .def(
-          "chat",
-          [](const std::shared_ptr<ModelHandle>& h, const std::vector<py::dict>& messages,
-             const py::handle& cache, size_t max_tokens, float temperature, float top_p,
-             size_t top_k, float min_p, float repeat_penalty, size_t repeat_last_n,
-             float presence_penalty, float frequency_penalty, uint64_t seed,
-             std::optional<std::vector<std::string>> stop, bool ignore_eos, int top_logprobs,
-             bool stream, size_t prefill_chunk) {
-            std::vector<ChatMessage> msgs;
-            for (const py::dict& d : messages) {
-              if (!d.contains("role") || !d.contains("content")) {
-                throw_invalid(kComponent, "chat message", py::repr(d).cast<std::string>(),
-                              "{'role': 'system'|'user'|'assistant', 'content': str}");
-              }
-              msgs.push_back({d["role"].cast<std::string>(), d["content"].cast<std::string>()});
-            }
-            if (msgs.empty()) throw_invalid(kComponent, "messages", "[]", ">= 1 message");
-            const ChatTemplate t = ChatTemplate::from_gguf(h->model.file());
-            const std::string rendered = t.render(msgs);
-            const SamplerConfig sc{temperature,
-                                   top_p,
-                                   seed,
-                                   top_k,
-                                   min_p,
-                                   repeat_penalty,
-                                   repeat_last_n,
-                                   presence_penalty,
-                                   frequency_penalty};
-            // The render carries the special-token texts (and BOS where the template writes it):
-            // parsed, nothing added, as `snapkv run --chat` tokenizes it.
-            return run(
-                h, check_prompt(*h, h->tokenizer.encode(rendered, false, true)), cache,
-                {max_tokens, sc, std::move(stop), ignore_eos, top_logprobs, stream, prefill_chunk});
-          },
-          py::arg("messages"), GENERATION_ARGS,
-          "Like generate, for messages [{'role': ..., 'content': ...}] rendered with the model's\n"
-          "chat template (tokenizer.chat_template; snapkv.Error when the model has none).")
+      .def("generate", generation_entry(&prompt_tokens), py::arg("prompt"), GENERATION_ARGS,
+           "Generates from prompt (a str, tokenized with BOS as `snapkv run` does, or token ids)\n"
+           "with caches from cache (a snapkv.builder(...); None: the shared default, snapkv at\n"
+           "keep 0.2). Stops at an end-of-generation token (unless ignore_eos), after max_tokens,\n"
+           "at the first of the stop strings (cut before it) or at the model's context. Sampling:\n"
+           "temperature 0 = greedy; top_p, top_k, min_p, repeat/presence/frequency penalties over\n"
+           "the last repeat_last_n tokens; seed also seeds the random policy unless the builder\n"
+           "sets one. Returns a Completion, or with stream=True a Stream yielding str pieces.\n"
+           "Ctrl-C stops a non-streaming call between tokens (KeyboardInterrupt).")
+      .def("chat", generation_entry(&chat_tokens), py::arg("messages"), GENERATION_ARGS,
+           "Like generate, for messages [{'role': ..., 'content': ...}] rendered with the model's\n"
+           "chat template (tokenizer.chat_template; snapkv.Error when the model has none).")
       .def(
           "compress",
           [](const std::shared_ptr<ModelHandle>& h, const std::string& document,
