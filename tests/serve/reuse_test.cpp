@@ -15,6 +15,7 @@
 
 #include "eval/tiny_model.h"
 #include "model/chat_model_util.h"
+#include "serve/running_server.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/prompt_cache.h"
 #include "snapkv/serve/cache_store.h"
@@ -24,48 +25,14 @@ namespace snapkv::serve {
 namespace {
 
 using nlohmann::json;
+using test::post;
+using test::Running;
 using test::tiny_model;
 namespace fs = std::filesystem;
 
 const char* kDocument =
     "The grass is green. The sky is blue. The pass key is 48213. Remember it. The sun is yellow. "
     "Here we go. There and back again. 48213 is the pass key. The grass is green.";
-
-class Running {
- public:
-  explicit Running(ServerOptions o) : server_(tiny_model().model, tiny_model().tokenizer, fix(o)) {
-    port_ = server_.bind();
-    thread_ = std::thread([this] { server_.listen(); });
-  }
-  ~Running() {
-    server_.stop();
-    thread_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-
- private:
-  static ServerOptions fix(ServerOptions o) {
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.defaults.window = 8;
-    return o;
-  }
-  Server server_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-json post(httplib::Client& c, const std::string& path, const json& body, int expect_status = 200) {
-  const auto res = c.Post(path, body.dump(), "application/json");
-  EXPECT_TRUE(res) << path;
-  if (!res) return {};
-  EXPECT_EQ(res->status, expect_status) << path << " " << body.dump() << " -> " << res->body;
-  return json::parse(res->body, nullptr, false);
-}
 
 json get(httplib::Client& c, const std::string& path, int expect_status = 200) {
   const auto res = c.Get(path);
