@@ -122,7 +122,8 @@ snapkv::cli::RegisterCommand reg{
           "      --method snapkv+kivi4 --keep 0.2 --out doc.kvc\n"
           "The document is compressed alone (question-agnostic, once at its end); ask questions\n"
           "with `snapkv ask --cache doc.kvc`. The file records the model's fingerprint (its GGUF\n"
-          "metadata and tensor table, not the weights' bytes) and is refused for other models.");
+          "metadata, tensor table and a sample of every tensor's bytes) and is refused for other\n"
+          "models.");
       sub.add_option("--model,-m", o->model, "GGUF model file")->required();
       sub.add_option("--prompt-file,-f,--file", o->prompt_file,
                      "The document (text; - = standard input)")
