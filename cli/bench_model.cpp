@@ -68,7 +68,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const CacheOptions& cache = *o.cache;
   if (o.repetitions == 0) throw_invalid(kComponent, "-r/--repetitions", "0", ">= 1");
   const std::vector<Method> methods = cache.parsed_methods();
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(kComponent, o.model, o.progress);
   const LlamaConfig& c = model.config();
   eval::ModelBenchSpec spec;
   spec.n_prompt = o.n_prompt;

@@ -30,6 +30,7 @@
 #include "command.h"
 #include "generation_options.h"
 #include "json_fields.h"
+#include "progress.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/kv/file/kvc_file.h"
@@ -51,6 +52,7 @@ struct ChatCmdOptions {
   snapkv::cli::GenerationOptions gen;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  snapkv::cli::ProgressFlag progress;
   bool no_chat = false;  // no template: each turn as a plain line of text
 };
 
@@ -165,7 +167,7 @@ int run_chat(ChatCmdOptions& o) {
   cache_options.knobs.seed = generation.sampler.seed;
   const Method method = cache_options.single_method();
   (void)cache_options.config_for(method, std::max<size_t>(cache_options.budget, 1));
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = snapkv::cli::load_model("chat", o.model, o.progress.enabled(o.quiet));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const size_t n_ctx =
       o.gen.context_limit("chat", model.config().n_ctx, model.config().arch_name());
@@ -318,6 +320,7 @@ snapkv::cli::RegisterCommand reg{
           "one object per turn (reply, tokens, kept rows, KV bytes): a line per turn on stdout, "
           "or an array written to FILE at the end");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      snapkv::cli::add_progress_flags(sub, o->progress);
       sub.add_flag("--no-chat", o->no_chat,
                    "No chat template: each turn and reply is a plain line of text (base models, "
                    "unrecognised templates)");

@@ -18,6 +18,7 @@
 
 #include "cache_options.h"
 #include "command.h"
+#include "progress.h"
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/perplexity.h"
 #include "snapkv/eval/progress.h"
@@ -83,9 +84,9 @@ int run_eval_cmd(EvalCliOptions& o) {
                {o.plot, "--plot"},
                {o.plot.empty() ? "" : second_plot_path(o.plot), "--plot (its _bytes image)"}});
 
-  const LlamaModel model = LlamaModel::load(o.model);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const bool progress_on = !o.quiet && cli::stderr_is_tty();
+  const LlamaModel model = snapkv::cli::load_model("eval", o.model, progress_on);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   ProgressBar bar("eval", progress_on);
   const ProgressFn progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   const std::string command = snapkv::cli::invocation();

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "snapkv/util/read_progress.h"
 
 namespace snapkv::cli {
 
@@ -41,6 +42,11 @@ void Progress::update(const char* phase, size_t done, size_t total) {
   if (phase_ == "prefill" && done > 0) {
     std::snprintf(line, sizeof line, "[%s] prefill %zu/%zu tokens, %.0f tok/s, ETA %.1f s",
                   component_.c_str(), done, total, rate, eta);
+  } else if (phase_ == "loading model") {
+    constexpr double kMiB = 1024.0 * 1024.0;
+    std::snprintf(line, sizeof line, "[%s] loading model %.0f/%.0f MiB, %.0f MiB/s, ETA %.1f s",
+                  component_.c_str(), static_cast<double>(done) / kMiB,
+                  static_cast<double>(total) / kMiB, rate / kMiB, eta);
   } else if (phase_ == "kvzip") {
     std::snprintf(line, sizeof line, "[%s] KVzip reconstruction pass%s (%.1f s)",
                   component_.c_str(), done < total ? "..." : " done", elapsed);
@@ -67,6 +73,17 @@ void Progress::log(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
   if (drawn_) std::fputs(shown_.c_str(), stderr);
   std::fflush(stderr);
+}
+
+LlamaModel load_model(const std::string& component, const std::string& path, bool progress) {
+  Progress p(component, progress);
+  ReadProgressScope scope(progress ? ReadProgressFn([&p](size_t done, size_t total) {
+    p.update("loading model", done, total);
+  })
+                                   : ReadProgressFn());
+  LlamaModel model = LlamaModel::load(path);
+  p.done();
+  return model;
 }
 
 void Progress::done() {

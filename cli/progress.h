@@ -8,6 +8,7 @@
 //   SessionOptions so; so.progress = p.callback();   // prefill chunks and the KVzip pass
 //   ...; p.done();                                   // clears the line
 //   p.log("[bench] ... run 2/3: 812 tok/s");           // a log line above the progress line
+//   LlamaModel m = load_model("run", path, flag.enabled(quiet));  // the weights' read, if any
 // Leaves out: eval's own per-sample progress (eval_cmd.cpp).
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <functional>
 #include <string>
 
+#include "snapkv/model/llama.h"
 #include "snapkv/util/timer.h"
 
 namespace snapkv::cli {
@@ -53,5 +55,10 @@ class Progress {
   std::string shown_;  // the progress line last drawn
   double phase_start_ = 0.0;
 };
+
+// LlamaModel::load(path), drawing "[component] loading model done/total MiB, MiB/s, ETA" while
+// the file is read into memory (SNAPKV_WEIGHTS=huge reads it whole, util/read_progress.h); a
+// mapped model (the default) opens at once and draws nothing.
+LlamaModel load_model(const std::string& component, const std::string& path, bool progress);
 
 }  // namespace snapkv::cli

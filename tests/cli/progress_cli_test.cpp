@@ -98,5 +98,28 @@ TEST(ProgressCli, BenchRunsOnATerminal) {
   }
 }
 
+// Loading a model read whole into memory (SNAPKV_WEIGHTS=huge) draws its bytes on a terminal;
+// never on a non-terminal stderr.
+TEST(ProgressCli, ModelLoadingOnATerminal) {
+  if (std::system("script --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "util-linux `script` is not installed";
+  }
+  TempDir dir("progress_cli");
+  const std::string out = dir.file("out.json");
+  const std::string run = "run -m " + kModel + " -p hi -n 1 -t 1 --json";
+  ASSERT_EQ(::setenv("SNAPKV_WEIGHTS", "huge", 1), 0);
+  const std::string tty = under_pty(run, out, dir);
+  const CliResult file = run_cli(run, dir);
+  const std::string chat_tty = under_pty("chat -m " + kModel + " --no-chat -n 1", out, dir);
+  ::unsetenv("SNAPKV_WEIGHTS");
+  EXPECT_NE(tty.find("[run] loading model 5/5 MiB"), std::string::npos) << tty;  // 4.8 MiB
+  ASSERT_EQ(file.rc, 0) << file.err;
+  EXPECT_EQ(file.err.find("loading model"), std::string::npos) << file.err;
+  EXPECT_NE(chat_tty.find("[chat] loading model"), std::string::npos) << chat_tty;
+  // Mapped (the default): nothing is read up front, nothing drawn.
+  const std::string mapped = under_pty(run, out, dir);
+  EXPECT_EQ(mapped.find("loading model"), std::string::npos) << mapped;
+}
+
 }  // namespace
 }  // namespace snapkv::clitest
