@@ -249,15 +249,17 @@ TEST(ChatCli, SaveAndLoadThroughAPipe) {
   ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
   const std::string fifo = dir.file("fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const std::string bad = "hello there\n/save\n/save " + model + "\n/save " + sub + "\n/save " +
-                          fifo + "\n/save " + dir.file("missing/x.kvc") + "\n/load " +
-                          dir.file("absent.kvc") + "\n/load " + model + "\n/load\nhello again\n";
+  const std::string bad = "/save " + dir.file("early.kvc") + "\nhello there\n/save\n/save " +
+                          model + "\n/save " + sub + "\n/save " + fifo + "\n/save " +
+                          dir.file("missing/x.kvc") + "\n/load " + dir.file("absent.kvc") +
+                          "\n/load " + model + "\n/load\nhello again\n";
   r = run_cli_input(args, bad, dir);
   EXPECT_EQ(r.rc, 1) << r.err;
   turns = json_lines(r.out);
   EXPECT_EQ(turns.size(), 2u) << r.out;  // both turns answered around the failures
-  for (const char* expected : {"/save needs a file", "names the same file as --model", "directory",
-                               "FIFO", "absent.kvc", "not a .kvc file", "/load needs a file"}) {
+  for (const char* expected :
+       {"nothing to save", "/save needs a file", "names the same file as --model", "directory",
+        "FIFO", "absent.kvc", "not a .kvc file", "/load needs a file"}) {
     EXPECT_NE(r.err.find(expected), std::string::npos) << expected << "\n" << r.err;
   }
   std::ifstream model_file(model, std::ios::binary);
@@ -267,6 +269,7 @@ TEST(ChatCli, SaveAndLoadThroughAPipe) {
   struct stat st {};
   ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_NE(::stat(dir.file("early.kvc").c_str(), &st), 0);  // nothing was written
 
   // A file of another model (another template: another fingerprint) is refused by name; the
   // first .kvc of a compress run holds no conversation.
