@@ -12,7 +12,8 @@
 //     uint8   note[note_bytes]             (v3) bytes of the writer's caller, returned as they
 //                                          are (`snapkv chat` /save: the conversation, as JSON;
 //                                          empty for `snapkv compress`)
-//     int32   tokens[n_tokens]             the prompt's token ids
+//     int32   tokens[n_tokens]             the token ids the cache has seen (a prompt; for a
+//                                          saved chat, the conversation so far)
 //     for each layer l < n_layers:
 //       KvcLayerRecord                     tokens seen, compressing updates
 //       KvcDecodeRecord                    (v2) decode-time re-selections, recent-query rows
