@@ -22,6 +22,7 @@
 #include "command.h"
 #include "generation_options.h"
 #include "json_fields.h"
+#include "progress.h"
 #include "snapkv/kv/core/spec_json.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/generation.h"
@@ -45,6 +46,7 @@ struct AskOptions {
   size_t chunk = 512;
   int threads = 0;
   bool quiet = false;
+  snapkv::cli::ProgressFlag progress;
   bool chat = false;   // render each question as a user message with the model's chat template
   std::string system;  // --system (with --chat)
   snapkv::cli::JsonOutput json;
@@ -83,7 +85,7 @@ int run_ask(AskOptions& o) {
   const std::vector<std::string> questions = o.questions_file.empty()
                                                  ? std::vector<std::string>{o.question}
                                                  : read_questions(o.questions_file);
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = snapkv::cli::load_model("ask", o.model, o.progress.enabled(o.quiet));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   std::optional<ChatTemplate> chat_template;
   if (o.chat) {
@@ -229,6 +231,7 @@ snapkv::cli::RegisterCommand reg{
       snapkv::cli::add_json_option(sub, o->json,
                                    "answers, time to first token per question, bytes read");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      snapkv::cli::add_progress_flags(sub, o->progress);
       sub.add_flag("--chat", o->chat,
                    "Render each question as a user message with the model's chat template "
                    "(after the document)");

@@ -27,6 +27,7 @@
 #include "cache_options.h"
 #include "command.h"
 #include "json_fields.h"
+#include "progress.h"
 #include "snapkv/eval/model_bench.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
@@ -50,6 +51,7 @@ struct BenchOptions {
   uint64_t seed = 1;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  snapkv::cli::ProgressFlag progress;
   // --model mode (cli/bench_model.h) and the flags both modes share under llama-bench's names.
   std::string model;
   std::string threads = "0";  // comma list in --model mode, one count otherwise
@@ -103,6 +105,7 @@ int run_model_mode(BenchOptions& o) {
   m.warmup = !o.no_warmup;
   m.seed = o.seed;
   m.quiet = o.quiet;
+  m.progress = o.progress.enabled(o.quiet);
   o.cache.knobs.seed = o.seed;
   if (o.methods_option->count() == 0) o.cache.methods = "full";  // llama-bench's only cache
   m.cache = &o.cache;
@@ -140,7 +143,11 @@ int run_bench(BenchOptions& o) {
 
   std::vector<Measurement> results;
   nlohmann::json json_models = nlohmann::json::array();
-  for (const std::string& type_name : split_list(o.types)) {
+  const std::vector<std::string> types = split_list(o.types);
+  cli::Progress progress("bench", o.progress.enabled(o.quiet));
+  const size_t total_runs = types.size() * lengths.size() * methods.size() * o.repeats;
+  size_t runs_done = 0;
+  for (const std::string& type_name : types) {
     const auto type = gguf::tensor_type_from_name(type_name);
     if (!type) throw_invalid("bench", "--types entry", type_name, "f32, f16 or q8_0");
     RandomModelSpec spec;
@@ -156,12 +163,18 @@ int run_bench(BenchOptions& o) {
     spec.validate();
     snapkv::cli::check_fits_memory("bench", "random model weights", spec.weight_bytes());
     Timer build_timer;
+    char line[256];
     if (!o.quiet) {
-      std::fprintf(stderr, "[bench] building random %s model (%.1f MiB)...\n", type_name.c_str(),
-                   static_cast<double>(spec.weight_bytes()) / (1024.0 * 1024.0));
+      std::snprintf(line, sizeof line, "[bench] building random %s model (%.1f MiB)...",
+                    type_name.c_str(),
+                    static_cast<double>(spec.weight_bytes()) / (1024.0 * 1024.0));
+      progress.log(line);
     }
     const LlamaModel model(make_random_model(spec));
-    if (!o.quiet) std::fprintf(stderr, "[bench] built in %.1f s\n", build_timer.seconds());
+    if (!o.quiet) {
+      std::snprintf(line, sizeof line, "[bench] built in %.1f s", build_timer.seconds());
+      progress.log(line);
+    }
     json_models.push_back({{"type", type_name}, {"weight_bytes", model.weight_bytes()}});
 
     for (size_t length : lengths) {
@@ -194,12 +207,13 @@ int run_bench(BenchOptions& o) {
           m.kv_stats = nlohmann::json::object();
           snapkv::cli::add_kv_stats(m.kv_stats, session);
           if (!o.quiet) {
-            std::fprintf(stderr,
-                         "[bench] %s %zu %s run %zu/%zu: prefill %.1f tok/s, decode %.2f "
-                         "tok/s\n",
-                         type_name.c_str(), length, m.method.c_str(), r + 1, o.repeats,
-                         prefill_tps.back(), decode_tps.empty() ? 0.0 : decode_tps.back());
+            std::snprintf(line, sizeof line,
+                          "[bench] %s %zu %s run %zu/%zu: prefill %.1f tok/s, decode %.2f tok/s",
+                          type_name.c_str(), length, m.method.c_str(), r + 1, o.repeats,
+                          prefill_tps.back(), decode_tps.empty() ? 0.0 : decode_tps.back());
+            progress.log(line);
           }
+          progress.update("runs", ++runs_done, total_runs);
         }
         m.prefill_tps = eval::summarize(prefill_tps).median;
         m.decode_tps = decode_tps.empty() ? 0.0 : eval::summarize(decode_tps).median;
@@ -212,6 +226,7 @@ int run_bench(BenchOptions& o) {
       }
     }
   }
+  progress.done();
 
   if (o.json.given()) {
     nlohmann::json j;
@@ -336,6 +351,7 @@ snapkv::cli::RegisterCommand reg{
       sub.add_flag("--no-warmup", o->no_warmup, "--model: no untimed warm-up run per thread count");
       sub.add_option("--seed", o->seed, "Weights and prompt seed")->capture_default_str();
       snapkv::cli::add_json_option(sub, o->json, "every measurement and the settings");
+      snapkv::cli::add_progress_flags(sub, o->progress);
       sub.add_flag("--quiet", o->quiet, "No progress lines on stderr");
       return [o] { return run_bench(*o); };
     }};

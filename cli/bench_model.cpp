@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "progress.h"
 #include "snapkv/eval/model_bench.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
@@ -67,7 +68,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   const CacheOptions& cache = *o.cache;
   if (o.repetitions == 0) throw_invalid(kComponent, "-r/--repetitions", "0", ">= 1");
   const std::vector<Method> methods = cache.parsed_methods();
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = load_model(kComponent, o.model, o.progress);
   const LlamaConfig& c = model.config();
   eval::ModelBenchSpec spec;
   spec.n_prompt = o.n_prompt;
@@ -80,11 +81,22 @@ int run_model_bench(const ModelBenchOptions& o) {
   spec.methods = methods;
   spec.config_for = [&](const Method& m, size_t tokens) { return cache.config_for(m, tokens); };
   spec.set_threads = [](int threads) { apply_threads(kComponent, threads); };
+  // Timed runs in all: per method, thread count and repetition, one per prompt length (and one
+  // more per length with -n > 0: tg after the prompt) and one tg from an empty context.
+  const size_t n_lengths = static_cast<size_t>(
+      std::count_if(o.n_prompt.begin(), o.n_prompt.end(), [](size_t p) { return p > 0; }));
+  const size_t total_runs = methods.size() * o.threads.size() * o.repetitions *
+                            (n_lengths * (o.n_gen > 0 ? 2 : 1) + (o.n_gen > 0 ? 1 : 0));
+  Progress progress("bench", o.progress);
+  size_t runs_done = 0;
   if (!o.quiet) {
     spec.progress = [&](const std::string& method, const std::string& test, int used, size_t r,
                         double tps) {
-      std::fprintf(stderr, "[bench] %s %s %d threads run %zu/%zu: %.2f tok/s\n", method.c_str(),
-                   test.c_str(), used, r + 1, o.repetitions, tps);
+      char line[256];
+      std::snprintf(line, sizeof line, "[bench] %s %s %d threads run %zu/%zu: %.2f tok/s",
+                    method.c_str(), test.c_str(), used, r + 1, o.repetitions, tps);
+      progress.log(line);
+      progress.update("runs", ++runs_done, total_runs);
     };
   }
   eval::check_model_bench(spec, c);
@@ -94,6 +106,7 @@ int run_model_bench(const ModelBenchOptions& o) {
   if (o.json != nullptr) o.json->open(kComponent, {{o.model, "--model"}});
 
   const eval::ModelBenchReport report = eval::run_model_bench(model, spec);
+  progress.done();
   const std::vector<eval::ModelBenchRow>& rows = report.rows;
   const size_t process_peak = report.process_peak_rss;
 

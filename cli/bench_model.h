@@ -25,6 +25,7 @@ struct ModelBenchOptions {
   bool warmup = true;            // one untimed short run per thread count first
   uint64_t seed = 1;             // prompt tokens
   bool quiet = false;
+  bool progress = false;                // draw a progress line on stderr (cli/progress.h)
   const CacheOptions* cache = nullptr;  // methods, budget/keep, window, prefill chunk...
   JsonOutput* json = nullptr;
 };

@@ -3,11 +3,13 @@
 //   printf 'Hello\nAnd then?\n' | snapkv chat --model M.gguf --system "Be brief." --budget 256
 //
 // Reads one user turn per line from stdin (an interactive terminal or a pipe); "/exit" or the end
-// of input ends the chat (exit 0). Each turn is rendered with the model's chat template
-// (tokenizer.chat_template: Llama 3, ChatML / Qwen, Mistral [INST]) and only the new part is
-// appended to the one session (model/chat_session.h). The reply is streamed to stdout followed by
-// a newline; a stats line per turn goes to stderr. With --json, one JSON object per turn on stdout
-// (one line each) instead; with --json FILE the text as usual and the turns as one array in FILE.
+// of input ends the chat (exit 0; 1 when a command failed). /save FILE writes the conversation as
+// a .kvc (model/chat_session.h), /load FILE goes on with a saved one. Each turn is rendered with
+// the model's chat template (tokenizer.chat_template: Llama 3, ChatML / Qwen, Mistral [INST]) and
+// only the new part is appended to the one session (model/chat_session.h). The reply is streamed to
+// stdout followed by a newline; a stats line per turn goes to stderr. With --json, one JSON object
+// per turn on stdout (one line each) instead; with --json FILE the text as usual and the turns as
+// one array in FILE.
 //
 // Compression: the first turn is the prompt (compressed to --budget by --method, at its end or per
 // chunk as --chunk-mode says). Later turns and replies are appended under the decode-time budget:
@@ -28,8 +30,10 @@
 #include "command.h"
 #include "generation_options.h"
 #include "json_fields.h"
+#include "progress.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/method.h"
+#include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/model/chat_session.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/kvzip.h"
@@ -37,6 +41,7 @@
 #include "snapkv/model/sampler.h"
 #include "snapkv/model/tokenizer.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/output_file.h"
 
 namespace {
 
@@ -47,6 +52,7 @@ struct ChatCmdOptions {
   snapkv::cli::GenerationOptions gen;
   snapkv::cli::JsonOutput json;
   bool quiet = false;
+  snapkv::cli::ProgressFlag progress;
   bool no_chat = false;  // no template: each turn as a plain line of text
 };
 
@@ -79,6 +85,8 @@ const char* kChatHelp =
     "  /help    this list\n"
     "  /clear   start a new conversation (the system message stays)\n"
     "  /stats   tokens seen, kept KV rows per head, KV bytes vs an fp16 cache of every token\n"
+    "  /save F  write the conversation (its cache, tokens and messages) to the .kvc file F\n"
+    "  /load F  go on with the conversation saved in F (by /save, with the same model)\n"
     "  /exit    end the chat (as does the end of input; /quit too)\n";
 
 // /stats on stderr.
@@ -101,6 +109,54 @@ void print_stats(const snapkv::ChatSession& chat, const snapkv::CacheConfig& con
                config.decode_budget, stats.bytes_stored, stats.bytes_full_fp16, saved);
 }
 
+// The argument of "/save FILE": the rest of the line, blanks trimmed.
+std::string command_argument(const std::string& line, size_t space) {
+  if (space == std::string::npos) return {};
+  const size_t begin = line.find_first_not_of(" \t", space);
+  if (begin == std::string::npos) return {};
+  const size_t end = line.find_last_not_of(" \t");
+  return line.substr(begin, end - begin + 1);
+}
+
+// /save and /load; false (the message on stderr) when the command failed: the chat goes on.
+bool save_or_load(snapkv::ChatSession& chat, const ChatCmdOptions& o, const std::string& name,
+                  const std::string& path, size_t& turn_index) {
+  try {
+    if (path.empty()) {
+      snapkv::throw_invalid("chat", name + " needs a file", "nothing", name + " FILE.kvc");
+    }
+    if (name == "/save") {
+      // Never over an input (the model) or the --json file, never a device or FIFO: a .kvc is
+      // mapped when read (util/output_file.h Seek::required).
+      snapkv::cli::check_output("chat", {path, "/save"}, snapkv::Seek::required,
+                                {{o.model, "--model"}, {o.json.path, "--json"}});
+      chat.save(path);
+      if (!o.quiet) {
+        std::fprintf(stderr, "[chat] saved %zu tokens, %zu turns to %s\n", chat.history().size(),
+                     chat.turns(), path.c_str());
+      }
+    } else {
+      try {
+        chat.load(path);
+      } catch (const snapkv::KvcError& e) {
+        if (e.kind() != snapkv::KvcErrorKind::wrong_model) throw;
+        throw snapkv::KvcError(e.kind(), std::string(e.what()) + "; the model given is " + o.model +
+                                             ", the cache file " + path +
+                                             " was saved with another model");
+      }
+      turn_index = chat.turns();
+      if (!o.quiet) {
+        std::fprintf(stderr, "[chat] loaded %zu tokens, %zu turns from %s\n", chat.history().size(),
+                     chat.turns(), path.c_str());
+      }
+    }
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "snapkv: error: %s\n", e.what());
+    return false;
+  }
+}
+
 int run_chat(ChatCmdOptions& o) {
   using namespace snapkv;
   snapkv::cli::apply_threads("chat", o.cache.threads);
@@ -111,7 +167,7 @@ int run_chat(ChatCmdOptions& o) {
   cache_options.knobs.seed = generation.sampler.seed;
   const Method method = cache_options.single_method();
   (void)cache_options.config_for(method, std::max<size_t>(cache_options.budget, 1));
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = snapkv::cli::load_model("chat", o.model, o.progress.enabled(o.quiet));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const size_t n_ctx =
       o.gen.context_limit("chat", model.config().n_ctx, model.config().arch_name());
@@ -181,11 +237,16 @@ int run_chat(ChatCmdOptions& o) {
         if (!o.quiet) std::fputs("[chat] new conversation\n", stderr);
       } else if (name == "/stats") {
         print_stats(chat, config);
+      } else if (name == "/save" || name == "/load") {
+        if (!save_or_load(chat, o, name, command_argument(line, space), turn_index)) {
+          had_error = true;
+        }
       } else {
-        std::fprintf(stderr,
-                     "snapkv: error: [chat] unknown command '%s', expected one of /help, /clear, "
-                     "/stats, /exit (start a line with // to send one beginning with /)\n",
-                     name.c_str());
+        std::fprintf(
+            stderr,
+            "snapkv: error: [chat] unknown command '%s', expected one of /help, /clear, "
+            "/stats, /save, /load, /exit (start a line with // to send one beginning with /)\n",
+            name.c_str());
         had_error = true;
       }
       continue;
@@ -244,7 +305,7 @@ snapkv::cli::RegisterCommand reg{
       sub.footer(
           "Example:\n  printf 'Hello\\nAnd then?\\n' | snapkv chat --model M.gguf --budget 256\n"
           "One user turn per line on stdin; /exit or end of input ends the chat; /help lists the\n"
-          "commands (/clear, /stats). The model's\n"
+          "commands (/clear, /stats, /save FILE, /load FILE). The model's\n"
           "tokenizer.chat_template must be a Llama 3, ChatML / Qwen or Mistral [INST] template\n"
           "(--no-chat: none, each turn a plain line of text).\n"
           "The cache keeps --budget rows per KV head, or --keep x the context (--ctx-size or the\n"
@@ -259,6 +320,7 @@ snapkv::cli::RegisterCommand reg{
           "one object per turn (reply, tokens, kept rows, KV bytes): a line per turn on stdout, "
           "or an array written to FILE at the end");
       sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      snapkv::cli::add_progress_flags(sub, o->progress);
       sub.add_flag("--no-chat", o->no_chat,
                    "No chat template: each turn and reply is a plain line of text (base models, "
                    "unrecognised templates)");

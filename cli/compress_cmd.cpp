@@ -55,7 +55,8 @@ int run_compress(CompressOptions& o) {
               {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}, {o.out, "--out"}});
 
   const std::string text = snapkv::cli::read_text_file("compress", o.prompt_file, size_t{64} << 20);
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model =
+      snapkv::cli::load_model("compress", o.model, o.progress.enabled(o.quiet));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const std::vector<int32_t> tokens = tokenizer.encode(text);
   if (tokens.empty()) throw_invalid("compress", "empty document", "0 tokens", ">= 1 token");

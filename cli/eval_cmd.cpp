@@ -18,6 +18,7 @@
 
 #include "cache_options.h"
 #include "command.h"
+#include "progress.h"
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/perplexity.h"
 #include "snapkv/eval/progress.h"
@@ -69,12 +70,23 @@ int run_eval_cmd(EvalCliOptions& o) {
   const std::vector<Method> methods = parse_methods(cache_options.methods, defaults);
   const std::vector<double> keeps = parse_keeps(cache_options.keep);
   // Outputs are checked before hours of work, not after.
-  if (!o.plot.empty()) find_gnuplot();
-  o.json.open("eval", {{o.model, "--model"}, {o.text, "--text"}, {o.plot, "--plot"}});
+  if (!o.plot.empty()) {
+    find_gnuplot();
+    const std::vector<NamedPath> inputs = {
+        {o.model, "--model"}, {o.text, "--text"}, {o.json.path, "--json"}};
+    snapkv::cli::check_output("eval", {o.plot, "--plot"}, Seek::optional, inputs);
+    snapkv::cli::check_output("eval", {second_plot_path(o.plot), "--plot (its _bytes image)"},
+                              Seek::optional, inputs);
+  }
+  o.json.open("eval",
+              {{o.model, "--model"},
+               {o.text, "--text"},
+               {o.plot, "--plot"},
+               {o.plot.empty() ? "" : second_plot_path(o.plot), "--plot (its _bytes image)"}});
 
-  const LlamaModel model = LlamaModel::load(o.model);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const bool progress_on = !o.quiet && cli::stderr_is_tty();
+  const LlamaModel model = snapkv::cli::load_model("eval", o.model, progress_on);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   ProgressBar bar("eval", progress_on);
   const ProgressFn progress = [&bar](size_t done, size_t total) { bar.update(done, total); };
   const std::string command = snapkv::cli::invocation();

@@ -86,7 +86,7 @@ int run_generate(RunOptions& o) {
 
   o.json.open("run", {{o.model, "--model"}, {o.prompt_file, "--prompt-file"}});
   Timer load_timer;
-  const LlamaModel model = LlamaModel::load(o.model);
+  const LlamaModel model = snapkv::cli::load_model("run", o.model, o.progress.enabled(o.quiet));
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const LlamaConfig& mc = model.config();
   const double load_s = load_timer.seconds();

@@ -113,14 +113,20 @@ snapkv::cli::RegisterCommand reg{
           gen->add_option("--context", opts->context, "Token budget of prompt + answer"), 1,
           snapkv::cli::kMaxContextTokens, "tokens")
           ->capture_default_str();
-      gen->add_option("--seed", opts->seed, "Seed (< 2^63)")->capture_default_str();
+      snapkv::cli::bounded(gen->add_option("--seed", opts->seed, "Seed (< 2^63)"), 0,
+                           (uint64_t{1} << 63) - 1, "bit 63 tells eval from train streams")
+          ->capture_default_str();
       gen->add_option("--split", opts->split, "train | eval")->capture_default_str();
       gen->add_option("--out", opts->out, "Output file (default: stdout)");
       gen->add_option("--tokenizer", opts->tokenizer,
                       "Count tokens with this GGUF model's tokenizer (default: estimate)");
-      gen->add_option("--needles", opts->needles, "Needles for multikey/multivalue/multiquery")
+      snapkv::cli::bounded(
+          gen->add_option("--needles", opts->needles, "Needles for multikey/multivalue/multiquery"),
+          1, snapkv::eval::kMaxNeedles, "needles per sample")
           ->capture_default_str();
-      gen->add_option("--hops", opts->hops, "vt: assignment hops")->capture_default_str();
+      snapkv::cli::bounded(gen->add_option("--hops", opts->hops, "vt: assignment hops"), 1,
+                           snapkv::eval::kMaxVtHops, "variable-tracking hops")
+          ->capture_default_str();
       gen->add_flag("--no-needle", opts->no_needle, "Control: leave the needles out");
       gen->add_flag("--quiet", opts->quiet, "No progress output");
       return [opts] { return run_tasks_gen(*opts); };

@@ -1,7 +1,8 @@
 // Writes the committed .kvc fuzz corpus (tests/kv/kvc_corpus): small valid files for each codec
 // (uniform, AdaKV ragged heads, PyramidKV layers, a decode-budget window) and a few named bad
-// ones. valid-v1-*.kvc are version-1 files kept from before version 2 (the reader still reads
-// them; this tool writes only the current version). Run once when the format changes:
+// ones. valid-v1-*.kvc and valid-v2-*.kvc are files of the older versions, kept as they were
+// written (the reader still reads them; this tool writes only the current version). Run once when
+// the format changes:
 //   build/fuzz/kvc_corpus_gen tests/kv/kvc_corpus
 #include <cstdio>
 #include <cstring>
@@ -21,7 +22,7 @@ using namespace snapkv;
 std::vector<uint8_t> make_file(CodecKind codec, PolicyKind policy, size_t sinks, uint64_t seed,
                                HeadAllocation heads = HeadAllocation::uniform,
                                LayerAllocation layers = LayerAllocation::uniform,
-                               size_t decode_budget = 0) {
+                               size_t decode_budget = 0, const std::string& note = {}) {
   constexpr size_t kHeads = 4, kD = 8, kS = 24;
   const size_t kKv = heads == HeadAllocation::ada ? 2 : 1;
   CacheConfig c;
@@ -57,7 +58,7 @@ std::vector<uint8_t> make_file(CodecKind codec, PolicyKind policy, size_t sinks,
   for (size_t i = 0; i < kS; ++i) tokens[i] = static_cast<int32_t>(i + 3);
   ModelFingerprint fp{};
   fp[0] = 1;
-  return encode_kvc(fp, tokens, caches);
+  return encode_kvc(fp, tokens, caches, KvcLabels{"snapkv corpus model", note});
 }
 
 void write(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
@@ -92,7 +93,18 @@ int main(int argc, char** argv) {
   write(dir / "valid-decode-budget-snapkv.kvc",
         make_file(CodecKind::fp16, PolicyKind::snapkv, 0, 7, HeadAllocation::uniform,
                   LayerAllocation::uniform, 10));
-  auto bad = kivi2;
+  write(dir / "valid-note-fp16-snapkv.kvc",
+        make_file(CodecKind::fp16, PolicyKind::snapkv, 0, 9, HeadAllocation::uniform,
+                  LayerAllocation::uniform, 0, R"({"chat":1,"messages":[]})"));
+  constexpr size_t kModelAt =
+      sizeof(KvcHeader) + sizeof(KvcConfigRecord) + sizeof(KvcAllocationRecord);
+  auto bad = fp16;
+  std::memset(bad.data() + kModelAt, 'n', sizeof(KvcModelRecord::model_name));  // no NUL
+  write(dir / "bad-model-name-unterminated.kvc", bad);
+  bad = fp16;
+  bad[kModelAt + offsetof(KvcModelRecord, note_bytes) + 3] = 1;  // a note past the payload
+  write(dir / "bad-note-length.kvc", bad);
+  bad = kivi2;
   bad.resize(bad.size() / 2);
   write(dir / "bad-truncated.kvc", bad);
   bad = fp16;

@@ -1,17 +1,20 @@
 // gnuplot PNGs of `snapkv eval` (eval/report.h). The data and the script are written to a
-// temporary directory and gnuplot is run as a program; its failure is a RuntimeError.
+// temporary directory and gnuplot is run as a program; its failure is a RuntimeError. The image it
+// draws there is written to the --plot path through util/output_file.h.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "snapkv/eval/report.h"
 #include "snapkv/util/error.h"
+#include "snapkv/util/output_file.h"
 
 namespace snapkv::eval {
 namespace {
@@ -56,7 +59,9 @@ void draw(const std::vector<Series>& series, const std::string& png, const std::
       fs::temp_directory_path() / ("snapkv_plot_" + std::to_string(::getpid()) + "_" +
                                    std::to_string(std::hash<std::string>{}(png)));
   fs::create_directories(dir);
-  const fs::path data = dir / "data.txt", script = dir / "plot.gp";
+  // gnuplot draws into the temporary directory; the PNG then goes to `png` through util's one
+  // writer (a temporary file renamed over a regular file, written through to a device or FIFO).
+  const fs::path data = dir / "data.txt", script = dir / "plot.gp", drawn = dir / "plot.png";
   {
     std::ofstream out(data);
     for (const Series& s : series) {
@@ -67,7 +72,7 @@ void draw(const std::vector<Series>& series, const std::string& png, const std::
   {
     std::ofstream out(script);
     out << "set terminal pngcairo size 960,640 font 'sans,11'\n"
-        << "set output " << quote(png) << "\n"
+        << "set output " << quote(drawn.string()) << "\n"
         << "set title " << quote(title) << " noenhanced\n"
         << "set xlabel " << quote(xlabel) << " noenhanced\n"
         << "set ylabel " << quote(ylabel) << " noenhanced\n"
@@ -85,12 +90,20 @@ void draw(const std::vector<Series>& series, const std::string& png, const std::
   }
   const std::string command = shell_quote(gnuplot) + " " + shell_quote(script.string()) + " 2>&1";
   const int rc = std::system(command.c_str());
+  std::string bytes;
+  if (rc == 0) {
+    std::ifstream in(drawn, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   std::error_code ec;
   fs::remove_all(dir, ec);
-  if (rc != 0) {
-    throw_runtime("plot", "gnuplot failed drawing " + png, "exit status " + std::to_string(rc),
-                  "0");
+  if (rc != 0 || bytes.empty()) {
+    throw_runtime("plot", "gnuplot failed drawing " + png,
+                  rc != 0 ? "exit status " + std::to_string(rc) : "no image", "0");
   }
+  OutputFile out = OutputFile::open(png, "plot", "--plot file");
+  out.write(bytes);
+  out.commit();
 }
 
 }  // namespace

@@ -281,11 +281,13 @@ Sample generate_sample(Task task, const TaskOptions& options, size_t index,
     throw_invalid("tasks", "seed has bit 63 set (reserved to tell eval from train)",
                   std::to_string(options.seed), "< 2^63");
   }
-  if (options.n_needles == 0 || options.n_needles > 64) {
-    throw_invalid("tasks", "n_needles out of range", std::to_string(options.n_needles), "1..64");
+  if (options.n_needles == 0 || options.n_needles > kMaxNeedles) {
+    throw_invalid("tasks", "n_needles out of range", std::to_string(options.n_needles),
+                  "1.." + std::to_string(kMaxNeedles));
   }
-  if (options.vt_hops == 0 || options.vt_hops > 64) {
-    throw_invalid("tasks", "vt_hops out of range", std::to_string(options.vt_hops), "1..64");
+  if (options.vt_hops == 0 || options.vt_hops > kMaxVtHops) {
+    throw_invalid("tasks", "vt_hops out of range", std::to_string(options.vt_hops),
+                  "1.." + std::to_string(kMaxVtHops));
   }
   if (!count_tokens) throw_invalid("tasks", "token counter is empty", "null", "a function");
   const uint64_t stream = options.split == Split::eval ? (options.seed | kEvalBit) : options.seed;

@@ -2,9 +2,11 @@
 #include "snapkv/model/chat_session.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
+#include "snapkv/model/prompt_cache.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {
@@ -223,6 +225,74 @@ void ChatSession::clear() {
   std::vector<ChatMessage> kept;
   if (!messages_.empty() && messages_.front().role == "system") kept.push_back(messages_.front());
   messages_ = std::move(kept);
+}
+
+void ChatSession::save(const std::string& path) const {
+  if (!session_) {
+    throw_invalid(kComponent, "nothing to save", "no turn yet", "a conversation of >= 1 turn");
+  }
+  nlohmann::json note;
+  note["snapkv_chat"] = 1;
+  note["template"] = std::string(to_string(template_.family()));
+  note["turns"] = turns_;
+  note["pending"] = pending_ ? nlohmann::json(*pending_) : nlohmann::json(nullptr);
+  nlohmann::json messages = nlohmann::json::array();
+  for (const ChatMessage& m : messages_) {
+    messages.push_back({{"role", m.role}, {"content", m.content}});
+  }
+  note["messages"] = std::move(messages);
+  // Replies need not be valid UTF-8: invalid bytes are replaced in the note only (the cache and
+  // its tokens keep what was generated).
+  save_prompt_cache(path, *session_, history_,
+                    note.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+void ChatSession::load(const std::string& path) {
+  PromptCache loaded = load_prompt_cache(*model_, path, options_);
+  const auto refuse = [&](const std::string& what, const std::string& got,
+                          const std::string& expected) {
+    throw_runtime(kComponent, path + ": " + what, got, expected);
+  };
+  nlohmann::json note;
+  try {
+    note = nlohmann::json::parse(loaded.note);
+  } catch (const nlohmann::json::exception&) {
+    note = nullptr;
+  }
+  if (!note.is_object() || note.value("snapkv_chat", 0) != 1) {
+    refuse("holds no conversation", loaded.note.empty() ? "a .kvc without a note" : "another note",
+           "a .kvc written by snapkv chat's /save");
+  }
+  std::vector<ChatMessage> messages;
+  std::optional<int32_t> pending;
+  size_t turns = 0;
+  std::string family;
+  try {
+    family = note.at("template").get<std::string>();
+    turns = note.at("turns").get<size_t>();
+    const nlohmann::json& p = note.at("pending");
+    if (!p.is_null()) pending = p.get<int32_t>();
+    for (const nlohmann::json& m : note.at("messages")) {
+      messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    refuse("conversation note is malformed", e.what(), "the fields /save writes");
+  }
+  if (family != to_string(template_.family())) {
+    refuse("conversation of another chat template", family,
+           std::string(to_string(template_.family())) + " (this chat's)");
+  }
+  if (pending && (*pending < 0 || static_cast<size_t>(*pending) >= model_->config().n_vocab)) {
+    refuse("pending token", std::to_string(*pending),
+           "< n_vocab = " + std::to_string(model_->config().n_vocab));
+  }
+  session_.reset();
+  session_.emplace(std::move(loaded.session));
+  history_ = std::move(loaded.tokens);
+  pending_ = pending;
+  logits_.clear();
+  turns_ = turns;
+  messages_ = std::move(messages);
 }
 
 }  // namespace snapkv

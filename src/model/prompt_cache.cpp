@@ -15,12 +15,13 @@ ModelFingerprint model_fingerprint(const LlamaModel& model) {
 }
 
 void save_prompt_cache(const std::string& path, const LlamaSession& session,
-                       std::span<const int32_t> tokens) {
+                       std::span<const int32_t> tokens, const std::string& note) {
   if (session.n_past() != tokens.size()) {
     throw_invalid("prompt_cache", "session tokens", std::to_string(session.n_past()),
                   "the " + std::to_string(tokens.size()) + " prompt tokens (nothing run after)");
   }
-  write_kvc(path, model_fingerprint(session.model()), tokens, session.caches());
+  write_kvc(path, model_fingerprint(session.model()), tokens, session.caches(),
+            KvcLabels{session.model().config().name, note});
 }
 
 PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
@@ -29,6 +30,7 @@ PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
   const LlamaConfig& c = model.config();
   KvcExpect expect;
   expect.fingerprint = &fingerprint;
+  expect.model_name = model.config().name;
   expect.n_layers = c.n_layers;
   expect.dims = CacheDims{c.n_heads, c.n_kv_heads, c.head_dim};
   KvcContents contents = read_kvc(path, expect);
@@ -47,7 +49,11 @@ PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
     }
   }
   PromptCache out{LlamaSession::from_caches(model, std::move(contents.caches), options),
-                  std::move(contents.tokens), contents.config, contents.file_bytes};
+                  std::move(contents.tokens),
+                  contents.config,
+                  contents.file_bytes,
+                  std::move(contents.model_name),
+                  std::move(contents.note)};
   return out;
 }
 

@@ -14,7 +14,8 @@ std::vector<uint8_t> encode_prompt_cache(const LlamaSession& session,
     throw_invalid("prompt_cache", "session tokens", std::to_string(session.n_past()),
                   "the " + std::to_string(tokens.size()) + " prompt tokens (nothing run after)");
   }
-  return encode_kvc(model_fingerprint(session.model()), tokens, session.caches());
+  return encode_kvc(model_fingerprint(session.model()), tokens, session.caches(),
+                    KvcLabels{session.model().config().name, {}});
 }
 
 PromptCache decode_prompt_cache(const LlamaModel& model, std::span<const uint8_t> bytes,
@@ -23,6 +24,7 @@ PromptCache decode_prompt_cache(const LlamaModel& model, std::span<const uint8_t
   const LlamaConfig& c = model.config();
   KvcExpect expect;
   expect.fingerprint = &fingerprint;
+  expect.model_name = model.config().name;
   expect.n_layers = c.n_layers;
   expect.dims = CacheDims{c.n_heads, c.n_kv_heads, c.head_dim};
   KvcContents contents = decode_kvc(bytes, expect);
@@ -41,7 +43,11 @@ PromptCache decode_prompt_cache(const LlamaModel& model, std::span<const uint8_t
     }
   }
   return PromptCache{LlamaSession::from_caches(model, std::move(contents.caches), options),
-                     std::move(contents.tokens), contents.config, bytes.size()};
+                     std::move(contents.tokens),
+                     contents.config,
+                     bytes.size(),
+                     std::move(contents.model_name),
+                     std::move(contents.note)};
 }
 
 }  // namespace snapkv

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "snapkv/util/error.h"
 #include "snapkv/util/mapped_file.h"
+#include "snapkv/util/read_progress.h"
 
 namespace snapkv {
 
@@ -106,7 +108,8 @@ HugePageRegion read_file_to_huge_pages(const std::string& path, std::string_view
   }
   size_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, region.data() + done, size - done, static_cast<off_t>(done));
+    const size_t chunk = std::min(size - done, kReadProgressChunk);
+    const ssize_t n = ::pread(fd, region.data() + done, chunk, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string reason = n < 0 ? std::string(std::strerror(errno))
@@ -117,6 +120,7 @@ HugePageRegion read_file_to_huge_pages(const std::string& path, std::string_view
       throw_runtime(component, "cannot read file '" + path + "'", reason, expected_what);
     }
     done += static_cast<size_t>(n);
+    report_read_progress(done, size);
   }
   ::close(fd);
   region.protect_read_only();

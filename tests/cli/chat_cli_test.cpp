@@ -1,6 +1,7 @@
 // `snapkv chat` and `snapkv run --chat` through the built binary, on the shipped tiny model with a
 // chat template added (tests/model/chat_model_util.h) and without one (the named error).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -207,6 +208,94 @@ TEST(ChatCli, SlashCommandsThroughAPipe) {
   EXPECT_NE(r.err.find("[chat] stats:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[chat] unknown command '/bogus'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("new conversation"), std::string::npos) << r.err;
+}
+
+// /save writes the conversation as a .kvc; after /clear, /load goes on with it: the same question
+// gets the same reply (greedy) as it did right after the save, in the same process and in a new
+// one. Bad paths are named errors and the chat goes on (exit 1 at the end).
+TEST(ChatCli, SaveAndLoadThroughAPipe) {
+  TempDir dir("chat_cli");
+  const std::string model = write_chat_model(dir);
+  const std::string saved = dir.file("conv.kvc");
+  const std::string args = "chat --model '" + model +
+                           "' --max-tokens 6 --budget 48 --window 8 --decode-interval 4 --json "
+                           "--threads 1";
+  const std::string first = "The pass key is 71432. Remember it.\n";
+  const std::string question = "What is the pass key?\n";
+  CliResult r = run_cli_input(
+      args, first + "/save " + saved + "\n" + question + "/clear\n/load " + saved + "\n" + question,
+      dir);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::vector<json> turns = json_lines(r.out);
+  ASSERT_EQ(turns.size(), 3u) << r.out;
+  EXPECT_EQ(turns[1]["turn"], 2);
+  EXPECT_EQ(turns[2]["turn"], 2);  // the loaded conversation had one turn
+  EXPECT_EQ(turns[2]["tokens"], turns[1]["tokens"]) << r.out;
+  EXPECT_EQ(turns[2]["text"], turns[1]["text"]);
+  EXPECT_EQ(turns[2]["n_past"], turns[1]["n_past"]);
+  EXPECT_EQ(turns[2]["kv_bytes"], turns[1]["kv_bytes"]);
+  EXPECT_NE(r.err.find("[chat] saved"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[chat] loaded"), std::string::npos) << r.err;
+
+  // A new process: the same reply from the file alone.
+  CliResult again = run_cli_input(args, "/load " + saved + "\n" + question, dir);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  const std::vector<json> turns2 = json_lines(again.out);
+  ASSERT_EQ(turns2.size(), 1u) << again.out;
+  EXPECT_EQ(turns2[0]["tokens"], turns[1]["tokens"]);
+
+  // Bad paths: each a named error, and the chat goes on.
+  const std::string sub = dir.file("sub");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string bad = "/save " + dir.file("early.kvc") + "\nhello there\n/save\n/save " +
+                          model + "\n/save " + sub + "\n/save " + fifo + "\n/save " +
+                          dir.file("missing/x.kvc") + "\n/load " + dir.file("absent.kvc") +
+                          "\n/load " + model + "\n/load\nhello again\n";
+  r = run_cli_input(args, bad, dir);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  turns = json_lines(r.out);
+  EXPECT_EQ(turns.size(), 2u) << r.out;  // both turns answered around the failures
+  for (const char* expected :
+       {"nothing to save", "/save needs a file", "names the same file as --model", "directory",
+        "FIFO", "absent.kvc", "not a .kvc file", "/load needs a file"}) {
+    EXPECT_NE(r.err.find(expected), std::string::npos) << expected << "\n" << r.err;
+  }
+  std::ifstream model_file(model, std::ios::binary);
+  char magic[4] = {};
+  model_file.read(magic, 4);
+  EXPECT_EQ(std::string(magic, 4), "GGUF");  // the model was not replaced
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_NE(::stat(dir.file("early.kvc").c_str(), &st), 0);  // nothing was written
+
+  // A file of another model (another template: another fingerprint) is refused by name; the
+  // first .kvc of a compress run holds no conversation.
+  const std::string other = dir.file("chatml.gguf");
+  {
+    const std::vector<uint8_t> bytes =
+        snapkv::testing::tiny_model_with_template(snapkv::testing::kChatmlTemplate);
+    std::ofstream f(other, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  }
+  r = run_cli_input("chat --model '" + other + "' --json --max-tokens 2 --threads 1",
+                    "/load " + saved + "\nhi\n", dir);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(json_lines(r.out).size(), 1u) << r.out;
+  EXPECT_NE(r.err.find("written for another model"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(other), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(saved), std::string::npos) << r.err;
+  const std::string doc = dir.file("doc.kvc");
+  const CliResult c =
+      run_cli_input("compress --model '" + model + "' --prompt-file - --out '" + doc + "' --quiet",
+                    "some document text, long enough to compress\n", dir);
+  ASSERT_EQ(c.rc, 0) << c.err;
+  r = run_cli_input(args, "/load " + doc + "\n", dir);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("holds no conversation"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -69,5 +69,57 @@ TEST(ProgressCli, OnATerminalOnlyAndNeverInJson) {
   EXPECT_TRUE(nlohmann::json::parse(forced.out).is_object());
 }
 
+// bench: a "runs done/total, ETA" line under the per-run log lines, in both modes; none on a
+// non-terminal stderr (the per-run log lines stay) and never in the JSON.
+TEST(ProgressCli, BenchRunsOnATerminal) {
+  if (std::system("script --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "util-linux `script` is not installed";
+  }
+  TempDir dir("progress_cli");
+  const std::string out = dir.file("out.json");
+  const std::string random =
+      "bench --layers 1 --embd 64 --heads 2 --kv-heads 1 --ff 128 --vocab 256 --types f32 "
+      "--lengths 16,32 -r 2 --methods full --json";
+  const std::string model = "bench -m " + kModel + " -p 16 -n 4 -r 2 -t 1 --json";
+  for (const std::string& args : {random, model}) {
+    const std::string tty = under_pty(args, out, dir);
+    EXPECT_NE(tty.find("[bench] runs 1/"), std::string::npos) << args << "\n" << tty;
+    EXPECT_NE(tty.find(", ETA "), std::string::npos) << args << "\n" << tty;
+    EXPECT_NE(tty.find("run 2/2"), std::string::npos) << args << "\n" << tty;  // the log lines
+    EXPECT_TRUE(nlohmann::json::parse(read_text(out)).is_object()) << args;
+    const std::string none = under_pty(args + " --no-progress", out, dir);
+    EXPECT_EQ(none.find("[bench] runs "), std::string::npos) << args << "\n" << none;
+    const CliResult file = run_cli(args, dir);
+    ASSERT_EQ(file.rc, 0) << file.err;
+    EXPECT_EQ(file.err.find("[bench] runs "), std::string::npos) << file.err;
+    EXPECT_EQ(file.err.find('\r'), std::string::npos) << file.err;
+    EXPECT_NE(file.err.find("run 2/2"), std::string::npos) << file.err;
+    EXPECT_TRUE(nlohmann::json::parse(file.out).is_object()) << args;
+  }
+}
+
+// Loading a model read whole into memory (SNAPKV_WEIGHTS=huge) draws its bytes on a terminal;
+// never on a non-terminal stderr.
+TEST(ProgressCli, ModelLoadingOnATerminal) {
+  if (std::system("script --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "util-linux `script` is not installed";
+  }
+  TempDir dir("progress_cli");
+  const std::string out = dir.file("out.json");
+  const std::string run = "run -m " + kModel + " -p hi -n 1 -t 1 --json";
+  ASSERT_EQ(::setenv("SNAPKV_WEIGHTS", "huge", 1), 0);
+  const std::string tty = under_pty(run, out, dir);
+  const CliResult file = run_cli(run, dir);
+  const std::string chat_tty = under_pty("chat -m " + kModel + " --no-chat -n 1", out, dir);
+  ::unsetenv("SNAPKV_WEIGHTS");
+  EXPECT_NE(tty.find("[run] loading model 5/5 MiB"), std::string::npos) << tty;  // 4.8 MiB
+  ASSERT_EQ(file.rc, 0) << file.err;
+  EXPECT_EQ(file.err.find("loading model"), std::string::npos) << file.err;
+  EXPECT_NE(chat_tty.find("[chat] loading model"), std::string::npos) << chat_tty;
+  // Mapped (the default): nothing is read up front, nothing drawn.
+  const std::string mapped = under_pty(run, out, dir);
+  EXPECT_EQ(mapped.find("loading model"), std::string::npos) << mapped;
+}
+
 }  // namespace
 }  // namespace snapkv::clitest

@@ -90,6 +90,8 @@ const std::vector<Writer>& writers() {
        "bench --layers 1 --embd 64 --heads 2 --kv-heads 1 --ff 128 --vocab 256 --types f32 "
        "--lengths 16 -r 1 --methods full --quiet --json OUT"},
       {"tasks gen --out", "tasks gen --task passkey --n 1 --context 128 --out OUT"},
+      {"eval --plot",
+       "eval -m m.gguf --tasks passkey --context 128 --n 1 --methods full --quiet --plot OUT"},
   };
   return w;
 }
@@ -177,6 +179,10 @@ TEST(RobustnessCli, AnOutputNamingAnInputIsRefusedBeforeAnyWork) {
       {"run -m m.gguf --prompt hi --json m.gguf", "--json names the same file as --model"},
       {"run -m m.gguf -f doc.txt --json ./doc.txt", "--json names the same file as --prompt-file"},
       {"eval -m m.gguf --n 1 --context 128 --json m.gguf", "--json names the same file as --model"},
+      {"eval -m m.gguf --n 1 --context 128 --plot link.gguf",
+       "--plot names the same file as --model"},
+      {"eval -m m.gguf --n 1 --context 128 --plot x.png --json x_bytes.png",
+       "--plot (its _bytes image) names the same file as --json"},
       {"ask -m m.gguf --cache doc.kvc --question hi --json doc.kvc",
        "--json names the same file as --cache"},
       {"ask -m m.gguf --cache doc.kvc --questions q.txt --json q.txt",
@@ -295,6 +301,12 @@ TEST(RobustnessCli, NumbersAreCheckedNotSaturated) {
       {"eval -m m.gguf --n 99999999999", "out of range"},
       {"tasks gen --n " + max, "out of range"},
       {"tasks gen --context 99999999999", "out of range"},
+      {"tasks gen --needles 65", "--needles: out of range, got 65, expected 1 .. 64"},
+      {"tasks gen --needles 0", "--needles: out of range, got 0, expected 1 .. 64"},
+      {"tasks gen --hops 1000", "--hops: out of range, got 1000, expected 1 .. 64"},
+      {"tasks gen --hops 0", "--hops: out of range, got 0, expected 1 .. 64"},
+      {"tasks gen --seed 9223372036854775808",
+       "--seed: out of range, got 9223372036854775808, expected 0 .. 9223372036854775807"},
       {"bench --layers 99999999", "out of range"},
       {"bench -r 99999999", "out of range"},
       {"bench --layers 1000 --embd 65536", "larger than this machine's memory"},

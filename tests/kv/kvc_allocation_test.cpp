@@ -190,12 +190,12 @@ T peek(const std::vector<uint8_t>& bytes, size_t at) {
   return value;
 }
 
-// The version-1 bytes of a version-2 file with uniform allocation and no decode budget: the
-// same records without KvcAllocationRecord and the per-layer KvcDecodeRecords.
+// The version-1 bytes of a current file with uniform allocation, no decode budget and no note: the
+// same records without KvcAllocationRecord, KvcModelRecord and the per-layer KvcDecodeRecords.
 std::vector<uint8_t> as_version_1(const std::vector<uint8_t>& v2) {
   const KvcHeader header = peek<KvcHeader>(v2, 0);
   std::vector<uint8_t> out(v2.begin(), v2.begin() + sizeof(KvcHeader) + sizeof(KvcConfigRecord));
-  size_t at = out.size() + sizeof(KvcAllocationRecord);
+  size_t at = out.size() + sizeof(KvcAllocationRecord) + sizeof(KvcModelRecord);
   const size_t tokens_end = at + header.n_tokens * sizeof(int32_t);
   out.insert(out.end(), v2.begin() + static_cast<std::ptrdiff_t>(at),
              v2.begin() + static_cast<std::ptrdiff_t>(tokens_end));
@@ -232,7 +232,8 @@ TEST(KvcAllocation, Version1FilesStillReadAsTheSameCaches) {
     std::vector<LayerCache> saved = prefilled(config, 500);
     const std::vector<uint8_t> v2 = encode_kvc(fingerprint(), tokens(), saved);
     const std::vector<uint8_t> v1 = as_version_1(v2);
-    ASSERT_EQ(v1.size() + sizeof(KvcAllocationRecord) + kLayers * sizeof(KvcDecodeRecord),
+    ASSERT_EQ(v1.size() + sizeof(KvcAllocationRecord) + sizeof(KvcModelRecord) +
+                  kLayers * sizeof(KvcDecodeRecord),
               v2.size());
     KvcContents loaded = decode_kvc(v1);
     EXPECT_EQ(loaded.version, 1u) << what;
@@ -252,7 +253,8 @@ TEST(KvcAllocation, RaggedHeadsNeedAdaInTheConfig) {
   std::vector<LayerCache> saved = prefilled(make_config("snapkv", CodecKind::fp16), 600);
   std::vector<uint8_t> b = encode_kvc(fingerprint(), tokens(), saved);
   const size_t head0 = sizeof(KvcHeader) + sizeof(KvcConfigRecord) + sizeof(KvcAllocationRecord) +
-                       kS * sizeof(int32_t) + sizeof(KvcLayerRecord) + sizeof(KvcDecodeRecord);
+                       sizeof(KvcModelRecord) + kS * sizeof(int32_t) + sizeof(KvcLayerRecord) +
+                       sizeof(KvcDecodeRecord);
   const auto h0 = peek<KvcHeadRecord>(b, head0);
   const size_t head1 =
       head0 + sizeof h0 + h0.n_rows * sizeof(int64_t) + h0.key_bytes + h0.value_bytes;
@@ -267,6 +269,75 @@ TEST(KvcAllocation, RaggedHeadsNeedAdaInTheConfig) {
     EXPECT_EQ(e.kind(), KvcErrorKind::malformed) << e.what();
     EXPECT_NE(std::string(e.what()).find("the same in every head"), std::string::npos) << e.what();
   }
+}
+
+// Version 3's labels: the model name and the note come back as written; a version-2 file (the
+// same bytes without KvcModelRecord) reads with empty labels and is rewritten as version 3.
+TEST(KvcAllocation, Version3LabelsAndVersion2Files) {
+  const std::vector<LayerCache> saved = prefilled(make_config("snapkv", CodecKind::kivi2), 900);
+  const KvcLabels labels{"Tiny Model 0.1B", R"({"note":"é"})"};
+  const std::vector<uint8_t> v3 = encode_kvc(fingerprint(), tokens(), saved, labels);
+  KvcContents loaded = decode_kvc(v3);
+  EXPECT_EQ(loaded.version, 3u);
+  EXPECT_EQ(loaded.model_name, labels.model_name);
+  EXPECT_EQ(loaded.note, labels.note);
+  EXPECT_EQ(encode_kvc(fingerprint(), tokens(), loaded.caches, {loaded.model_name, loaded.note}),
+            v3);
+
+  const std::vector<uint8_t> plain = encode_kvc(fingerprint(), tokens(), saved);
+  const size_t model_at = sizeof(KvcHeader) + sizeof(KvcConfigRecord) + sizeof(KvcAllocationRecord);
+  std::vector<uint8_t> v2(plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(model_at));
+  v2.insert(v2.end(),
+            plain.begin() + static_cast<std::ptrdiff_t>(model_at + sizeof(KvcModelRecord)),
+            plain.end());
+  KvcHeader h = peek<KvcHeader>(v2, 0);
+  h.version = 2;
+  h.payload_bytes = v2.size() - sizeof(KvcHeader);
+  std::memcpy(v2.data(), &h, sizeof h);
+  reseal(v2);
+  loaded = decode_kvc(v2);
+  EXPECT_EQ(loaded.version, 2u);
+  EXPECT_EQ(loaded.model_name, "");
+  EXPECT_EQ(loaded.note, "");
+  EXPECT_EQ(encode_kvc(fingerprint(), tokens(), loaded.caches), plain);  // the rewrite upgrades
+  for (size_t l = 0; l < kLayers; ++l) expect_same_cache(saved[l], loaded.caches[l], "v2");
+
+  // Another model's fingerprint: the message names both models and both fingerprints.
+  ModelFingerprint other = fingerprint();
+  other[0] ^= 1;
+  KvcExpect expect;
+  expect.fingerprint = &other;
+  expect.model_name = "Other Model";
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> files = {
+      {v3, "'Tiny Model 0.1B'"}, {v2, "a version-2 file names no model"}};
+  for (const auto& [bytes, file_name] : files) {
+    try {
+      decode_kvc(bytes, expect);
+      ADD_FAILURE() << "another model's cache accepted";
+    } catch (const KvcError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(e.kind(), KvcErrorKind::wrong_model) << m;
+      EXPECT_NE(m.find(file_name), std::string::npos) << m;
+      EXPECT_NE(m.find("'Other Model'"), std::string::npos) << m;
+      EXPECT_NE(m.find(to_hex(other)), std::string::npos) << m;
+      EXPECT_NE(m.find(to_hex(fingerprint())), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(KvcAllocation, ModelNamesAreCutAtACharacterAndNotesBounded) {
+  EXPECT_EQ(kvc_model_name("abc"), "abc");
+  EXPECT_EQ(kvc_model_name(std::string("ab\0cd", 5)), "ab");
+  EXPECT_EQ(kvc_model_name(std::string(70, 'x')), std::string(63, 'x'));
+  // 62 ASCII bytes then a 2-byte character: byte 63 would split it, so it is left out whole.
+  EXPECT_EQ(kvc_model_name(std::string(62, 'x') + "é" + "tail"), std::string(62, 'x'));
+  EXPECT_EQ(kvc_model_name(std::string(61, 'x') + "é" + "tail"), std::string(61, 'x') + "é");
+  const std::vector<LayerCache> saved = prefilled(make_config("snapkv", CodecKind::fp16), 901);
+  const std::vector<uint8_t> b =
+      encode_kvc(fingerprint(), tokens(), saved, {std::string(100, 'n'), ""});
+  EXPECT_EQ(decode_kvc(b).model_name, std::string(63, 'n'));
+  const KvcLabels huge{"m", std::string(kKvcMaxNoteBytes + 1, 'x')};
+  EXPECT_THROW(encode_kvc(fingerprint(), tokens(), saved, huge), std::invalid_argument);
 }
 
 }  // namespace

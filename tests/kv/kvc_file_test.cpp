@@ -260,11 +260,12 @@ void expect_kind(const std::vector<uint8_t>& bytes, KvcErrorKind kind, const std
   }
 }
 
-// Offsets inside the payload of valid_file(): the config, the tokens, then layer 0 (no decode
-// window: decode_budget 0), KV head 0.
+// Offsets inside the payload of valid_file(): the config, the model record (no note), the tokens,
+// then layer 0 (no decode window: decode_budget 0), KV head 0.
 constexpr size_t kConfigAt = sizeof(KvcHeader);
 constexpr size_t kAllocationAt = kConfigAt + sizeof(KvcConfigRecord);
-constexpr size_t kTokensAt = kAllocationAt + sizeof(KvcAllocationRecord);
+constexpr size_t kModelAt = kAllocationAt + sizeof(KvcAllocationRecord);
+constexpr size_t kTokensAt = kModelAt + sizeof(KvcModelRecord);
 constexpr size_t kLayer0At = kTokensAt + kS * sizeof(int32_t);
 constexpr size_t kDecode0At = kLayer0At + sizeof(KvcLayerRecord);
 constexpr size_t kHead0At = kDecode0At + sizeof(KvcDecodeRecord);

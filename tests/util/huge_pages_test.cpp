@@ -1,6 +1,6 @@
 // util/huge_pages.h: regions on 2 MiB boundaries, a whole file read into one (every byte, any
 // size, the empty file), the named errors of a missing file, a directory and a FIFO, and the
-// region's owner moving and releasing it.
+// region's owner moving and releasing it; the read's progress reports (util/read_progress.h).
 #include "util/huge_pages.h"
 
 #include <gtest/gtest.h>
@@ -11,9 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "snapkv/util/error.h"
+#include "snapkv/util/read_progress.h"
 #include "temp_dir_test.h"
 
 namespace snapkv {
@@ -97,6 +100,33 @@ TEST_F(HugePagesTest, AnonHugePageBytesIsReadable) {
   // Linux reports AnonHugePages (0 or more); -1 only where smaps_rollup is missing.
   if (!fs::exists("/proc/self/smaps_rollup")) GTEST_SKIP() << "no /proc/self/smaps_rollup";
   EXPECT_GE(anon_huge_page_bytes(), 0);
+}
+
+// util/read_progress.h: a whole-file read reports after every chunk of at most 64 MiB, the last
+// call at done == total; the innermost scope of the thread reports, and only on its thread.
+TEST_F(HugePagesTest, ReadProgressReportsChunksToTheInnermostScopeOfTheThread) {
+  const size_t n = kReadProgressChunk + 4097;
+  const std::string path = write_file("big", bytes_of(n));
+  std::vector<std::pair<size_t, size_t>> outer, inner;
+  {
+    ReadProgressScope a([&](size_t done, size_t total) { outer.emplace_back(done, total); });
+    {
+      ReadProgressScope b([&](size_t done, size_t total) { inner.emplace_back(done, total); });
+      (void)read_file_to_huge_pages(path, "test", "a file");
+    }
+    const std::vector<std::pair<size_t, size_t>> want = {{kReadProgressChunk, n}, {n, n}};
+    EXPECT_EQ(inner, want);
+    EXPECT_TRUE(outer.empty());
+    std::thread other([&] { (void)read_file_to_huge_pages(path, "test", "a file"); });
+    other.join();
+    EXPECT_TRUE(outer.empty()) << "another thread's read reported to this thread's scope";
+    (void)read_file_to_huge_pages(path, "test", "a file");
+    EXPECT_EQ(outer, want);
+  }
+  inner.clear();
+  outer.clear();
+  (void)read_file_to_huge_pages(path, "test", "a file");  // no scope: nobody is called
+  EXPECT_TRUE(inner.empty() && outer.empty());
 }
 
 }  // namespace

@@ -40,13 +40,18 @@ using TokenCounter = std::function<size_t(std::string_view)>;
 // newline. Within about 15% of the shipped model's tokenizer on task text.
 size_t approx_token_count(std::string_view text);
 
+inline constexpr size_t kMaxNeedles = 64;
+inline constexpr size_t kMaxVtHops = 64;
+
 struct TaskOptions {
   size_t context_tokens = 1024;  // budget for prompt + reference completion, in tokens
   uint64_t seed = 0;             // user seed, < 2^63
   Split split = Split::eval;
   bool remove_needles = false;  // control: same haystack and question, needles left out
   size_t n_needles = 4;         // multikey: needles (1 asked); multivalue: values; multiquery: keys
+                                // (1 .. kMaxNeedles)
   size_t vt_hops = 4;           // vt: chain `VAR A = n`, then hops `VAR B = VAR A` (hops+1 names)
+                                // (1 .. kMaxVtHops)
 };
 
 struct Sample {

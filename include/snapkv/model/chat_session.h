@@ -26,6 +26,13 @@
 //  - A turn that would pass the model's context (positions are absolute: eviction bounds memory,
 //    not positions) throws std::invalid_argument before the cache changes.
 //
+//  - save() writes the conversation as a .kvc (model/prompt_cache.h): the cache, the tokens it has
+//    seen, and in the file's note (kv/file/kvc_format.h) the messages, the reply's last token not
+//    fed yet, the turn count and the template family, as JSON
+//    {"snapkv_chat":1,"template":F,"turns":N,"pending":ID|null,"messages":[{"role","content"}]};
+//    load() of that file, with the same model and template family, continues the conversation
+//    bit for bit as the saved one would have gone on (the cache settings are the file's).
+//
 // Leaves out: tools, editing or regenerating turns (the cache cannot roll back), Qwen 3 reasoning
 // blocks in replies followed by a new turn (the template strips them: RuntimeError).
 #pragma once
@@ -84,6 +91,15 @@ class ChatSession {
   // Forgets the conversation (the cache, the history and the messages but the system message):
   // the next send() starts a new chat.
   void clear();
+  // Writes the conversation to `path` (see the file comment). Throws std::invalid_argument before
+  // the first turn, KvcError io when the file cannot be written.
+  void save(const std::string& path) const;
+  // Replaces the conversation with the one saved at `path`. Throws KvcError (its named kinds;
+  // wrong_model for a file of another model) or RuntimeError for a .kvc that holds no
+  // conversation or one of another template family; the conversation is unchanged then.
+  void load(const std::string& path);
+  // Turns sent since the start (or clear(), or the turns of a loaded conversation).
+  size_t turns() const { return turns_; }
 
   // Tokens the cache has seen, in order (== session().n_past() of them).
   const std::vector<int32_t>& history() const { return history_; }

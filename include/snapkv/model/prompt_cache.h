@@ -23,20 +23,24 @@ namespace snapkv {
 
 ModelFingerprint model_fingerprint(const LlamaModel& model);
 
-// Writes `session` (prefill() done, prompt ended, nothing else run: n_past() == tokens.size())
-// atomically to `path`. Throws std::invalid_argument for a session in another state, KvcError io.
+// Writes `session` (prompt ended, n_past() == tokens.size(): the tokens it has seen) atomically to
+// `path`, with the model's general.name and `note` (kv/file/kvc_format.h). Throws
+// std::invalid_argument for a session in another state, KvcError io.
 void save_prompt_cache(const std::string& path, const LlamaSession& session,
-                       std::span<const int32_t> tokens);
+                       std::span<const int32_t> tokens, const std::string& note = {});
 
 struct PromptCache {
   LlamaSession session;         // prompt done; clone() it per question
   std::vector<int32_t> tokens;  // [n_tokens] the prompt
   CacheConfig config;           // how it was compressed
   size_t file_bytes = 0;        // bytes read
+  std::string model_name;       // general.name of the model it was written with ("": unknown)
+  std::string note;             // the note it was written with
 };
 
 // Reads and validates `path` for `model` (KvcError of the named kinds, or RuntimeError for a token
-// id outside the model's vocabulary).
+// id outside the model's vocabulary). A fingerprint mismatch names both models' general.name and
+// both fingerprints.
 PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
                               SessionOptions options = {});
 

@@ -36,11 +36,14 @@ bool exercise_reader(const uint8_t* data, size_t size) {
                    Tensor3{kv.data(), d.n_kv_heads, 1, d.head_dim});
     }
   }
-  std::vector<uint8_t> again = encode_kvc(contents.fingerprint, contents.tokens, contents.caches);
+  const KvcLabels labels{contents.model_name, contents.note};
+  std::vector<uint8_t> again =
+      encode_kvc(contents.fingerprint, contents.tokens, contents.caches, labels);
   if (contents.version != kKvcVersion) {
     // An older version is rewritten in the current one: that must read back to the same bytes.
     const KvcContents upgraded = decode_kvc(again, {}, true);
-    SNAPKV_CHECK(encode_kvc(upgraded.fingerprint, upgraded.tokens, upgraded.caches) == again);
+    SNAPKV_CHECK(encode_kvc(upgraded.fingerprint, upgraded.tokens, upgraded.caches,
+                            {upgraded.model_name, upgraded.note}) == again);
     return true;
   }
   // Re-encoded, the contents give back the input (every field is kept, padding is zero).

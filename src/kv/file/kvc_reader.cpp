@@ -184,13 +184,27 @@ KvcHeader check_header(std::span<const uint8_t> bytes, bool verify_checksum) {
   return h;
 }
 
-void check_expect(const KvcHeader& h, const KvcExpect& expect) {
+// The model record's name, for a message (checked in full by read_model_record later).
+std::string file_model_name(std::span<const uint8_t> bytes, const KvcHeader& h) {
+  if (h.version < 3) return "(a version-" + num(h.version) + " file names no model)";
+  const size_t at = sizeof(KvcHeader) + sizeof(KvcConfigRecord) + sizeof(KvcAllocationRecord);
+  if (bytes.size() < at + sizeof(KvcModelRecord::model_name)) return "(no model name)";
+  const char* name = reinterpret_cast<const char*>(bytes.data() + at);
+  const std::string s(name, strnlen(name, sizeof(KvcModelRecord::model_name) - 1));
+  return s.empty() ? "(no general.name)" : "'" + s + "'";
+}
+
+void check_expect(std::span<const uint8_t> bytes, const KvcHeader& h, const KvcExpect& expect) {
   if (expect.fingerprint != nullptr && std::memcmp(expect.fingerprint->data(), h.model_fingerprint,
                                                    expect.fingerprint->size()) != 0) {
     ModelFingerprint got;
     std::memcpy(got.data(), h.model_fingerprint, got.size());
+    const std::string want_name = expect.model_name.empty()
+                                      ? "(no general.name)"
+                                      : "'" + kvc_model_name(expect.model_name) + "'";
     fail(KvcErrorKind::wrong_model, "cache was written for another model (fingerprint)",
-         to_hex(got), to_hex(*expect.fingerprint));
+         "model " + file_model_name(bytes, h) + ", fingerprint " + to_hex(got),
+         "model " + want_name + ", fingerprint " + to_hex(*expect.fingerprint));
   }
   const auto check = [](size_t want, size_t got, const char* what) {
     if (want != 0 && want != got) fail(KvcErrorKind::wrong_model, what, num(got), num(want));
@@ -270,7 +284,7 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
 KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expect,
                            bool verify_checksum) {
   const KvcHeader h = check_header(bytes, verify_checksum);
-  check_expect(h, expect);
+  check_expect(bytes, h, expect);
   if (h.n_layers == 0 || h.n_heads == 0 || h.n_kv_heads == 0 || h.head_dim == 0 ||
       h.n_heads % h.n_kv_heads != 0 || h.n_tokens == 0) {
     fail(KvcErrorKind::malformed, "dimensions",
@@ -284,6 +298,16 @@ KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expe
   out.config = parse_config(in.pod<KvcConfigRecord>("config record"));
   if (h.version >= 2)
     parse_allocation(in.pod<KvcAllocationRecord>("allocation record"), out.config);
+  if (h.version >= 3) {
+    const auto model = in.pod<KvcModelRecord>("model record");
+    out.model_name = std::string(get_name(model.model_name, "model name"));
+    if (model.note_bytes > kKvcMaxNoteBytes) {
+      fail(KvcErrorKind::malformed, "note length", num(model.note_bytes),
+           "<= " + num(kKvcMaxNoteBytes) + " bytes");
+    }
+    const std::span<const uint8_t> note = in.bytes(static_cast<size_t>(model.note_bytes), "note");
+    out.note.assign(reinterpret_cast<const char*>(note.data()), note.size());
+  }
   out.dims = CacheDims{h.n_heads, h.n_kv_heads, h.head_dim};
   out.tokens =
       in.array<int32_t>(static_cast<size_t>(std::min<uint64_t>(h.n_tokens, SIZE_MAX)), "tokens");

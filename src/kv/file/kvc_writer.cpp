@@ -132,14 +132,34 @@ std::string_view to_string(KvcErrorKind kind) {
   return "unknown";
 }
 
+std::string kvc_model_name(std::string_view name) {
+  name = name.substr(0, name.find('\0'));
+  constexpr size_t kMax = sizeof(KvcModelRecord::model_name) - 1;
+  if (name.size() <= kMax) return std::string(name);
+  size_t n = kMax;
+  // Back up over UTF-8 continuation bytes (10xxxxxx) so no character is cut in half.
+  while (n > 0 && (static_cast<uint8_t>(name[n]) & 0xC0) == 0x80) --n;
+  return std::string(name.substr(0, n));
+}
+
 std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
-                                std::span<const int32_t> tokens,
-                                std::span<const LayerCache> caches) {
+                                std::span<const int32_t> tokens, std::span<const LayerCache> caches,
+                                const KvcLabels& labels) {
   check_caches(tokens, caches);
+  if (labels.note.size() > kKvcMaxNoteBytes) {
+    throw_invalid(kComponent, "note too long", num(labels.note.size()) + " bytes",
+                  "<= " + num(kKvcMaxNoteBytes) + " bytes");
+  }
   const CacheDims& dims = caches[0].dims();
   std::vector<uint8_t> out(sizeof(KvcHeader));
   kvc::append_pod(out, config_record(caches[0].config()));
   kvc::append_pod(out, allocation_record(caches[0].config()));
+  KvcModelRecord model{};
+  const std::string name = kvc_model_name(labels.model_name);
+  std::memcpy(model.model_name, name.data(), name.size());
+  model.note_bytes = labels.note.size();
+  kvc::append_pod(out, model);
+  kvc::append_array(out, labels.note.data(), labels.note.size());
   kvc::append_array(out, tokens.data(), tokens.size());
   for (const LayerCache& cache : caches) {
     kvc::append_pod(out, KvcLayerRecord{cache.offset(), cache.compressions()});
@@ -179,8 +199,9 @@ std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
 }
 
 void write_kvc(const std::string& path, const ModelFingerprint& fingerprint,
-               std::span<const int32_t> tokens, std::span<const LayerCache> caches) {
-  const std::vector<uint8_t> bytes = encode_kvc(fingerprint, tokens, caches);
+               std::span<const int32_t> tokens, std::span<const LayerCache> caches,
+               const KvcLabels& labels) {
+  const std::vector<uint8_t> bytes = encode_kvc(fingerprint, tokens, caches, labels);
   // util's one writer: a temporary file beside the target, fsync, rename; a .kvc is mapped when
   // read, so anything but a regular file (or no file) at the path is refused.
   try {

@@ -53,12 +53,24 @@ class KvcError : public RuntimeError {
 // What the loader expects (wrong_model otherwise). Empty fields are not checked.
 struct KvcExpect {
   const ModelFingerprint* fingerprint = nullptr;
+  std::string_view model_name;  // the expected model's general.name: named in a fingerprint
+                                // mismatch beside the file's (never compared: the fingerprint is)
   size_t n_layers = 0;
   CacheDims dims;  // fields left 0 are not checked
 };
 
+// Version 3's labels (kv/file/kvc_format.h KvcModelRecord): the model's general.name (cut to 63
+// bytes at a UTF-8 boundary; NUL and what follows dropped) and the caller's note (at most
+// kKvcMaxNoteBytes; std::invalid_argument past it).
+struct KvcLabels {
+  std::string model_name;
+  std::string note;
+};
+
 struct KvcContents {
   ModelFingerprint fingerprint{};
+  std::string model_name;  // "" for version 1-2 files or a model without general.name
+  std::string note;        // "" for version 1-2 files
   CacheConfig config;
   CacheDims dims;
   std::vector<int32_t> tokens;     // [n_tokens] the prompt
@@ -71,11 +83,14 @@ struct KvcContents {
 // >= 1) with the prompt's tokens and the model fingerprint. Bad arguments: std::invalid_argument;
 // I/O failures: KvcError io.
 void write_kvc(const std::string& path, const ModelFingerprint& fingerprint,
-               std::span<const int32_t> tokens, std::span<const LayerCache> caches);
+               std::span<const int32_t> tokens, std::span<const LayerCache> caches,
+               const KvcLabels& labels = {});
 // The bytes write_kvc would write (tests, the fuzz corpus).
 std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
-                                std::span<const int32_t> tokens,
-                                std::span<const LayerCache> caches);
+                                std::span<const int32_t> tokens, std::span<const LayerCache> caches,
+                                const KvcLabels& labels = {});
+// general.name as a .kvc stores it: up to the first NUL, cut to 63 bytes at a UTF-8 boundary.
+std::string kvc_model_name(std::string_view name);
 
 // Maps a whole file read-only (mmap, no copy of it in memory; the loaded stores copy what they
 // keep), validates it (see the file comment) and unmaps it. Reads every version from

@@ -1,4 +1,4 @@
-// The .kvc compressed prompt-cache file, version 2: the byte layout, pinned by static_assert.
+// The .kvc compressed prompt-cache file, version 3: the byte layout, pinned by static_assert.
 // Reading and writing live in kv/file/kvc_file.h; this header only fixes what the bytes are.
 //
 // All integers are little-endian, fp16 values IEEE binary16; records follow each other with no
@@ -8,7 +8,12 @@
 //   payload (KvcHeader::payload_bytes):
 //     KvcConfigRecord                      the CacheConfig every layer was built with
 //     KvcAllocationRecord                  (v2) its allocation and decode-budget fields
-//     int32   tokens[n_tokens]             the prompt's token ids
+//     KvcModelRecord                       (v3) the model's general.name, the note's length
+//     uint8   note[note_bytes]             (v3) bytes of the writer's caller, returned as they
+//                                          are (`snapkv chat` /save: the conversation, as JSON;
+//                                          empty for `snapkv compress`)
+//     int32   tokens[n_tokens]             the token ids the cache has seen (a prompt; for a
+//                                          saved chat, the conversation so far)
 //     for each layer l < n_layers:
 //       KvcLayerRecord                     tokens seen, compressing updates
 //       KvcDecodeRecord                    (v2) decode-time re-selections, recent-query rows
@@ -74,12 +79,16 @@
 //   2  adds KvcAllocationRecord (head/layer allocation, ada_floor, pyramid_beta, decode_budget,
 //      decode_interval) and per layer KvcDecodeRecord with the decode-time query window, so
 //      AdaKV / PyramidKV caches and decode-budget caches restore exactly.
+//   3  adds KvcModelRecord and the note: the model's general.name, so that a cache loaded with
+//      another model is refused naming both models (the fingerprint still decides), and the
+//      caller's note.
 // Writers write kKvcVersion only. Readers accept every version from kKvcOldestVersion to
 // kKvcVersion: a version-1 file reads as a version-2 one with uniform allocation and no decode
 // budget (those fields did not exist, so this is what it meant); any other version, older or newer,
-// is KvcErrorKind wrong_version naming the versions this reader knows. The enum names inside the
-// records are those of kv/core/config.h's to_string, so new codecs or policies never renumber
-// anything.
+// is KvcErrorKind wrong_version naming the versions this reader knows. Version-1 and version-2
+// files read with an empty model name and note; rewritten, they become version-3 files. The enum
+// names inside the records are those of kv/core/config.h's to_string, so new codecs or policies
+// never renumber anything.
 #pragma once
 
 #include <bit>
@@ -91,7 +100,7 @@ namespace snapkv {
 static_assert(std::endian::native == std::endian::little, ".kvc files are little-endian");
 
 inline constexpr char kKvcMagic[8] = {'S', 'N', 'A', 'P', 'K', 'V', 'C', '\n'};
-inline constexpr uint32_t kKvcVersion = 2;        // what write_kvc writes
+inline constexpr uint32_t kKvcVersion = 3;        // what write_kvc writes
 inline constexpr uint32_t kKvcOldestVersion = 1;  // the oldest version read_kvc still reads
 
 struct KvcHeader {
@@ -100,7 +109,7 @@ struct KvcHeader {
   uint32_t header_bytes;          // sizeof(KvcHeader)
   uint64_t payload_bytes;         // file size - header_bytes
   uint8_t checksum[32];           // SHA-256 of bytes [offsetof(model_fingerprint), end of file)
-  uint8_t model_fingerprint[32];  // SHA-256 of the GGUF before its data (not the weights)
+  uint8_t model_fingerprint[32];  // gguf/fingerprint.h: header + sampled weight bytes
   uint32_t n_layers;
   uint32_t n_heads;
   uint32_t n_kv_heads;
@@ -156,6 +165,15 @@ struct KvcAllocationRecord {
 static_assert(sizeof(KvcAllocationRecord) == 80, "KvcAllocationRecord is 80 bytes");
 static_assert(offsetof(KvcAllocationRecord, ada_floor) == 32, "names first, then the numbers");
 static_assert(offsetof(KvcAllocationRecord, codec_fraction) == 64, "codec fields replace reserved");
+
+// Version 3, after KvcAllocationRecord.
+struct KvcModelRecord {
+  char model_name[64];  // general.name, NUL-padded ("" when the model has none); a longer name
+                        // is cut to 63 bytes at a UTF-8 character boundary
+  uint64_t note_bytes;  // bytes of the note that follows, <= kKvcMaxNoteBytes
+};
+static_assert(sizeof(KvcModelRecord) == 72, "KvcModelRecord is 72 bytes");
+inline constexpr uint64_t kKvcMaxNoteBytes = uint64_t{16} << 20;  // 16 MiB
 
 struct KvcLayerRecord {
   uint64_t tokens_seen;   // == KvcHeader::n_tokens
