@@ -1,10 +1,12 @@
-// Prompt caches on disk, model side (model/prompt_cache.h).
+// Prompt caches on disk and as bytes, model side (model/prompt_cache.h,
+// model/prompt_cache_bytes.h): one set of checks for both.
 #include "snapkv/model/prompt_cache.h"
 
 #include <string>
 #include <utility>
 
 #include "snapkv/gguf/fingerprint.h"
+#include "snapkv/model/prompt_cache_bytes.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
 
@@ -14,26 +16,35 @@ ModelFingerprint model_fingerprint(const LlamaModel& model) {
   return gguf::fingerprint(model.file());
 }
 
-void save_prompt_cache(const std::string& path, const LlamaSession& session,
-                       std::span<const int32_t> tokens, const std::string& note) {
+namespace {
+
+void check_nothing_after_prompt(const LlamaSession& session, std::span<const int32_t> tokens) {
   if (session.n_past() != tokens.size()) {
     throw_invalid("prompt_cache", "session tokens", std::to_string(session.n_past()),
                   "the " + std::to_string(tokens.size()) + " prompt tokens (nothing run after)");
   }
-  write_kvc(path, model_fingerprint(session.model()), tokens, session.caches(),
-            KvcLabels{session.model().config().name, note});
 }
 
-PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
-                              SessionOptions options) {
-  const ModelFingerprint fingerprint = model_fingerprint(model);
+KvcLabels labels_of(const LlamaSession& session, const std::string& note) {
+  return KvcLabels{session.model().config().name, note};
+}
+
+// What a cache for `model` must match; `fingerprint` outlives the returned value's use.
+KvcExpect expect_for(const LlamaModel& model, const ModelFingerprint& fingerprint) {
   const LlamaConfig& c = model.config();
   KvcExpect expect;
   expect.fingerprint = &fingerprint;
-  expect.model_name = model.config().name;
+  expect.model_name = c.name;
   expect.n_layers = c.n_layers;
   expect.dims = CacheDims{c.n_heads, c.n_kv_heads, c.head_dim};
-  KvcContents contents = read_kvc(path, expect);
+  return expect;
+}
+
+// The session of decoded `contents`, after the checks the .kvc reader cannot make: the prompt
+// fits the model's context and every token is in its vocabulary.
+PromptCache session_of(const LlamaModel& model, KvcContents contents, SessionOptions options,
+                       size_t file_bytes) {
+  const LlamaConfig& c = model.config();
   if (contents.tokens.size() > c.n_ctx) {
     throw KvcError(KvcErrorKind::wrong_model,
                    format_error("prompt_cache", "prompt longer than the model's context",
@@ -41,20 +52,50 @@ PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
                                 "<= " + std::to_string(c.n_ctx)));
   }
   for (size_t i = 0; i < contents.tokens.size(); ++i) {
-    if (static_cast<size_t>(contents.tokens[i]) >= c.n_vocab) {
+    if (contents.tokens[i] < 0 || static_cast<size_t>(contents.tokens[i]) >= c.n_vocab) {
       throw KvcError(KvcErrorKind::wrong_model,
                      format_error("prompt_cache", "token " + std::to_string(i) + " of the cache",
                                   std::to_string(contents.tokens[i]),
-                                  "< n_vocab = " + std::to_string(c.n_vocab)));
+                                  "in [0, n_vocab = " + std::to_string(c.n_vocab) + ")"));
     }
   }
-  PromptCache out{LlamaSession::from_caches(model, std::move(contents.caches), options),
-                  std::move(contents.tokens),
-                  contents.config,
-                  contents.file_bytes,
-                  std::move(contents.model_name),
-                  std::move(contents.note)};
-  return out;
+  return PromptCache{LlamaSession::from_caches(model, std::move(contents.caches), options),
+                     std::move(contents.tokens),
+                     contents.config,
+                     file_bytes,
+                     std::move(contents.model_name),
+                     std::move(contents.note)};
+}
+
+}  // namespace
+
+void save_prompt_cache(const std::string& path, const LlamaSession& session,
+                       std::span<const int32_t> tokens, const std::string& note) {
+  check_nothing_after_prompt(session, tokens);
+  write_kvc(path, model_fingerprint(session.model()), tokens, session.caches(),
+            labels_of(session, note));
+}
+
+PromptCache load_prompt_cache(const LlamaModel& model, const std::string& path,
+                              SessionOptions options) {
+  const ModelFingerprint fingerprint = model_fingerprint(model);
+  KvcContents contents = read_kvc(path, expect_for(model, fingerprint));
+  const size_t file_bytes = contents.file_bytes;
+  return session_of(model, std::move(contents), options, file_bytes);
+}
+
+std::vector<uint8_t> encode_prompt_cache(const LlamaSession& session,
+                                         std::span<const int32_t> tokens) {
+  check_nothing_after_prompt(session, tokens);
+  return encode_kvc(model_fingerprint(session.model()), tokens, session.caches(),
+                    labels_of(session, {}));
+}
+
+PromptCache decode_prompt_cache(const LlamaModel& model, std::span<const uint8_t> bytes,
+                                SessionOptions options) {
+  const ModelFingerprint fingerprint = model_fingerprint(model);
+  return session_of(model, decode_kvc(bytes, expect_for(model, fingerprint)), options,
+                    bytes.size());
 }
 
 GreedyAnswer answer_greedy(LlamaSession& session, std::vector<float> logits,
