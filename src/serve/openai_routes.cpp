@@ -1,10 +1,12 @@
 // The OpenAI routes of the server (serve/server.h): /v1/completions, /v1/chat/completions (plain
-// JSON or server-sent events) and /v1/models. Every choice decodes through model/generation.h's
-// generate(); n choices of one prompt share its prefill (the prefilled session is cloned).
+// JSON or server-sent events) and /v1/models. Every choice samples through model/generation.h's
+// Generator (generate()'s loop) and decodes in the batched steps of serve/decode_batcher.h; n
+// choices of one prompt share its prefill (the prefilled session is cloned).
 #include <chrono>
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -124,11 +126,19 @@ struct Run {
         g.max_tokens = job.max_tokens;
         g.sampler.seed = request.sampler.seed + j;
         if (on_start) on_start(choice);
-        const GenerationResult result =
-            generate(session, std::move(logits), server.tokenizer, g, job.tokens,
-                     [&](const GenerationPiece& p) {
-                       return !server.stopping.load() && on_piece(choice, p);
-                     });
+        // Sampling and streaming here, the decode steps batched with the other running
+        // sequences (serve/decode_batcher.h); the loop is generate()'s.
+        Generator gen(server.tokenizer, g, server.model.config().n_ctx, job.tokens,
+                      [&](const GenerationPiece& p) {
+                        return !server.stopping.load() && on_piece(choice, p);
+                      });
+        {
+          const std::unique_ptr<DecodeBatcher::Member> member = server.batcher.join();
+          while (const std::optional<int32_t> token = gen.step(logits, session.n_past())) {
+            logits = server.batcher.decode(session, *token);
+          }
+        }  // out of the running set before the choice's last events are written
+        const GenerationResult result = gen.finish();
         completion_tokens += result.tokens.size();
         decode_s += result.decode_s;
         if (result.finish == FinishReason::cancelled) return false;
