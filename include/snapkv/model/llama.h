@@ -167,9 +167,10 @@ class LlamaSession {
   // otherwise, before any session changes). Every weight product runs once over the B rows (the
   // weights are read once per step instead of B times); RoPE, attention and the cache update stay
   // per session, each with its own compressed cache, config and position, exactly as decode()
-  // does them. B = 1 has decode()'s bits; a larger B has them where matmul over B rows has the
-  // per-row gemv's (ops/gemm.h: fewer than kGemmMinTokens rows), and otherwise differs only by
-  // the summation order of the products. Defined in src/model/llama_batch.cpp.
+  // does them. B = 1 has decode()'s bits, and so has every B where the products over B rows
+  // have the per-row gemv's: Q8_0 weights under the default precision (integer dots per block),
+  // F32 / F16 weights below kGemmMinTokens rows (ops/gemm.h); above that F32 / F16 products run
+  // through sgemm and differ in summation order only. Defined in src/model/llama_batch.cpp.
   static std::vector<float> decode_batch(std::span<LlamaSession* const> sessions,
                                          std::span<const int32_t> tokens);
   // Appends tokens after the prompt WITHOUT compression (UpdateKind::decode: every row is kept,
