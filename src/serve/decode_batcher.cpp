@@ -30,16 +30,30 @@ std::unique_ptr<DecodeBatcher::Member> DecodeBatcher::join() {
 }
 
 std::vector<float> DecodeBatcher::decode(LlamaSession& session, int32_t token) {
-  Pending p;
-  p.session = &session;
-  p.token = token;
+  LlamaSession* const sessions[] = {&session};
+  return std::move(decode(sessions, std::span<const int32_t>(&token, 1)).front());
+}
+
+std::vector<std::vector<float>> DecodeBatcher::decode(std::span<LlamaSession* const> sessions,
+                                                      std::span<const int32_t> tokens) {
+  std::vector<Pending> mine(sessions.size());
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    mine[i].session = sessions[i];
+    mine[i].token = tokens[i];
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) throw HttpError(503, "shutting_down", "the server is shutting down");
-  pending_.push_back(&p);
+  for (Pending& p : mine) pending_.push_back(&p);
   work_cv_.notify_all();
-  done_cv_.wait(lock, [&] { return p.done; });
-  if (p.error) std::rethrow_exception(p.error);
-  return std::move(p.logits);
+  done_cv_.wait(lock, [&] {
+    return std::all_of(mine.begin(), mine.end(), [](const Pending& p) { return p.done; });
+  });
+  std::vector<std::vector<float>> out;
+  for (Pending& p : mine) {
+    if (p.error) std::rethrow_exception(p.error);
+    out.push_back(std::move(p.logits));
+  }
+  return out;
 }
 
 void DecodeBatcher::close() {

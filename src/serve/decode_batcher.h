@@ -25,6 +25,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -57,6 +58,10 @@ class DecodeBatcher {
   // Appends `token` to `session` in the next step and returns its logits [n_vocab]. The caller
   // must hold a Member and not touch the session until this returns. Rethrows the step's error.
   std::vector<float> decode(LlamaSession& session, int32_t token);
+  // The same for several sequences of one caller (a request's n choices), one Member each:
+  // tokens[i] is appended to sessions[i], all in the same step; [i] holds sessions[i]'s logits.
+  std::vector<std::vector<float>> decode(std::span<LlamaSession* const> sessions,
+                                         std::span<const int32_t> tokens);
 
   void close();
   // Steps run so far and sequences decoded in them (for the mean batch size).

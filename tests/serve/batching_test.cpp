@@ -39,6 +39,21 @@ std::string streamed_text(const std::string& body, bool* done) {
   return text;
 }
 
+// The text of each choice of a completions event stream, by index.
+std::vector<std::string> streamed_choices(const std::string& body, size_t n) {
+  std::istringstream in(body);
+  std::string line;
+  std::vector<std::string> text(n);
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
+    const json j = json::parse(line.substr(6));
+    for (const json& c : j.at("choices")) {
+      text.at(c.at("index").get<size_t>()) += c.at("text").get<std::string>();
+    }
+  }
+  return text;
+}
+
 size_t metric(httplib::Client& c, const std::string& name) {
   const auto res = c.Get("/metrics");
   EXPECT_TRUE(res);
@@ -110,6 +125,34 @@ TEST(ServeBatching, ConcurrentStreamsGetTheTextEachGetsAlone) {
   const size_t rows = metric(m, "snapkv_decode_batch_rows_total") - rows_before;
   EXPECT_GT(steps, 0u);
   EXPECT_GT(rows, steps) << "no step decoded two sequences";
+}
+
+// The n choices of one request decode in the same steps: greedy, each is the text of n = 1.
+TEST(ServeBatching, ChoicesOfOneRequestShareTheSteps) {
+  Running server(ServerOptions{});
+  httplib::Client c = server.client();
+  json body = {{"prompt", "Once upon a time there"},
+               {"max_tokens", 20},
+               {"temperature", 0},
+               {"stream", true}};
+  const auto one = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->status, 200);
+  const std::string alone = streamed_choices(one->body, 1)[0];
+  EXPECT_FALSE(alone.empty());
+  const size_t steps_before = metric(c, "snapkv_decode_steps_total");
+  const size_t rows_before = metric(c, "snapkv_decode_batch_rows_total");
+  body["n"] = 3;  // fewer than kGemmMinTokens rows: decode()'s bits
+  const auto three = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(three);
+  ASSERT_EQ(three->status, 200);
+  const std::vector<std::string> choices = streamed_choices(three->body, 3);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(choices[i], alone) << i;
+  EXPECT_NE(three->body.find("\"snapkv\""), std::string::npos);
+  const size_t steps = metric(c, "snapkv_decode_steps_total") - steps_before;
+  const size_t rows = metric(c, "snapkv_decode_batch_rows_total") - rows_before;
+  EXPECT_GT(steps, 0u);
+  EXPECT_EQ(rows, 3 * steps) << "the three choices did not step together";
 }
 
 }  // namespace
