@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "snapkv/util/error.h"
 #include "snapkv/util/timer.h"
@@ -99,77 +101,96 @@ GeneratedToken token_logprobs(std::span<const float> logits, int32_t id, size_t 
   return t;
 }
 
+Generator::Generator(const Tokenizer& tokenizer, const GenerationConfig& config, size_t model_ctx,
+                     std::span<const int32_t> history, PieceCallback on_piece)
+    : tokenizer_(&tokenizer),
+      config_(config),
+      on_piece_(std::move(on_piece)),
+      sampler_((config.validate(), config.sampler)),
+      n_ctx_(config.context_limit == 0 ? model_ctx : std::min(model_ctx, config.context_limit)),
+      seen_(history.begin(), history.end()) {
+  for (const std::string& s : config_.stop) longest_stop_ = std::max(longest_stop_, s.size());
+}
+
+bool Generator::release(size_t upto, const GeneratedToken* token) {
+  const std::string_view piece = std::string_view(r_.text).substr(emitted_, upto - emitted_);
+  emitted_ = upto;
+  return !on_piece_ || on_piece_(GenerationPiece{piece, token});
+}
+
+std::optional<int32_t> Generator::step(std::span<const float> logits, size_t n_past) {
+  if (done_) return std::nullopt;
+  const int32_t token = sampler_.sample(logits, seen_);
+  if (tokenizer_->is_eog(token) && !config_.ignore_eos) {
+    r_.finish = FinishReason::stop;
+    r_.end_token = token;
+    done_ = true;
+    return std::nullopt;
+  }
+  r_.tokens.push_back(token);
+  seen_.push_back(token);
+  const GeneratedToken* detail = nullptr;
+  if (config_.top_logprobs >= 0) {
+    r_.details.push_back(token_logprobs(logits, token, static_cast<size_t>(config_.top_logprobs)));
+    detail = &r_.details.back();
+  }
+  const size_t before = r_.text.size();
+  r_.text += tokenizer_->token_to_piece(token);
+  if (!config_.stop.empty()) {
+    // A match may start in the held-back tail of the earlier text.
+    const size_t from = before >= longest_stop_ ? before - longest_stop_ + 1 : 0;
+    const size_t at = find_stop(r_.text, std::max(from, emitted_), config_.stop);
+    if (at != std::string_view::npos) {
+      r_.text.resize(at);
+      r_.finish = FinishReason::stop;
+      release(r_.text.size(), detail);
+      done_ = true;
+      return std::nullopt;
+    }
+  }
+  const size_t hold = config_.stop.empty() ? 0 : held_back(r_.text, config_.stop);
+  if (!release(r_.text.size() - hold, detail)) {
+    r_.finish = FinishReason::cancelled;
+    done_ = true;
+    return std::nullopt;
+  }
+  if (r_.tokens.size() >= config_.max_tokens) {
+    r_.finish = FinishReason::length;
+    done_ = true;
+    return std::nullopt;
+  }
+  if (n_past >= n_ctx_) {
+    r_.finish = FinishReason::context;
+    done_ = true;
+    return std::nullopt;
+  }
+  ++r_.decode_steps;
+  return token;
+}
+
+void Generator::cancel() {
+  if (done_) return;
+  r_.finish = FinishReason::cancelled;
+  done_ = true;
+}
+
+GenerationResult Generator::finish() {
+  // A held-back tail that never became a stop string is text.
+  if (r_.finish != FinishReason::cancelled && emitted_ < r_.text.size()) {
+    release(r_.text.size(), r_.details.empty() ? nullptr : &r_.details.back());
+  }
+  r_.decode_s = timer_.seconds();
+  return std::move(r_);
+}
+
 GenerationResult generate(LlamaSession& session, std::vector<float> logits,
                           const Tokenizer& tokenizer, const GenerationConfig& config,
                           std::span<const int32_t> history, const PieceCallback& on_piece) {
-  config.validate();
-  Sampler sampler(config.sampler);
-  const size_t model_ctx = session.model().config().n_ctx;
-  const size_t n_ctx =
-      config.context_limit == 0 ? model_ctx : std::min(model_ctx, config.context_limit);
-  GenerationResult r;
-  std::vector<int32_t> seen(history.begin(), history.end());
-  size_t emitted = 0;  // bytes of r.text passed to on_piece
-  Timer timer;
-  auto release = [&](size_t upto, const GeneratedToken* token) {
-    const std::string_view piece = std::string_view(r.text).substr(emitted, upto - emitted);
-    emitted = upto;
-    return !on_piece || on_piece(GenerationPiece{piece, token});
-  };
-  while (true) {
-    const int32_t token = sampler.sample(logits, seen);
-    if (tokenizer.is_eog(token) && !config.ignore_eos) {
-      r.finish = FinishReason::stop;
-      r.end_token = token;
-      break;
-    }
-    r.tokens.push_back(token);
-    seen.push_back(token);
-    const GeneratedToken* detail = nullptr;
-    if (config.top_logprobs >= 0) {
-      r.details.push_back(token_logprobs(logits, token, static_cast<size_t>(config.top_logprobs)));
-      detail = &r.details.back();
-    }
-    const size_t before = r.text.size();
-    r.text += tokenizer.token_to_piece(token);
-    if (!config.stop.empty()) {
-      // A match may start in the held-back tail of the earlier text.
-      const size_t longest = std::max_element(config.stop.begin(), config.stop.end(),
-                                              [](const std::string& a, const std::string& b) {
-                                                return a.size() < b.size();
-                                              })
-                                 ->size();
-      const size_t from = before >= longest ? before - longest + 1 : 0;
-      const size_t at = find_stop(r.text, std::max(from, emitted), config.stop);
-      if (at != std::string_view::npos) {
-        r.text.resize(at);
-        r.finish = FinishReason::stop;
-        release(r.text.size(), detail);
-        break;
-      }
-    }
-    const size_t hold = config.stop.empty() ? 0 : held_back(r.text, config.stop);
-    if (!release(r.text.size() - hold, detail)) {
-      r.finish = FinishReason::cancelled;
-      break;
-    }
-    if (r.tokens.size() >= config.max_tokens) {
-      r.finish = FinishReason::length;
-      break;
-    }
-    if (session.n_past() >= n_ctx) {
-      r.finish = FinishReason::context;
-      break;
-    }
-    logits = session.decode(token);
-    ++r.decode_steps;
+  Generator g(tokenizer, config, session.model().config().n_ctx, history, on_piece);
+  while (const std::optional<int32_t> token = g.step(logits, session.n_past())) {
+    logits = session.decode(*token);
   }
-  // A held-back tail that never became a stop string is text.
-  if (r.finish != FinishReason::cancelled && emitted < r.text.size()) {
-    release(r.text.size(), r.details.empty() ? nullptr : &r.details.back());
-  }
-  r.decode_s = timer.seconds();
-  return r;
+  return g.finish();
 }
 
 }  // namespace snapkv

@@ -58,6 +58,12 @@ std::string Metrics::prometheus(const Gauges& g) const {
   sample(out, "snapkv_requests_running", g.running);
   family(out, "snapkv_queue_depth", "gauge", "Requests waiting for a model worker.");
   sample(out, "snapkv_queue_depth", g.queued);
+  family(out, "snapkv_decode_steps_total", "counter",
+         "Batched decode steps (one forward for every running sequence).");
+  sample(out, "snapkv_decode_steps_total", g.decode_steps);
+  family(out, "snapkv_decode_batch_rows_total", "counter",
+         "Sequences decoded in those steps (over steps: the mean batch size).");
+  sample(out, "snapkv_decode_batch_rows_total", g.decode_rows);
   family(out, "snapkv_caches", "gauge", "Compressed documents held.");
   sample(out, "snapkv_caches", g.caches);
   family(out, "snapkv_kv_bytes_held", "gauge", "KV bytes of the compressed documents held.");

@@ -3,8 +3,9 @@
 //
 // Promises: record() is thread-safe; prometheus() writes the text format 0.0.4 (# HELP / # TYPE,
 // one sample per line) with counters of requests by route and status, prompt and generated
-// tokens, prefill and decode seconds, and the gauges the caller passes (queue depth, running,
-// KV bytes held). Leaves out: histograms. Private to serve/.
+// tokens, prefill and decode seconds, and the values the caller passes (queue depth, running,
+// KV bytes held, batched decode steps and the sequences they decoded). Leaves out: histograms.
+// Private to serve/.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,7 @@ struct RequestRecord {
 
 struct Gauges {
   size_t running = 0, queued = 0, caches = 0, cache_bytes = 0;
+  size_t decode_steps = 0, decode_rows = 0;  // the batcher's counts (serve/decode_batcher.h)
 };
 
 class Metrics {

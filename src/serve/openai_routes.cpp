@@ -1,10 +1,12 @@
 // The OpenAI routes of the server (serve/server.h): /v1/completions, /v1/chat/completions (plain
-// JSON or server-sent events) and /v1/models. Every choice decodes through model/generation.h's
-// generate(); n choices of one prompt share its prefill (the prefilled session is cloned).
+// JSON or server-sent events) and /v1/models. Every choice samples through model/generation.h's
+// Generator (generate()'s loop) and decodes in the batched steps of serve/decode_batcher.h; n
+// choices of one prompt share its prefill (the prefilled session is cloned).
 #include <chrono>
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +84,7 @@ struct Run {
   std::shared_ptr<WorkQueue::Ticket> ticket;
   // Filled by run():
   size_t prompt_tokens = 0, completion_tokens = 0;
+  size_t choices_done = 0;  // choices finished so far (the last one's event carries "snapkv")
   double prefill_s = 0.0, decode_s = 0.0;
   CacheStats stats;
 
@@ -116,23 +119,54 @@ struct Run {
       stats.bytes_stored += s.bytes_stored;
       stats.bytes_full_fp16 += s.bytes_full_fp16;
       prompt_tokens += (doc ? doc->tokens.size() : 0) + job.tokens.size();
-      for (size_t j = 0; j < request.n; ++j) {
-        const size_t choice = ji * request.n + j;
-        const bool last = j + 1 == request.n;
-        auto [session, logits] = state_for(last);
+      // The n choices run together: each samples and streams on its own (a Generator, the
+      // loop of generate()), and their decode steps go into the shared batched steps
+      // (serve/decode_batcher.h) along with the other running requests'.
+      const size_t n = request.n;
+      std::vector<LlamaSession> sessions;
+      std::vector<std::vector<float>> logits;
+      std::vector<Generator> gens;
+      std::vector<std::unique_ptr<DecodeBatcher::Member>> members;
+      sessions.reserve(n);
+      gens.reserve(n);
+      for (size_t j = 0; j < n; ++j) {
+        const size_t choice = ji * n + j;
+        auto [session, first_logits] = state_for(j + 1 == n);
+        sessions.push_back(std::move(session));
+        logits.push_back(std::move(first_logits));
         GenerationConfig g = generation;
         g.max_tokens = job.max_tokens;
         g.sampler.seed = request.sampler.seed + j;
+        gens.emplace_back(server.tokenizer, g, server.model.config().n_ctx, job.tokens,
+                          [this, &on_piece, choice](const GenerationPiece& p) {
+                            return !server.stopping.load() && on_piece(choice, p);
+                          });
         if (on_start) on_start(choice);
-        const GenerationResult result =
-            generate(session, std::move(logits), server.tokenizer, g, job.tokens,
-                     [&](const GenerationPiece& p) {
-                       return !server.stopping.load() && on_piece(choice, p);
-                     });
-        completion_tokens += result.tokens.size();
-        decode_s += result.decode_s;
-        if (result.finish == FinishReason::cancelled) return false;
-        on_done(choice, job, result);
+        members.push_back(server.batcher.join());
+      }
+      while (true) {
+        std::vector<LlamaSession*> step;
+        std::vector<int32_t> tokens;
+        std::vector<size_t> who;
+        for (size_t j = 0; j < n; ++j) {
+          if (!members[j]) continue;  // finished
+          if (const std::optional<int32_t> t = gens[j].step(logits[j], sessions[j].n_past())) {
+            step.push_back(&sessions[j]);
+            tokens.push_back(*t);
+            who.push_back(j);
+            continue;
+          }
+          members[j].reset();  // out of the running set before its last events are written
+          const GenerationResult result = gens[j].finish();
+          completion_tokens += result.tokens.size();
+          decode_s += result.decode_s;
+          if (result.finish == FinishReason::cancelled) return false;
+          ++choices_done;
+          on_done(ji * n + j, job, result);
+        }
+        if (step.empty()) break;
+        std::vector<std::vector<float>> next = server.batcher.decode(step, tokens);
+        for (size_t b = 0; b < who.size(); ++b) logits[who[b]] = std::move(next[b]);
       }
     }
     return true;
@@ -330,7 +364,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
               c["text"] = "";
             }
             json j = chunk(json::array({c}));
-            if (choice + 1 == run->jobs.size() * rq.n) j["snapkv"] = run->snapkv();
+            if (run->choices_done == run->jobs.size() * rq.n) j["snapkv"] = run->snapkv();
             send(j);
           },
           [&](size_t choice) {

@@ -490,6 +490,8 @@ void Server::Impl::routes() {
     Gauges g{queue.running(), queue.queued(), 0, 0};
     g.caches = store->memory_entries();
     g.cache_bytes = store->memory_bytes();
+    g.decode_steps = batcher.steps();
+    g.decode_rows = batcher.rows();
     res.set_content(metrics.prometheus(g), "text/plain; version=0.0.4");
   });
   // httplib's own refusals (unknown route 404, oversized body 413, ...) get a JSON body too.

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/decode_batcher.h"
 #include "serve/metrics.h"
 #include "serve/requests.h"
 #include "serve/work_queue.h"
@@ -55,6 +56,8 @@ struct Server::Impl {
   ServerOptions options;
   httplib::Server http;
   WorkQueue queue;
+  // The running requests' decode steps, batched (serve/decode_batcher.h).
+  DecodeBatcher batcher;
   Metrics metrics;
   std::atomic<bool> stopping{false};
   // Prefilled prompts and documents: memory, --cache-dir, --cache-store (serve/cache_store.h).

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,87 @@ TEST(Generation, CancelAndLogprobs) {
     for (const TokenLogprob& a : t.top) mass += std::exp(a.logprob);
     EXPECT_LE(mass, 1.0 + 1e-9);
   }
+}
+
+// A scheduler's loop: three sequences, each with its own prompt and config, sampled by their own
+// Generator and decoded together by LlamaSession::decode_batch (three rows: fewer than
+// kGemmMinTokens, so the products have decode()'s bits), give each exactly generate()'s result
+// and stream exactly its pieces.
+TEST(Generation, InterleavedGeneratorsEqualGenerateAlone) {
+  const Fixture& f = fixture();
+  std::vector<GenerationConfig> configs(3);
+  configs[0].max_tokens = 24;
+  configs[0].stop = {"."};
+  configs[1].max_tokens = 9;
+  configs[1].sampler.temperature = 0.9f;
+  configs[1].sampler.seed = 7;
+  configs[1].top_logprobs = 2;
+  configs[2].max_tokens = 30;
+  configs[2].sampler.temperature = 0.7f;
+  configs[2].sampler.top_k = 20;
+  configs[2].sampler.seed = 3;
+  const std::vector<std::vector<int32_t>> prompts = {
+      f.prompt, f.tokenizer.encode("The dog"), f.tokenizer.encode("She went to the park and")};
+  std::vector<GenerationResult> alone;
+  std::vector<std::string> alone_streamed(3), together_streamed(3);
+  for (size_t i = 0; i < 3; ++i) {
+    LlamaSession s = f.session();
+    std::vector<float> logits = s.prefill(prompts[i]);
+    alone.push_back(generate(s, std::move(logits), f.tokenizer, configs[i], prompts[i],
+                             [&, i](const GenerationPiece& p) {
+                               alone_streamed[i].append(p.text);
+                               return true;
+                             }));
+  }
+  std::vector<LlamaSession> sessions;
+  std::vector<std::vector<float>> logits;
+  std::vector<Generator> gens;
+  for (size_t i = 0; i < 3; ++i) {
+    sessions.push_back(f.session());
+    logits.push_back(sessions[i].prefill(prompts[i]));
+    gens.emplace_back(f.tokenizer, configs[i], f.model.config().n_ctx, prompts[i],
+                      [&, i](const GenerationPiece& p) {
+                        together_streamed[i].append(p.text);
+                        return true;
+                      });
+  }
+  const size_t V = f.model.config().n_vocab;
+  while (true) {
+    std::vector<LlamaSession*> step;
+    std::vector<int32_t> tokens;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < 3; ++i) {
+      if (gens[i].done()) continue;
+      if (const std::optional<int32_t> t = gens[i].step(logits[i], sessions[i].n_past())) {
+        step.push_back(&sessions[i]);
+        tokens.push_back(*t);
+        who.push_back(i);
+      }
+    }
+    if (step.empty()) break;
+    const std::vector<float> all = LlamaSession::decode_batch(step, tokens);
+    for (size_t b = 0; b < who.size(); ++b) {
+      logits[who[b]].assign(all.begin() + static_cast<std::ptrdiff_t>(b * V),
+                            all.begin() + static_cast<std::ptrdiff_t>((b + 1) * V));
+    }
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    const GenerationResult r = gens[i].finish();
+    EXPECT_EQ(r.tokens, alone[i].tokens) << i;
+    EXPECT_EQ(r.text, alone[i].text) << i;
+    EXPECT_EQ(r.finish, alone[i].finish) << i;
+    EXPECT_EQ(r.end_token, alone[i].end_token) << i;
+    EXPECT_EQ(r.decode_steps, alone[i].decode_steps) << i;
+    ASSERT_EQ(r.details.size(), alone[i].details.size()) << i;
+    for (size_t k = 0; k < r.details.size(); ++k) {
+      EXPECT_EQ(r.details[k].logprob, alone[i].details[k].logprob) << i;
+    }
+    EXPECT_EQ(together_streamed[i], alone_streamed[i]) << i;
+    EXPECT_EQ(together_streamed[i], r.text) << i;
+  }
+  // The three really differ in how they ended.
+  EXPECT_EQ(alone[1].finish, FinishReason::length);
+  EXPECT_EQ(alone[1].details.size(), 9u);
 }
 
 TEST(Generation, RejectsBadConfigs) {

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +40,7 @@
 #include "snapkv/model/llama.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/model/tokenizer.h"
+#include "snapkv/util/timer.h"
 
 namespace snapkv {
 
@@ -104,10 +106,51 @@ using PieceCallback = std::function<bool(const GenerationPiece&)>;
 
 // Generates from `logits` [n_vocab] (the last prompt position's). `history`: the prompt's tokens
 // (for the sampler's penalties; may be empty). Throws std::invalid_argument for a bad config.
+// Is exactly: Generator g(...); while (auto t = g.step(logits, session.n_past()))
+// logits = session.decode(*t); return g.finish();
 GenerationResult generate(LlamaSession& session, std::vector<float> logits,
                           const Tokenizer& tokenizer, const GenerationConfig& config,
                           std::span<const int32_t> history = {},
                           const PieceCallback& on_piece = {});
+
+// The state of one sequence's generation, step by step, for callers that decode several
+// sequences together (LlamaSession::decode_batch): sampling, stop strings, held-back text,
+// log-probabilities and the finish reason exactly as generate() (which is built on it). The
+// caller owns the session and decodes each token step() hands back before the next step().
+class Generator {
+ public:
+  // `model_ctx`: the model's context_length (config.context_limit may lower it). Throws
+  // std::invalid_argument for a bad config. The tokenizer must outlive the generator.
+  Generator(const Tokenizer& tokenizer, const GenerationConfig& config, size_t model_ctx,
+            std::span<const int32_t> history = {}, PieceCallback on_piece = {});
+
+  // Samples from `logits` [n_vocab] (the last decoded position's; `n_past`: the session's
+  // positions so far) and releases text to on_piece. Returns the token the caller must decode
+  // next, or nothing when the sequence has finished (then call finish()).
+  std::optional<int32_t> step(std::span<const float> logits, size_t n_past);
+  // Ends the sequence now with FinishReason::cancelled (e.g. its client left) unless it already
+  // finished.
+  void cancel();
+  bool done() const { return done_; }
+  // The result: a held-back tail that never became a stop string is released as text, decode_s
+  // set. Once, after step() returned nothing or after cancel().
+  GenerationResult finish();
+
+ private:
+  bool release(size_t upto, const GeneratedToken* token);
+
+  const Tokenizer* tokenizer_;
+  GenerationConfig config_;
+  PieceCallback on_piece_;
+  Sampler sampler_;
+  size_t n_ctx_ = 0;
+  size_t longest_stop_ = 0;
+  std::vector<int32_t> seen_;
+  GenerationResult r_;
+  size_t emitted_ = 0;  // bytes of r_.text passed to on_piece
+  bool done_ = false;
+  Timer timer_;
+};
 
 // Log-probabilities of `id` and of the k most likely tokens under log_softmax(logits).
 GeneratedToken token_logprobs(std::span<const float> logits, int32_t id, size_t k);

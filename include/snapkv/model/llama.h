@@ -160,6 +160,19 @@ class LlamaSession {
   }
   // Appends one token at position offset() and returns its logits [n_vocab].
   std::vector<float> decode(int32_t token);
+  // One decode step of several sessions at once: sessions[b] appends tokens[b] at its own
+  // position offset() and the result holds its logits at [b][n_vocab] (B = sessions.size() >= 1,
+  // == tokens.size()). The sessions must be distinct, run on this same model object, and each be
+  // able to decode() (prefilled, not a shared prefill, context not full; std::invalid_argument
+  // otherwise, before any session changes). Every weight product runs once over the B rows (the
+  // weights are read once per step instead of B times); RoPE, attention and the cache update stay
+  // per session, each with its own compressed cache, config and position, exactly as decode()
+  // does them. B = 1 has decode()'s bits, and so has every B where the products over B rows
+  // have the per-row gemv's: Q8_0 weights under the default precision (integer dots per block),
+  // F32 / F16 weights below kGemmMinTokens rows (ops/gemm.h); above that F32 / F16 products run
+  // through sgemm and differ in summation order only. Defined in src/model/llama_batch.cpp.
+  static std::vector<float> decode_batch(std::span<LlamaSession* const> sessions,
+                                         std::span<const int32_t> tokens);
   // Appends tokens after the prompt WITHOUT compression (UpdateKind::decode: every row is kept,
   // nothing is evicted, unless the config sets a decode-time budget, which then applies to these
   // rows as to decode()'s), in forwards of prefill_chunk tokens, and returns the logits of the last

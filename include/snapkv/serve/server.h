@@ -17,15 +17,17 @@
 //  - Every field of OpenAI's two request schemas is accepted; stop, n (the n choices of a prompt
 //    share one prefill: the session is cloned), logprobs / top_logprobs, echo,
 //    max_completion_tokens, temperature, top_p, top_k, min_p, the penalties, seed and
-//    stream_options.include_usage are implemented through model/generation.h's generate(); what
-//    the engine cannot do is refused by name only when a request needs it (tool_choice
-//    "required", response_format other than text, non-text content parts). Any model name is
-//    served. Responses have OpenAI's shapes (a stream's first chat delta carries the role;
+//    stream_options.include_usage are implemented through model/generation.h's Generator
+//    (generate()'s loop); what the engine cannot do is refused by name only when a request needs it
+//    (tool_choice "required", response_format other than text, non-text content parts). Any model
+//    name is served. Responses have OpenAI's shapes (a stream's first chat delta carries the role;
 //    include_usage adds the final usage chunk) plus a "snapkv" object: method, budget, keep,
 //    rows kept / seen, KV bytes against fp16, prefill and decode milliseconds, reused or not.
 //  - Prompts are tokenized as `snapkv tokenize` does: BOS only where the vocabulary asks for it.
 //  - At most max_concurrent requests prefill or generate at once; the next max_queue wait in FIFO
-//    order (each at most request_timeout_s); beyond that 503 with Retry-After. Connections are
+//    order (each at most request_timeout_s); beyond that 503 with Retry-After. The decode steps of
+//    the generating ones run batched, one LlamaSession::decode_batch per step (continuous
+//    batching: a sequence joins after its prefill and leaves when it ends). Connections are
 //    served by max_connections threads of their own, so idle or slow clients never hold a model
 //    worker; a stalled request head or body is dropped after read_timeout_s without data.
 //  - Every prefilled prompt and document is kept in a content-addressed store
@@ -36,8 +38,8 @@
 //  - With api_keys set, every route but /health needs "Authorization: Bearer <key>" (401).
 //  - stop() refuses queued requests, cancels running generations at their next token and closes
 //    the listener. A client leaving a stream cancels its generation at the next token.
-// Leaves out: TLS, batching requests into one forward (each request runs its own session over
-// the one model, shared read-only), HTTP pipelining (cpp-httplib answers the first request of a
+// Leaves out: TLS, prefill inside the batched steps (a prompt prefills on its request's thread,
+// beside the steps), HTTP pipelining (cpp-httplib answers the first request of a
 // pipelined batch only; keep-alive with one request at a time works), a deadline on a whole
 // request head (a client trickling bytes faster than read_timeout_s holds a connection thread).
 #pragma once
