@@ -1,10 +1,10 @@
-// Dot products and axpy, compiled once per ISA level (util/isa.h): AVX2+FMA (and F16C for
+// Dot products and axpy, compiled once per ISA level (kernels/isa.h): AVX2+FMA (and F16C for
 // binary16 rows) when the level targets them, NEON at the arm64 levels in the AVX2 kernels' order
 // (the same lanes, fused multiply-adds and final sum: the same bits), plain loops otherwise. The
 // scalar references live in dot.cpp.
+#include "kernels/isa.h"
 #include "ops/hsum.h"
 #include "ops/kernels.h"
-#include "util/isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 // Internal to ops/: the constants of exp_approx (softmax.h), shared by the portable definition
 // (softmax.cpp) and the vector one (softmax_simd.cpp, which must perform the same IEEE operations
-// in the same order). Internal linkage, so the per-ISA copies never share a symbol (util/isa.h).
+// in the same order). Internal linkage, so the per-ISA copies never share a symbol (kernels/isa.h).
 #pragma once
 
 namespace snapkv::ops_internal {

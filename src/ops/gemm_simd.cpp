@@ -1,4 +1,4 @@
-// The inner loops of gemm.h's GEMV and dequantization, compiled once per ISA level (util/isa.h):
+// The inner loops of gemm.h's GEMV and dequantization, compiled once per ISA level (kernels/isa.h):
 // F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside the kernels, one AVX2+F16C path
 // per inner loop when the level targets it (at the NEON levels the same lanes and operations on
 // pairs of 4-lane registers, ops/hsum.h: the AVX2 bits), a scalar loop otherwise. The F16
@@ -23,8 +23,8 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "kernels/isa.h"
 #include "ops/kernels.h"
-#include "util/isa.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {

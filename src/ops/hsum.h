@@ -1,4 +1,4 @@
-// Internal to ops/, for the kernel files compiled per ISA level (util/isa.h): the horizontal sum
+// Internal to ops/, for the kernel files compiled per ISA level (kernels/isa.h): the horizontal sum
 // of 8 fp32 lanes that every AVX2 kernel of ops/ ends with (dot_simd.cpp, gemm_simd.cpp), in one
 // lane order: ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)). The NEON levels keep the AVX2
 // kernels' 8-lane accumulators as pairs of 4-lane registers (Acc16: AVX2's acc0 and acc1) and end
@@ -8,7 +8,7 @@
 // namespace so that no two levels share its symbol.
 #pragma once
 
-#include "util/isa.h"
+#include "kernels/isa.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>

@@ -1,9 +1,9 @@
 // The per-level table of ops/ kernels (kernels.h): the one place that names every level's entry
-// points; a level this build does not compile falls back to the next one down (util/isa.h).
+// points; a level this build does not compile falls back to the next one down (kernels/isa.h).
 #include "ops/kernels.h"
 
+#include "kernels/isa_tables.h"
 #include "snapkv/util/cpu.h"
-#include "util/isa_tables.h"
 
 namespace snapkv::ops_internal {
 

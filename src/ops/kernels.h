@@ -1,16 +1,16 @@
 // Internal to ops/: the kernels compiled once per ISA level (dot_simd.cpp, softmax_simd.cpp,
-// quant_blocks_simd.cpp, gemm_simd.cpp; see util/isa.h) and the table the public functions of
+// quant_blocks_simd.cpp, gemm_simd.cpp; see kernels/isa.h) and the table the public functions of
 // dot.h, softmax.h, quant_blocks.h and gemm.h dispatch through. Each entry has the contract of the
 // public function of the same name; gemv_rows / dequantize_rows take an already validated matrix.
 #pragma once
 
 #include <cstddef>
 
+#include "kernels/isa_tables.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/ops/quant_blocks.h"
 #include "snapkv/util/cpu.h"
 #include "snapkv/util/fp16.h"
-#include "util/isa_tables.h"
 
 namespace snapkv::ops_internal {
 // The F16 decode matvec's variants (gemm_simd.cpp), all with the bits of the per-row dot_f16:

@@ -1,11 +1,11 @@
 // The public entry points of q8_dot.h: each integer dot kernel runs the active ISA level's copy
-// (q8_dot_simd.cpp, q8_dot_kquants_simd.cpp, q8_act_simd.cpp: compiled once per level; util/isa.h),
-// and each *_ref runs the scalar level's copy, compiled without SIMD flags, so the reference is the
-// plain loop on every machine.
+// (q8_dot_simd.cpp, q8_dot_kquants_simd.cpp, q8_act_simd.cpp: compiled once per level;
+// kernels/isa.h), and each *_ref runs the scalar level's copy, compiled without SIMD flags, so the
+// reference is the plain loop on every machine.
 #include "ops/q8_dot.h"
 
+#include "kernels/isa_tables.h"
 #include "snapkv/util/cpu.h"
-#include "util/isa_tables.h"
 
 #define SNAPKV_Q8_DOT_DECLARE(NS)                                                    \
   namespace snapkv::NS {                                                             \

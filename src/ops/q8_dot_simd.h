@@ -1,14 +1,14 @@
 // Shared by the per-ISA integer dot kernels (q8_dot_simd.cpp: Q8_0 / Q4_0 weights,
 // q8_dot_kquants_simd.cpp: K-quant weights, q8_act_simd.cpp: the activation quantizer), which are
-// compiled once per ISA level (util/isa.h; the public entry points and their dispatch are in
+// compiled once per ISA level (kernels/isa.h; the public entry points and their dispatch are in
 // q8_dot.cpp): which fast path the level takes, and the helpers more than one of them uses.
 // Everything here has internal linkage (an anonymous namespace), so no level shares another's.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/isa.h"
 #include "ops/q8_dot.h"
-#include "util/isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -1,12 +1,12 @@
 // The one-pass decoders of the Q4_0 and K-quant blocks (quant_blocks.h), compiled once per ISA
-// level (util/isa.h): plain loops the compiler vectorizes, and for Q4_0, Q2_K, Q3_K, Q5_K and
+// level (kernels/isa.h): plain loops the compiler vectorizes, and for Q4_0, Q2_K, Q3_K, Q5_K and
 // Q6_K AVX2 byte arithmetic when the level targets it. Every weight is the fp32 expression
 // documented in util/quant_blocks.h, evaluated in the same order as the references there, so the
 // two agree bit for bit.
 #include <cstring>
 
+#include "kernels/isa.h"
 #include "ops/kernels.h"
-#include "util/isa.h"
 #include "util/quant_scales.h"
 
 #if defined(__AVX2__)

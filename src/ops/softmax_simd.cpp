@@ -1,4 +1,4 @@
-// Softmax and the bulk exp behind it, compiled once per ISA level (util/isa.h). The AVX2 path
+// Softmax and the bulk exp behind it, compiled once per ISA level (kernels/isa.h). The AVX2 path
 // (exp8) performs the IEEE operations of the portable exp_approx (softmax.cpp) in the same order
 // (no FMA contraction: CMakeLists.txt builds every target with -ffp-contract=off), so the bulk
 // results are bit-identical to the scalar ones at every level and tests compare them exactly. The
@@ -10,10 +10,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/isa.h"
 #include "ops/exp_constants.h"
 #include "ops/kernels.h"
 #include "snapkv/ops/softmax.h"
-#include "util/isa.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
 // -W(maybe-)uninitialized reports wherever they inline; silenced for the header's lines only.

@@ -14,7 +14,7 @@
 //             Apple M1 and later)
 // Kernel files listed in SNAPKV_ISA_SOURCES (CMakeLists.txt) are compiled once per level of the
 // target architecture into the namespaces snapkv::isa_<level>; each layer keeps a table of their
-// entry points per level (util/isa_tables.h) and its public functions call the active level's
+// entry points per level (kernels/isa_tables.h) and its public functions call the active level's
 // entry (isa_select).
 // Leaves out: choosing per kernel (one level for the whole process), SVE, fp16 arithmetic (the
 // kernels convert fp16 to fp32 and compute in fp32, which keeps them equal to the scalar

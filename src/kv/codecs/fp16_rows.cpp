@@ -4,9 +4,9 @@
 
 #include <cstdlib>
 
+#include "kernels/isa_tables.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/cpu.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 namespace {

@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/isa_tables.h"
 #include "snapkv/util/fp16.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 
@@ -61,7 +61,7 @@ void fp16_rows_compact(Rows& data, std::span<const uint32_t> keep, size_t base, 
 
 }  // namespace snapkv
 
-// The fast kernels as compiled for each ISA level (kv/codecs/fp16_rows_simd.cpp; util/isa.h).
+// The fast kernels as compiled for each ISA level (kv/codecs/fp16_rows_simd.cpp; kernels/isa.h).
 // `prefetch`: bytes ahead of the rows being read to prefetch (0 = none); see
 // fp16_rows_prefetch_bytes.
 #define SNAPKV_FP16_ROWS_DECLARE(NS)                                                            \

@@ -1,4 +1,4 @@
-// The fp16 row kernels of kv/codecs/fp16_rows.h, compiled once per ISA level (util/isa.h): F16C
+// The fp16 row kernels of kv/codecs/fp16_rows.h, compiled once per ISA level (kernels/isa.h): F16C
 // (NEON fcvtl at the arm64 levels) converts, FMA accumulates, 8 lanes at the avx2 level, 16 at
 // avx512 and 4 at neon / neon_dot; the scalar level (and a head_dim that is not a multiple of the
 // lane count) runs the scalar references.
@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/isa.h"
 #include "kv/codecs/fp16_rows.h"
-#include "util/isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/isa_tables.h"
 #include "kv/codecs/kivi/kivi3_kernels.h"
 #include "snapkv/util/cpu.h"
 #include "snapkv/util/error.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 namespace {

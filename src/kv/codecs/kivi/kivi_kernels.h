@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/isa_tables.h"
 #include "snapkv/kv/codecs/kivi.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 
@@ -131,7 +131,7 @@ constexpr size_t kivi_value_scratch_floats(size_t n_q, size_t head_dim, size_t g
 }  // namespace snapkv
 
 // The fast kernels as compiled for each ISA level (kivi_keys_simd.cpp, kivi_values_simd.cpp,
-// kivi_q8_simd.cpp, ...; util/isa.h), with a caller's scratch: key_block_dot
+// kivi_q8_simd.cpp, ...; kernels/isa.h), with a caller's scratch: key_block_dot
 // [kivi_key_scratch_floats(n_q, head_dim)] floats, value_rows_accumulate
 // [kivi_value_scratch_floats(n_q, head_dim, group)]. key_block_dot_q8 runs the integer form (false,
 // nothing written, where the level or shape has none: key_q8_handles).

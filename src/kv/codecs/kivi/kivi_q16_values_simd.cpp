@@ -1,5 +1,5 @@
 // KIVI 4-bit value sums with integer dot products on the packed codes (vpdpwssd: int16 weights x
-// int16 codes, two rows per dword lane), compiled once per ISA level (util/isa.h);
+// int16 codes, two rows per dword lane), compiled once per ISA level (kernels/isa.h);
 // kivi_value_rows_accumulate_q16_scalar (kivi_kernels.h) is the arithmetic and its reference.
 // The levels without AVX-512 VNNI report "not handled" and keep the float kernel of
 // kivi_values_simd.cpp.
@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/isa.h"
 #include "kv/codecs/kivi/kivi_kernels.h"
-#include "util/isa.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that

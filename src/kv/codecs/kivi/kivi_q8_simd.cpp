@@ -1,6 +1,6 @@
 // KIVI key scores with integer dot products on the packed codes (see kivi_kernels.h,
-// kivi_key_block_dot_q8_scalar for the arithmetic), compiled once per ISA level (util/isa.h); the
-// levels with AVX-512 VNNI run vpdpbusd (u8 codes x s8 query), the others report "not handled"
+// kivi_key_block_dot_q8_scalar for the arithmetic), compiled once per ISA level (kernels/isa.h);
+// the levels with AVX-512 VNNI run vpdpbusd (u8 codes x s8 query), the others report "not handled"
 // and keep the float kernels of kivi_keys_simd.cpp. The 2-bit value kernel (u8 weights x codes) is
 // in kivi_q8_values_simd.cpp.
 //

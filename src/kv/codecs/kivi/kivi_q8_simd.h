@@ -1,5 +1,5 @@
 // Shared by the integer KIVI key kernels (kivi_q8_simd.cpp: the query side and the entry points,
-// kivi_q8_blocks_simd.cpp: the per-block dot kernels), compiled once per ISA level (util/isa.h):
+// kivi_q8_blocks_simd.cpp: the per-block dot kernels), compiled once per ISA level (kernels/isa.h):
 // whether the level has AVX-512 VNNI, the query operands' layout, and the block kernels the
 // entry points call (defined in kivi_q8_blocks_simd.cpp, in this level's namespace).
 #pragma once
@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/isa.h"
 #include "kv/codecs/kivi/kivi_kernels.h"
-#include "util/isa.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
     defined(__AVX512VL__) && defined(__AVX512DQ__)

@@ -1,5 +1,5 @@
 // KIVI 2-bit value sums with integer dot products on the packed codes (vpdpbusd: u8 weights x
-// codes), compiled once per ISA level (util/isa.h); kivi_value_rows_accumulate_q8_scalar
+// codes), compiled once per ISA level (kernels/isa.h); kivi_value_rows_accumulate_q8_scalar
 // (kivi_kernels.h) is the arithmetic and its reference. The levels without AVX-512 VNNI report
 // "not handled" and keep the float kernel of kivi_values_simd.cpp. The keys' integer kernel is in
 // kivi_q8_simd.cpp. The layout of the code vectors is in kivi_q8_values_simd.h, the sums of

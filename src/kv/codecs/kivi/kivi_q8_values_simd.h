@@ -1,6 +1,6 @@
 // Shared by the 2-bit integer KIVI value kernel (kivi_q8_values_simd.cpp: the tiles, the weights
 // and the entry points; kivi_q8_values_dot_simd.cpp: the sums of one tile), compiled once per ISA
-// level (util/isa.h): whether the level has AVX-512 VNNI, the code vectors' layout, and the tile
+// level (kernels/isa.h): whether the level has AVX-512 VNNI, the code vectors' layout, and the tile
 // sums the driver calls (defined in kivi_q8_values_dot_simd.cpp, in this level's namespace).
 //
 // 2-bit value rows only (4-bit keeps the float kernel: kivi_kernels.h says why). A row is
@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/isa.h"
 #include "kv/codecs/kivi/kivi_kernels.h"
-#include "util/isa.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #if defined(__GNUC__) && !defined(__clang__)

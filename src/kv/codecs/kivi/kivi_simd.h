@@ -1,6 +1,6 @@
 // Shared by the float KIVI attention kernels (kivi_keys_simd.cpp, kivi_values_simd.cpp; see
-// kivi_kernels.h), compiled once per ISA level (util/isa.h): which fast path the level takes, the
-// byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
+// kivi_kernels.h), compiled once per ISA level (kernels/isa.h): which fast path the level takes,
+// the byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
 // (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
 // or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
 // 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
@@ -14,8 +14,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/isa.h"
 #include "kv/codecs/kivi/kivi_kernels.h"
-#include "util/isa.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that

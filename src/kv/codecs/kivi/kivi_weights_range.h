@@ -3,12 +3,12 @@
 // and kivi_q16_values_simd.cpp (4-bit rows, [0, 2^100]); out of range, both leave `out`
 // untouched and the float kernel runs. Included by those ISA files after <immintrin.h>, at levels
 // with AVX-512F; the function has internal linkage in the level's namespace, so no level shares
-// another's copy (util/isa.h).
+// another's copy (kernels/isa.h).
 #pragma once
 
 #include <cstddef>
 
-#include "util/isa.h"
+#include "kernels/isa.h"
 
 #if defined(__AVX512F__)
 namespace snapkv::SNAPKV_ISA {

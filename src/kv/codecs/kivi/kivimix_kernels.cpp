@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/isa_tables.h"
 #include "snapkv/util/cpu.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 namespace {

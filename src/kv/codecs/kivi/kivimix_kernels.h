@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/isa_tables.h"
 #include "snapkv/kv/codecs/kivi.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 
@@ -33,7 +33,7 @@ void kivimix_wide_dot_scalar(float* out, size_t stride, const float* qk, size_t 
 
 }  // namespace snapkv
 
-// The fast kernels as compiled for each ISA level (kv/codecs/kivi/kivimix_simd.cpp; util/isa.h);
+// The fast kernels as compiled for each ISA level (kv/codecs/kivi/kivimix_simd.cpp; kernels/isa.h);
 // the scalar level runs the *_scalar references.
 #define SNAPKV_KIVIMIX_DECLARE(NS)                                                           \
   namespace snapkv::NS {                                                                     \

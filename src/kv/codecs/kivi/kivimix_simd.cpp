@@ -1,5 +1,5 @@
 // kivimix's wide-channel pass and its weights (kv/codecs/kivi/kivimix_kernels.h), compiled once per
-// ISA level (util/isa.h); a level without AVX2 runs the scalar references
+// ISA level (kernels/isa.h); a level without AVX2 runs the scalar references
 // (kv/codecs/kivi/kivimix_kernels.cpp). The rows go across the vector lanes (8 at avx2, 16 at
 // avx512; two vectors, a 32-row block, in flight): each lane holds one 32-bit word of its row's low
 // codes (16 codes: bytes 4m .. 4m + 3, see RowWords), each code is shifted and masked out in turn,
@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/isa.h"
 #include "kv/codecs/kivi/kivimix_kernels.h"
-#include "util/isa.h"
 
 #if defined(__AVX2__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that

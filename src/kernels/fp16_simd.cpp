@@ -1,11 +1,11 @@
-// Bulk binary16 conversions, compiled once per ISA level (util/isa.h): F16C when the level targets
-// it, NEON's fcvtl / fcvtn at the arm64 levels (both round to nearest even, as the scalar
+// Bulk binary16 conversions, compiled once per ISA level (kernels/isa.h): F16C when the level
+// targets it, NEON's fcvtl / fcvtn at the arm64 levels (both round to nearest even, as the scalar
 // conversions in fp16.cpp), else those conversions.
 #include <cstdint>
 #include <cstring>
 
-#include "util/fp16_kernels.h"
-#include "util/isa.h"
+#include "kernels/fp16_kernels.h"
+#include "kernels/isa.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
 // -W(maybe-)uninitialized reports wherever they inline; silenced for the header's lines only.
