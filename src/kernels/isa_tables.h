@@ -1,4 +1,4 @@
-// For the per-level dispatch tables (e.g. ops/kernels.cpp): SNAPKV_ISA_NS_AVX2 / _AVX512 / _NEON /
+// For the per-level dispatch tables (kernels/registry.cpp): SNAPKV_ISA_NS_AVX2 / _AVX512 / _NEON /
 // _NEON_DOT name the namespace whose kernels serve that level: the level's own when this build
 // compiles it (CMake defines SNAPKV_ISA_AVX2 etc. for the levels it compiles), else the next one
 // down (isa_scalar for a level of another architecture, which is never selected: util/cpu.cpp

@@ -1,5 +1,6 @@
 // The kernel registry: one table of entry points per ISA level, holding every SIMD kernel of the
-// project by family (bulk fp16 conversion, ...), and the active level's table.
+// project by family (bulk fp16 conversion; ops' dots, softmax, block decoders and GEMV rows; the
+// integer dots with 8-bit activations), and the active level's table.
 //
 // Promises: active() is the table of the level snapkv/util/cpu.h makes active (the best level this
 // build compiled and the CPU supports, or SNAPKV_ISA=...), resolved once at first use; after
@@ -12,12 +13,16 @@
 #pragma once
 
 #include "kernels/fp16_kernels.h"
+#include "kernels/ops_kernels.h"
+#include "kernels/q8_dot.h"
 #include "snapkv/util/cpu.h"
 
 namespace snapkv::kernels {
 
 struct Registry {
   Fp16Kernels fp16;
+  ops_internal::OpsKernels ops;   // dot, axpy, exp, softmax, block decoders, GEMV rows
+  ops_internal::Q8DotKernels q8;  // integer dots with 8-bit activations
 };
 
 // Indexed by IsaLevel (registry.cpp).

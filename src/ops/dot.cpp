@@ -1,12 +1,10 @@
 // Dot products and axpy: the scalar references, and the public entry points, which run the
-// active ISA level's kernels (dot_simd.cpp, dispatched through ops/kernels.h).
+// active ISA level's kernels (dot_simd.cpp, dispatched through kernels/registry.h).
 #include "snapkv/ops/dot.h"
 
-#include "ops/kernels.h"
+#include "kernels/registry.h"
 
 namespace snapkv {
-
-using ops_internal::ops_kernels;
 
 float dot_scalar(const float* a, const float* b, size_t n) {
   float sum = 0.0f;
@@ -21,7 +19,7 @@ double dot_ref(const float* a, const float* b, size_t n) {
 }
 
 float dot(const float* a, const float* b, size_t n) {
-  return ops_kernels().dot(a, b, n);
+  return kernels::active().ops.dot(a, b, n);
 }
 
 float dot_f16_scalar(const float* a, const fp16_t* b, size_t n) {
@@ -31,7 +29,7 @@ float dot_f16_scalar(const float* a, const fp16_t* b, size_t n) {
 }
 
 float dot_f16(const float* a, const fp16_t* b, size_t n) {
-  return ops_kernels().dot_f16(a, b, n);
+  return kernels::active().ops.dot_f16(a, b, n);
 }
 
 void axpy_scalar(float* y, float alpha, const float* x, size_t n) {
@@ -39,7 +37,7 @@ void axpy_scalar(float* y, float alpha, const float* x, size_t n) {
 }
 
 void axpy(float* y, float alpha, const float* x, size_t n) {
-  ops_kernels().axpy(y, alpha, x, n);
+  kernels::active().ops.axpy(y, alpha, x, n);
 }
 
 void axpy_f16_scalar(float* y, float alpha, const fp16_t* x, size_t n) {
@@ -47,7 +45,7 @@ void axpy_f16_scalar(float* y, float alpha, const fp16_t* x, size_t n) {
 }
 
 void axpy_f16(float* y, float alpha, const fp16_t* x, size_t n) {
-  ops_kernels().axpy_f16(y, alpha, x, n);
+  kernels::active().ops.axpy_f16(y, alpha, x, n);
 }
 
 }  // namespace snapkv

@@ -1,5 +1,5 @@
 // Softmax and the bulk exp behind it, compiled once per ISA level (kernels/isa.h). The AVX2 path
-// (exp8) performs the IEEE operations of the portable exp_approx (softmax.cpp) in the same order
+// (exp8) performs the IEEE operations of the portable exp_approx (exp_approx.cpp) in the same order
 // (no FMA contraction: CMakeLists.txt builds every target with -ffp-contract=off), so the bulk
 // results are bit-identical to the scalar ones at every level and tests compare them exactly. The
 // AVX-512 path (exp16) does the same on sixteen lanes, its 2^n in one exact step (see exp16).
@@ -10,10 +10,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/exp_constants.h"
 #include "kernels/isa.h"
-#include "ops/exp_constants.h"
-#include "ops/kernels.h"
-#include "snapkv/ops/softmax.h"
+#include "kernels/ops_kernels.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
 // -W(maybe-)uninitialized reports wherever they inline; silenced for the header's lines only.
@@ -157,7 +156,7 @@ __m512 exp16(__m512 x) {
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
-// exp_fma (softmax.cpp) on eight lanes: the same operations, 2^n applied as in exp8.
+// exp_fma (exp_approx.cpp) on eight lanes: the same operations, 2^n applied as in exp8.
 __m256 exp8_fma(__m256 x) {
   const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kLow)), _mm256_set1_ps(kHigh));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),

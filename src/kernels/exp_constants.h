@@ -1,6 +1,6 @@
-// Internal to ops/: the constants of exp_approx (softmax.h), shared by the portable definition
-// (softmax.cpp) and the vector one (softmax_simd.cpp, which must perform the same IEEE operations
-// in the same order). Internal linkage, so the per-ISA copies never share a symbol (kernels/isa.h).
+// The constants of exp_approx (ops/softmax.h), shared by the portable definition (exp_approx.cpp),
+// the vector one (softmax_simd.cpp, which must perform the same IEEE operations in the same order)
+// and ops' exp_fma. Internal linkage, so the per-ISA copies never share a symbol (kernels/isa.h).
 #pragma once
 
 namespace snapkv::ops_internal {
@@ -17,3 +17,9 @@ constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.33345190
 
 }  // namespace
 }  // namespace snapkv::ops_internal
+
+namespace snapkv {
+// The portable polynomial exps (contracts in snapkv/ops/softmax.h; defined in exp_approx.cpp).
+float exp_approx(float x);
+float exp_fma(float x);
+}  // namespace snapkv

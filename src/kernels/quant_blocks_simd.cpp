@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/isa.h"
-#include "ops/kernels.h"
+#include "kernels/ops_kernels.h"
 #include "util/quant_scales.h"
 
 #if defined(__AVX2__)

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/q8_dot_simd.h"
+#include "kernels/q8_dot_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 

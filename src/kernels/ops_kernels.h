@@ -1,16 +1,15 @@
-// Internal to ops/: the kernels compiled once per ISA level (dot_simd.cpp, softmax_simd.cpp,
-// quant_blocks_simd.cpp, gemm_simd.cpp; see kernels/isa.h) and the table the public functions of
-// dot.h, softmax.h, quant_blocks.h and gemm.h dispatch through. Each entry has the contract of the
+// The ops family of the kernel registry: the kernels compiled once per ISA level behind the public
+// functions of ops/dot.h, softmax.h, quant_blocks.h and gemm.h (dot_simd.cpp, softmax_simd.cpp,
+// quant_blocks_simd.cpp, gemm_simd.cpp; see kernels/isa.h). Each entry has the contract of the
 // public function of the same name; gemv_rows / dequantize_rows take an already validated matrix.
 #pragma once
 
 #include <cstddef>
 
 #include "kernels/isa_tables.h"
-#include "snapkv/ops/gemm.h"
-#include "snapkv/ops/quant_blocks.h"
-#include "snapkv/util/cpu.h"
+#include "snapkv/kernels/weights.h"
 #include "snapkv/util/fp16.h"
+#include "snapkv/util/quant_blocks.h"
 
 namespace snapkv::ops_internal {
 // The F16 decode matvec's variants (gemm_simd.cpp), all with the bits of the per-row dot_f16:
@@ -90,17 +89,12 @@ struct OpsKernels {
   void (*gemv_rows_f16)(float*, const float*, const WeightMatrix&, size_t, size_t, F16GemvKernel);
 };
 
-// The entries of each level (kernels.cpp), and those of the active one (snapkv/util/cpu.h); inline,
-// so a public kernel is one load, one test and one indirect jump away from its level's code.
-extern const OpsKernels kOpsTables[kIsaLevelCount];
-inline const OpsKernels& ops_kernels() {
-  return isa_select(kOpsTables);
-}
-
-F16GemvKernel f16_gemv_kernel();  // gemm.cpp
-
-// gemm.cpp: gemv (out [rows] = W x, threaded over rows) of an F16 matrix through `kernel` at the
-// active level; gemv itself takes kDefaultF16GemvKernel. Throws for another weight type.
-void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel kernel);
-
 }  // namespace snapkv::ops_internal
+
+#define SNAPKV_OPS_KERNELS_ENTRY(NS)                                                   \
+  ops_internal::OpsKernels {                                                           \
+    &NS::dot, &NS::dot_f16, &NS::axpy, &NS::axpy_f16, &NS::exp_n, &NS::max_value,      \
+        &NS::exp_shift_sum, &NS::exp_scale_shift_sum, &NS::softmax, &NS::decode_block, \
+        &NS::decode_block, &NS::decode_block, &NS::decode_block, &NS::decode_block,    \
+        &NS::decode_block, &NS::gemv_rows, &NS::dequantize_rows, &NS::gemv_rows_f16    \
+  }

@@ -2,9 +2,9 @@
 // binary16 rows) when the level targets them, NEON at the arm64 levels in the AVX2 kernels' order
 // (the same lanes, fused multiply-adds and final sum: the same bits), plain loops otherwise. The
 // scalar references live in dot.cpp.
+#include "kernels/hsum.h"
 #include "kernels/isa.h"
-#include "ops/hsum.h"
-#include "ops/kernels.h"
+#include "kernels/ops_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

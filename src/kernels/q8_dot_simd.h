@@ -8,12 +8,12 @@
 #include <cstdint>
 
 #include "kernels/isa.h"
-#include "ops/q8_dot.h"
+#include "kernels/q8_dot.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-#include "ops/hsum.h"
+#include "kernels/hsum.h"
 #define SNAPKV_Q8_AVX2 1
 #endif
 #if SNAPKV_Q8_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)

@@ -1,5 +1,6 @@
-// Internal to ops/: activations quantized to 8 bits and integer dot products against quantized
-// weight rows, the decode/prefill path that gemm.cpp takes under GemmPrecision::q8_activations.
+// Activations quantized to 8 bits and integer dot products against quantized weight rows (the
+// kernel layer's q8 family), the decode/prefill path that ops/gemm.cpp takes under
+// GemmPrecision::q8.
 //
 // Promises:
 //  - Two activation layouts (plain structs pinned by static_assert): BlockQ8_0 (gemm.h: one fp16
@@ -21,7 +22,7 @@
 //    (*_ref) that the fast kernel equals bit for bit: the integer part is exact in both, and the
 //    float operations after it are the same ones in the same order, with explicit fma:
 //      Q8_0 / Q4_0: 8 fp32 lanes; lane l of block b gets fma(dw * da, s, lane) with s the integer
-//        dot of elements 4l..4l+3 of the block; the lanes are summed as ops/hsum.h does.
+//        dot of elements 4l..4l+3 of the block; the lanes are summed as kernels/hsum.h does.
 //      K-quants: per super-block the exact int32 sums, then sum = fma(dw * da, sumi, sum) and,
 //        for Q4_K / Q5_K, sum = fma(-(dmin * da), summ, sum) with summ = sum_s m_s * bsum_s.
 //  - Fast paths: AVX2 (maddubs/madd), and AVX-512 VNNI (dpbusd on 256-bit vectors) when the
@@ -31,10 +32,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
-#include "snapkv/ops/gemm.h"
-#include "snapkv/ops/quant_blocks.h"
+#include "kernels/isa_tables.h"
+#include "snapkv/util/quant_blocks.h"
 
 namespace snapkv::ops_internal {
 
@@ -87,33 +87,68 @@ void gemm_q8_0_q8_0_ref(float* out, size_t ldo, const BlockQ8_0* w, size_t n_row
 void gemm_q4_0_q8_0_ref(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows,
                         const BlockQ8_0* a, size_t n_tokens, size_t n);
 
-// gemm_q8.cpp: out [n_tokens][rows] = x [n_tokens][cols] W^T with quantized activations when
-// w.type has an integer kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); returns false, touching nothing,
-// for any other type. The view must be valid (validate_weight).
-bool matmul_q8(float* out, const float* x, const WeightMatrix& w, size_t n_tokens);
-
-// One activation row quantized for the integer kernels (gemm_q8.cpp), shared by several products
-// of the same input (gemm.cpp gemv_multi): prepare() quantizes x for the activation layout of
-// `type` (Q8_0 blocks for Q8_0 / Q4_0, Q8_K for the K-quants) once; a second call for the same
-// layout is a no-op. The vectors keep their capacity between uses.
-struct Q8Activations {
-  std::vector<BlockQ8_0> q8_0;
-  std::vector<BlockQ8_K> q8_K;
-  size_t q8_0_cols = 0, q8_K_cols = 0;  // 0: not prepared
-  void reset() { q8_0_cols = q8_K_cols = 0; }
-  void prepare(const float* x, size_t cols, WeightType type);
-};
-// True for the weight types matmul_q8 handles.
-bool has_q8_kernel(WeightType type);
-// out [r1 - r0] = rows [r0, r1) of w against the prepared activations: the bits of
-// matmul_q8(.., n_tokens = 1) for those rows.
-void gemv_q8_rows(float* out, const Q8Activations& act, const WeightMatrix& w, size_t r0,
-                  size_t r1);
-
-// gemm.cpp: rows per parallel task of a product with `cols` columns.
-size_t rows_per_task(size_t rows, size_t cols);
-
 // Which SIMD path the dot kernels of this build use: "avx512vnni", "avx2" or "scalar".
 const char* q8_dot_isa();
 
 }  // namespace snapkv::ops_internal
+
+// The q8 family of the kernel registry (kernels/registry.h): each level's integer kernels
+// (q8_dot_simd.cpp, q8_dot_kquants_simd.cpp, q8_act_simd.cpp).
+#define SNAPKV_Q8_DOT_DECLARE(NS)                                                    \
+  namespace snapkv::NS {                                                             \
+  using ops_internal::BlockQ8_K;                                                     \
+  float dot_q8_0_q8_0(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);             \
+  float dot_q4_0_q8_0(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);             \
+  float dot_q4_K_q8_K(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);             \
+  float dot_q5_K_q8_K(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);             \
+  float dot_q6_K_q8_K(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);             \
+  float dot_q8_0_q8_0_ref(const BlockQ8_0* w, const BlockQ8_0* a, size_t n);         \
+  float dot_q4_0_q8_0_ref(const BlockQ4_0* w, const BlockQ8_0* a, size_t n);         \
+  float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);         \
+  float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);         \
+  void gemm_q8_0_q8_0(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows,     \
+                      const BlockQ8_0* a, size_t n_tokens, size_t n);                \
+  void gemm_q4_0_q8_0(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows,     \
+                      const BlockQ8_0* a, size_t n_tokens, size_t n);                \
+  void gemm_q8_0_q8_0_ref(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows, \
+                          const BlockQ8_0* a, size_t n_tokens, size_t n);            \
+  void gemm_q4_0_q8_0_ref(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows, \
+                          const BlockQ8_0* a, size_t n_tokens, size_t n);            \
+  void gemm_q4_K_q8_K(float* out, size_t ldo, const BlockQ4_K* w, size_t n_rows,     \
+                      const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void gemm_q5_K_q8_K(float* out, size_t ldo, const BlockQ5_K* w, size_t n_rows,     \
+                      const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void gemm_q6_K_q8_K(float* out, size_t ldo, const BlockQ6_K* w, size_t n_rows,     \
+                      const BlockQ8_K* a, size_t n_tokens, size_t n);                \
+  void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n);                  \
+  const char* q8_dot_isa();                                                          \
+  }
+
+SNAPKV_ISA_DECLARE(SNAPKV_Q8_DOT_DECLARE)
+
+namespace snapkv::ops_internal {
+
+struct Q8DotKernels {
+  float (*q8_0)(const BlockQ8_0*, const BlockQ8_0*, size_t);
+  float (*q4_0)(const BlockQ4_0*, const BlockQ8_0*, size_t);
+  float (*q4_K)(const BlockQ4_K*, const BlockQ8_K*, size_t);
+  float (*q5_K)(const BlockQ5_K*, const BlockQ8_K*, size_t);
+  float (*q6_K)(const BlockQ6_K*, const BlockQ8_K*, size_t);
+  void (*gemm_q8_0)(float*, size_t, const BlockQ8_0*, size_t, const BlockQ8_0*, size_t, size_t);
+  void (*gemm_q4_0)(float*, size_t, const BlockQ4_0*, size_t, const BlockQ8_0*, size_t, size_t);
+  void (*gemm_q4_K)(float*, size_t, const BlockQ4_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*gemm_q5_K)(float*, size_t, const BlockQ5_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*gemm_q6_K)(float*, size_t, const BlockQ6_K*, size_t, const BlockQ8_K*, size_t, size_t);
+  void (*quantize_q8_0)(BlockQ8_0*, const float*, size_t);
+  const char* (*isa)();
+};
+
+}  // namespace snapkv::ops_internal
+
+#define SNAPKV_Q8_DOT_ENTRY(NS)                                                            \
+  ops_internal::Q8DotKernels {                                                             \
+    &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K,        \
+        &NS::dot_q6_K_q8_K, &NS::gemm_q8_0_q8_0, &NS::gemm_q4_0_q8_0, &NS::gemm_q4_K_q8_K, \
+        &NS::gemm_q5_K_q8_K, &NS::gemm_q6_K_q8_K, &NS::quantize_act_q8_0, &NS::q8_dot_isa  \
+  }

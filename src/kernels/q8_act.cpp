@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "ops/q8_dot.h"
+#include "kernels/q8_dot.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv::ops_internal {

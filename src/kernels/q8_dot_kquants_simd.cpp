@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/q8_dot_simd.h"
+#include "kernels/q8_dot_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 
