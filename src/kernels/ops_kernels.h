@@ -11,6 +11,14 @@
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/quant_blocks.h"
 
+namespace snapkv {
+// The scalar references of the dot kernels (contracts in snapkv/ops/dot.h; dot_ref.cpp).
+float dot_scalar(const float* a, const float* b, size_t n);
+float dot_f16_scalar(const float* a, const fp16_t* b, size_t n);
+void axpy_scalar(float* y, float alpha, const float* x, size_t n);
+void axpy_f16_scalar(float* y, float alpha, const fp16_t* x, size_t n);
+}  // namespace snapkv
+
 namespace snapkv::ops_internal {
 // The F16 decode matvec's variants (gemm_simd.cpp), all with the bits of the per-row dot_f16:
 //   per_row        one row at a time (dot_f16)

@@ -7,9 +7,10 @@
 
 namespace snapkv::kernels {
 
-#define SNAPKV_REGISTRY_ENTRY(NS)                                                        \
-  Registry {                                                                             \
-    SNAPKV_FP16_KERNELS_ENTRY(NS), SNAPKV_OPS_KERNELS_ENTRY(NS), SNAPKV_Q8_DOT_ENTRY(NS) \
+#define SNAPKV_REGISTRY_ENTRY(NS)                                                         \
+  Registry {                                                                              \
+    SNAPKV_FP16_KERNELS_ENTRY(NS), SNAPKV_OPS_KERNELS_ENTRY(NS), SNAPKV_Q8_DOT_ENTRY(NS), \
+        SNAPKV_FP16_ROWS_ENTRY(NS), SNAPKV_KIVI_ENTRY(NS), SNAPKV_KIVIMIX_ENTRY(NS)       \
   }
 
 const Registry kRegistry[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_REGISTRY_ENTRY);

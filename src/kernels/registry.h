@@ -13,6 +13,9 @@
 #pragma once
 
 #include "kernels/fp16_kernels.h"
+#include "kernels/fp16_rows.h"
+#include "kernels/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivimix_kernels.h"
 #include "kernels/ops_kernels.h"
 #include "kernels/q8_dot.h"
 #include "snapkv/util/cpu.h"
@@ -23,6 +26,9 @@ struct Registry {
   Fp16Kernels fp16;
   ops_internal::OpsKernels ops;   // dot, axpy, exp, softmax, block decoders, GEMV rows
   ops_internal::Q8DotKernels q8;  // integer dots with 8-bit activations
+  Fp16RowKernels fp16_rows;       // fp16 cache rows: dots with queries, weighted sums
+  KiviKernels kivi;               // KIVI key dots and value sums, float and integer forms
+  KivimixKernels kivimix;         // kivimix's wide-channel pass
 };
 
 // Indexed by IsaLevel (registry.cpp).

@@ -1,7 +1,7 @@
 // fp16 rows [n][head_dim]: the dot products and weighted sums every fp16 region uses
 // (Fp16RowStore's rows, the KIVI stores' sinks and residual), and the in-place compaction eviction
 // applies to them. One definition, so every fp16 region of every codec rounds alike. Private to
-// kv/.
+// the library.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 namespace snapkv {
 
 // out[j * stride + i] = dot(q[j], row i) for i < n.  q: [n_q][head_dim], data: [n][head_dim].
-// The fast kernel (kv/codecs/fp16_rows_simd.cpp, the active ISA level) converts each row to fp32
+// The fast kernel (kernels/fp16_rows_simd.cpp, the active ISA level) converts each row to fp32
 // once and dots it with every query of the group, several rows in flight; *_scalar is its reference
 // (one dot_f16_scalar per row and query, summed in channel order).
 void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
@@ -61,7 +61,7 @@ void fp16_rows_compact(Rows& data, std::span<const uint32_t> keep, size_t base, 
 
 }  // namespace snapkv
 
-// The fast kernels as compiled for each ISA level (kv/codecs/fp16_rows_simd.cpp; kernels/isa.h).
+// The fast kernels as compiled for each ISA level (kernels/fp16_rows_simd.cpp; kernels/isa.h).
 // `prefetch`: bytes ahead of the rows being read to prefetch (0 = none); see
 // fp16_rows_prefetch_bytes.
 #define SNAPKV_FP16_ROWS_DECLARE(NS)                                                            \
@@ -72,3 +72,14 @@ void fp16_rows_compact(Rows& data, std::span<const uint32_t> keep, size_t base, 
                             const fp16_t* data, size_t n, size_t head_dim, size_t prefetch);    \
   }
 SNAPKV_ISA_DECLARE(SNAPKV_FP16_ROWS_DECLARE)
+
+namespace snapkv::kernels {
+struct Fp16RowKernels {
+  void (*dot)(float*, size_t, const float*, size_t, const fp16_t*, size_t, size_t, size_t);
+  void (*accumulate)(float*, const float*, size_t, size_t, const fp16_t*, size_t, size_t, size_t);
+};
+}  // namespace snapkv::kernels
+#define SNAPKV_FP16_ROWS_ENTRY(NS)                \
+  kernels::Fp16RowKernels {                       \
+    &NS::fp16_rows_dot, &NS::fp16_rows_accumulate \
+  }

@@ -1,4 +1,4 @@
-// The fp16 row kernels of kv/codecs/fp16_rows.h, compiled once per ISA level (kernels/isa.h): F16C
+// The fp16 row kernels of kernels/fp16_rows.h, compiled once per ISA level (kernels/isa.h): F16C
 // (NEON fcvtl at the arm64 levels) converts, FMA accumulates, 8 lanes at the avx2 level, 16 at
 // avx512 and 4 at neon / neon_dot; the scalar level (and a head_dim that is not a multiple of the
 // lane count) runs the scalar references.
@@ -6,14 +6,14 @@
 //               accumulators); the 4 sums of a row are reduced together (one hadd tree).
 //   accumulate: a tile of rows per slice of 2 vectors of channels, the slice's outputs for up to
 //               4 queries held in registers over the tile (loaded and stored once per tile).
-//   Both prefetch the rows `prefetch` bytes ahead (kv/codecs/fp16_rows.h,
+//   Both prefetch the rows `prefetch` bytes ahead (kernels/fp16_rows.h,
 //   fp16_rows_prefetch_bytes).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/fp16_rows.h"
 #include "kernels/isa.h"
-#include "kv/codecs/fp16_rows.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>

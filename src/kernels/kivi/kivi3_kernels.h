@@ -1,7 +1,7 @@
 // The 3-bit KIVI key kernel (codec kivi32's keys; layout in include/snapkv/kv/codecs/kivi.h: 8
 // codes in a 3-byte little-endian word per channel and octet of rows). kivi_key_block_dot
-// (kv/codecs/kivi/kivi_kernels.h) sends width 3 here; kivi_key_block_dot_scalar stays its
-// reference. Private to kv/.
+// (kernels/kivi/kivi_kernels.h) sends width 3 here; kivi_key_block_dot_scalar stays its
+// reference. Internal (kv/codecs use it).
 #pragma once
 
 #include <cstddef>

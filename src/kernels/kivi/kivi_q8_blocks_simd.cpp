@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kv/codecs/kivi/kivi_q8_simd.h"
+#include "kernels/kivi/kivi_q8_simd.h"
 
 #if SNAPKV_KIVI_VNNI
 namespace snapkv::SNAPKV_ISA::kivi_q8 {

@@ -1,28 +1,13 @@
-// fp16 row kernels (kv/codecs/fp16_rows.h): the scalar references, and the public entries, which
-// run the active ISA level's kernels (kv/codecs/fp16_rows_simd.cpp).
-#include "kv/codecs/fp16_rows.h"
+// fp16 row kernels (kernels/fp16_rows.h): the scalar references, and the public entries, which
+// run the active ISA level's kernels (fp16_rows_simd.cpp).
+#include "kernels/fp16_rows.h"
 
 #include <cstdlib>
 
-#include "kernels/isa_tables.h"
-#include "snapkv/ops/dot.h"
-#include "snapkv/util/cpu.h"
+#include "kernels/ops_kernels.h"
+#include "kernels/registry.h"
 
 namespace snapkv {
-namespace {
-
-struct Fp16RowKernels {
-  void (*dot)(float*, size_t, const float*, size_t, const fp16_t*, size_t, size_t, size_t);
-  void (*accumulate)(float*, const float*, size_t, size_t, const fp16_t*, size_t, size_t, size_t);
-};
-#define SNAPKV_FP16_ROWS_TABLE(NS)                \
-  Fp16RowKernels {                                \
-    &NS::fp16_rows_dot, &NS::fp16_rows_accumulate \
-  }
-const Fp16RowKernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_FP16_ROWS_TABLE);
-
-}  // namespace
-
 size_t fp16_rows_prefetch_bytes() {
   static const size_t bytes = [] {
     const char* env = std::getenv("SNAPKV_FP16_PREFETCH");
@@ -55,13 +40,13 @@ void fp16_rows_accumulate_scalar(float* out, const float* w, size_t stride, size
 void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
                    size_t n, size_t head_dim, size_t prefetch) {
   if (n == 0 || n_q == 0) return;
-  isa_select(kTables).dot(out, stride, q, n_q, data, n, head_dim, prefetch);
+  kernels::active().fp16_rows.dot(out, stride, q, n_q, data, n, head_dim, prefetch);
 }
 
 void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q, const fp16_t* data,
                           size_t n, size_t head_dim, size_t prefetch) {
   if (n == 0 || n_q == 0) return;
-  isa_select(kTables).accumulate(out, w, stride, n_q, data, n, head_dim, prefetch);
+  kernels::active().fp16_rows.accumulate(out, w, stride, n_q, data, n, head_dim, prefetch);
 }
 
 void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,

@@ -22,7 +22,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "kv/codecs/kivi/kivi_q8_simd.h"
+#include "kernels/kivi/kivi_q8_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 

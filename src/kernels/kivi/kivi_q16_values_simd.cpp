@@ -21,7 +21,7 @@
 #include <cstring>
 
 #include "kernels/isa.h"
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
@@ -37,7 +37,7 @@
 #pragma GCC diagnostic pop
 #endif
 #define SNAPKV_KIVI_Q16 1
-#include "kv/codecs/kivi/kivi_weights_range.h"
+#include "kernels/kivi/kivi_weights_range.h"
 #endif
 
 namespace snapkv::SNAPKV_ISA {

@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "kernels/isa.h"
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #if defined(__GNUC__) && !defined(__clang__)

@@ -1,14 +1,14 @@
-// The 3-bit KIVI key kernel (kv/codecs/kivi/kivi3_kernels.h). Per query: q'_c = q_c * scale_c and
+// The 3-bit KIVI key kernel (kernels/kivi/kivi3_kernels.h). Per query: q'_c = q_c * scale_c and
 // qz = sum_c q_c * zero_c once per block, then per octet of rows eight fp32 accumulators take
 // q'_c * code for every channel, the 24-bit word of one channel giving the codes of its 8 rows.
 // Plain C++ (the compiler unrolls the 8 constant shifts); no dequantized copy of the block.
-#include "kv/codecs/kivi/kivi3_kernels.h"
+#include "kernels/kivi/kivi3_kernels.h"
 
 #include <algorithm>
 #include <array>
 #include <vector>
 
-#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kernels/kivi_layout.h"
 
 namespace snapkv {
 

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_q8_values_simd.h"
+#include "kernels/kivi/kivi_q8_values_simd.h"
 
 #if SNAPKV_KIVI_VNNI
-#include "kv/codecs/kivi/kivi_weights_range.h"
+#include "kernels/kivi/kivi_weights_range.h"
 #endif
 
 namespace snapkv::SNAPKV_ISA {
@@ -69,7 +69,7 @@ size_t value_q8_channel(const ValueQ8Shape& s, size_t k, size_t lane) {
 constexpr float kCodeMul[4] = {1.0f, 4.0f, 16.0f, 16.0f};
 
 // Rows ahead of the tile being summed whose codes and params are prefetched (T2 hint, as
-// kv/codecs/fp16_rows_simd.cpp does for fp16 rows). The prefetches run past the call's last row: a
+// kernels/fp16_rows_simd.cpp does for fp16 rows). The prefetches run past the call's last row: a
 // store's rows follow each other, so a span's last tiles request the next span's first rows
 // (LayerCache::attend reads the store span by span); prefetch instructions never fault, and
 // past the store's end they fetch at most kVPrefetchRows rows' worth of unused lines.

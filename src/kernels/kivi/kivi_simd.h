@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "kernels/isa.h"
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that

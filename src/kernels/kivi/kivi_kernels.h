@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "kernels/isa_tables.h"
-#include "snapkv/kv/codecs/kivi.h"
+#include "snapkv/kernels/kivi_layout.h"
 
 namespace snapkv {
 
@@ -221,3 +221,26 @@ inline constexpr size_t kKiviValueQ16Tile = 128;
   bool kivi_value_q16_handles(size_t head_dim, size_t group, int bits);                        \
   }
 SNAPKV_ISA_DECLARE(SNAPKV_KIVI_Q16_VALUES_DECLARE)
+
+// The KIVI family of the kernel registry (kernels/registry.h).
+namespace snapkv::kernels {
+struct KiviKernels {
+  void (*key_block_dot)(float*, size_t, const float*, size_t, const float*, const float*,
+                        const uint8_t*, size_t, size_t, int, float*);
+  void (*value_rows_accumulate)(float*, const float*, size_t, size_t, const uint8_t*,
+                                const KiviParams*, size_t, size_t, size_t, int, float*);
+  bool (*key_q8_handles)(size_t, int);
+  bool (*value_q8_handles)(size_t, size_t, int);
+  bool (*key_block_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
+                               size_t, size_t, int, float*);
+  bool (*key_blocks_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
+                                size_t, size_t, size_t, int, float*);
+  bool (*value_q16_handles)(size_t, size_t, int);
+};
+}  // namespace snapkv::kernels
+#define SNAPKV_KIVI_ENTRY(NS)                                                           \
+  kernels::KiviKernels {                                                                \
+    &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles, \
+        &NS::kivi_value_q8_handles, &NS::kivi_key_block_dot_q8_f16,                     \
+        &NS::kivi_key_blocks_dot_q8_f16, &NS::kivi_value_q16_handles                    \
+  }

@@ -3,7 +3,7 @@
 // * codes, no horizontal sums; the zero term sum_c q_c * zero_c is added once per row. Levels with
 // AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first. The NEON levels run the same
 // scheme on two 4-lane registers per octet, one octet at a time.
-#include "kv/codecs/kivi/kivi_simd.h"
+#include "kernels/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {

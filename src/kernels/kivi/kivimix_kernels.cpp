@@ -1,29 +1,13 @@
-// kivimix's wide-channel pass (kv/codecs/kivi/kivimix_kernels.h): the scalar reference, and the
-// public entry, which runs the active ISA level's kernel (kv/codecs/kivi/kivimix_simd.cpp).
-#include "kv/codecs/kivi/kivimix_kernels.h"
+// kivimix's wide-channel pass (kernels/kivi/kivimix_kernels.h): the scalar reference, and the
+// public entry, which runs the active ISA level's kernel (kernels/kivi/kivimix_simd.cpp).
+#include "kernels/kivi/kivimix_kernels.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "kernels/isa_tables.h"
-#include "snapkv/util/cpu.h"
+#include "kernels/registry.h"
 
 namespace snapkv {
-namespace {
-
-struct KivimixKernels {
-  void (*wide_dot)(float*, size_t, const float*, size_t, size_t, const uint8_t*, size_t, size_t);
-  void (*wide_weights)(float*, const float*, size_t, size_t, const float*, const KittyChannel*,
-                       size_t);
-};
-#define SNAPKV_KIVIMIX_TABLE(NS)                     \
-  KivimixKernels {                                   \
-    &NS::kivimix_wide_dot, &NS::kivimix_wide_weights \
-  }
-const KivimixKernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_KIVIMIX_TABLE);
-
-}  // namespace
-
 void kivimix_wide_weights_scalar(float* qk, const float* q, size_t n_q, size_t head_dim,
                                  const float* scales, const KittyChannel* channels, size_t wide) {
   for (size_t j = 0; j < n_q; ++j) {
@@ -59,12 +43,12 @@ void kivimix_wide_dot_scalar(float* out, size_t stride, const float* qk, size_t 
 
 void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
                       const uint8_t* low, size_t row_bytes, size_t n) {
-  isa_select(kTables).wide_dot(out, stride, qk, n_q, wide, low, row_bytes, n);
+  kernels::active().kivimix.wide_dot(out, stride, qk, n_q, wide, low, row_bytes, n);
 }
 
 void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
                           const float* scales, const KittyChannel* channels, size_t wide) {
-  isa_select(kTables).wide_weights(qk, q, n_q, head_dim, scales, channels, wide);
+  kernels::active().kivimix.wide_weights(qk, q, n_q, head_dim, scales, channels, wide);
 }
 
 }  // namespace snapkv

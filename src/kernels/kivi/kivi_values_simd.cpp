@@ -4,7 +4,7 @@
 // per group. Levels with AVX-512 VNNI take the integer kernels of kivi_q8_values_simd.cpp (2-bit)
 // and kivi_q16_values_simd.cpp (4-bit) first. The NEON levels run the same driver with a tile
 // kernel of one word (8 channels, two 4-lane registers per query) at a time.
-#include "kv/codecs/kivi/kivi_simd.h"
+#include "kernels/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {

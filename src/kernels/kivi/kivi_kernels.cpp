@@ -1,6 +1,6 @@
 // KIVI attention kernels (see kivi_kernels.h): the scalar twins, the decoders, and the public
 // fast kernels, which run the active ISA level's code (kivi_simd.h) with per-thread scratch.
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/isa_tables.h"
-#include "kv/codecs/kivi/kivi3_kernels.h"
-#include "snapkv/util/cpu.h"
+#include "kernels/kivi/kivi3_kernels.h"
+#include "kernels/registry.h"
 #include "snapkv/util/error.h"
 
 namespace snapkv {
@@ -19,26 +18,6 @@ namespace {
 size_t ceil_div(size_t a, size_t b) {
   return (a + b - 1) / b;
 }
-
-struct KiviKernels {
-  void (*key_block_dot)(float*, size_t, const float*, size_t, const float*, const float*,
-                        const uint8_t*, size_t, size_t, int, float*);
-  void (*value_rows_accumulate)(float*, const float*, size_t, size_t, const uint8_t*,
-                                const KiviParams*, size_t, size_t, size_t, int, float*);
-  bool (*key_q8_handles)(size_t, int);
-  bool (*value_q8_handles)(size_t, size_t, int);
-  bool (*key_block_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
-                               size_t, size_t, int, float*);
-  bool (*key_blocks_dot_q8_f16)(float*, size_t, const float*, size_t, const fp16_t*, const uint8_t*,
-                                size_t, size_t, size_t, int, float*);
-};
-#define SNAPKV_KIVI_TABLE(NS)                                                           \
-  KiviKernels {                                                                         \
-    &NS::kivi_key_block_dot, &NS::kivi_value_rows_accumulate, &NS::kivi_key_q8_handles, \
-        &NS::kivi_value_q8_handles, &NS::kivi_key_block_dot_q8_f16,                     \
-        &NS::kivi_key_blocks_dot_q8_f16                                                 \
-  }
-const KiviKernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_KIVI_TABLE);
 
 uint32_t code_at(uint32_t word, size_t k, int bits) {
   return (word >> (static_cast<uint32_t>(bits) * k)) & kivi_max_code(bits);
@@ -65,7 +44,7 @@ void kivi_key_block_dot_scalar(float* out, size_t out_stride, const float* q, si
 void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_q,
                         const float* scales, const float* zeros, const uint8_t* words,
                         size_t n_rows, size_t head_dim, int bits) {
-  if (bits == 3) {  // kivi32's keys: a float kernel of their own (kv/codecs/kivi/kivi3_kernels.h)
+  if (bits == 3) {  // kivi32's keys: a float kernel of their own (kernels/kivi/kivi3_kernels.h)
     kivi3_key_block_dot(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim);
     return;
   }
@@ -73,8 +52,8 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
   // share it).
   thread_local std::vector<float> scratch;
   scratch.resize(kivi_key_scratch_floats(n_q, head_dim));
-  isa_select(kTables).key_block_dot(out, out_stride, q, n_q, scales, zeros, words, n_rows, head_dim,
-                                    bits, scratch.data());
+  kernels::active().kivi.key_block_dot(out, out_stride, q, n_q, scales, zeros, words, n_rows,
+                                       head_dim, bits, scratch.data());
 }
 
 float kivi_key_q8_unit(const float* q, const float* scales, size_t head_dim, int bits) {
@@ -123,7 +102,7 @@ void kivi_key_block_dot_q8_scalar(float* out, size_t out_stride, const float* q,
 }
 
 bool kivi_key_dot_uses_q8(size_t head_dim, int bits) {
-  return isa_select(kTables).key_q8_handles(head_dim, bits);
+  return kernels::active().kivi.key_q8_handles(head_dim, bits);
 }
 
 void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_t n_q,
@@ -133,8 +112,8 @@ void kivi_key_block_dot_f16(float* out, size_t out_stride, const float* q, size_
   const size_t kernel_floats = kivi_key_scratch_floats(n_q, head_dim);
   scratch.resize(kernel_floats + 2 * head_dim);
   if (bits != 3 &&
-      isa_select(kTables).key_block_dot_q8_f16(out, out_stride, q, n_q, params, words, n_rows,
-                                               head_dim, bits, scratch.data())) {
+      kernels::active().kivi.key_block_dot_q8_f16(out, out_stride, q, n_q, params, words, n_rows,
+                                                  head_dim, bits, scratch.data())) {
     return;
   }
   float* p32 = scratch.data() + kernel_floats;
@@ -148,8 +127,8 @@ void kivi_key_blocks_dot_f16(float* out, size_t out_stride, const float* q, size
   thread_local std::vector<float> scratch;  // as in kivi_key_block_dot
   scratch.resize(kivi_key_scratch_floats(n_q, head_dim));
   if (bits != 3 &&
-      isa_select(kTables).key_blocks_dot_q8_f16(out, out_stride, q, n_q, params, words, n_blocks,
-                                                block_rows, head_dim, bits, scratch.data())) {
+      kernels::active().kivi.key_blocks_dot_q8_f16(out, out_stride, q, n_q, params, words, n_blocks,
+                                                   block_rows, head_dim, bits, scratch.data())) {
     return;
   }
   const size_t block_bytes = block_rows / kKiviOctet * head_dim * kivi_word_bytes(bits);
@@ -196,8 +175,8 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
                                 size_t head_dim, size_t group, int bits) {
   thread_local std::vector<float> scratch;  // as in kivi_key_block_dot
   scratch.resize(kivi_value_scratch_floats(n_q, head_dim, group));
-  isa_select(kTables).value_rows_accumulate(out, w, w_stride, n_q, codes, params, n_rows, head_dim,
-                                            group, bits, scratch.data());
+  kernels::active().kivi.value_rows_accumulate(out, w, w_stride, n_q, codes, params, n_rows,
+                                               head_dim, group, bits, scratch.data());
 }
 
 void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
@@ -249,7 +228,7 @@ void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_s
 }
 
 bool kivi_value_accumulate_uses_q8(size_t head_dim, size_t group, int bits) {
-  return isa_select(kTables).value_q8_handles(head_dim, group, bits);
+  return kernels::active().kivi.value_q8_handles(head_dim, group, bits);
 }
 
 void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* params,
@@ -268,12 +247,6 @@ void kivi_value_rows_decode(float* out, const uint8_t* codes, const KiviParams* 
 }
 
 // ---- 4-bit value rows in integers (kivi_kernels.h, kivi_q16_values_simd.cpp) ----
-
-namespace {
-#define SNAPKV_Q16_HANDLES_ENTRY(NS) &NS::kivi_value_q16_handles
-bool (*const kQ16Handles[kIsaLevelCount])(size_t, size_t,
-                                          int) = SNAPKV_ISA_TABLE(SNAPKV_Q16_HANDLES_ENTRY);
-}  // namespace
 
 void kivi_value_rows_accumulate_q16_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                            const uint8_t* codes, const KiviParams* params,
@@ -338,7 +311,7 @@ void kivi_value_rows_accumulate_q16_scalar(float* out, const float* w, size_t w_
 }
 
 bool kivi_value_accumulate_uses_q16(size_t head_dim, size_t group, int bits) {
-  return isa_select(kQ16Handles)(head_dim, group, bits);
+  return kernels::active().kivi.value_q16_handles(head_dim, group, bits);
 }
 
 }  // namespace snapkv

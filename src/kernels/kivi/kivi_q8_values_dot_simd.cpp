@@ -2,7 +2,7 @@
 // once per ISA level; only the levels with AVX-512 VNNI define them.
 #include <algorithm>
 
-#include "kv/codecs/kivi/kivi_q8_values_simd.h"
+#include "kernels/kivi/kivi_q8_values_simd.h"
 
 #if SNAPKV_KIVI_VNNI
 namespace snapkv::SNAPKV_ISA::kivi_q8_values {

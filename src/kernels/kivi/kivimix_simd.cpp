@@ -1,6 +1,6 @@
-// kivimix's wide-channel pass and its weights (kv/codecs/kivi/kivimix_kernels.h), compiled once per
+// kivimix's wide-channel pass and its weights (kernels/kivi/kivimix_kernels.h), compiled once per
 // ISA level (kernels/isa.h); a level without AVX2 runs the scalar references
-// (kv/codecs/kivi/kivimix_kernels.cpp). The rows go across the vector lanes (8 at avx2, 16 at
+// (kernels/kivi/kivimix_kernels.cpp). The rows go across the vector lanes (8 at avx2, 16 at
 // avx512; two vectors, a 32-row block, in flight): each lane holds one 32-bit word of its row's low
 // codes (16 codes: bytes 4m .. 4m + 3, see RowWords), each code is shifted and masked out in turn,
 // converted to float, and multiplied by up to 4 queries' weights, each product added to its row's
@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "kernels/isa.h"
-#include "kv/codecs/kivi/kivimix_kernels.h"
+#include "kernels/kivi/kivimix_kernels.h"
 
 #if defined(__AVX2__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
