@@ -151,9 +151,8 @@ inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
 }
 
 // Touches the cache lines of [p + ahead, p + ahead + bytes): a software prefetch `ahead` bytes in
-// front of the rows being read (prefetch instructions never fault, past the end included). The T2
-// hint: on Zen 4 the kernels run faster with T2 than with T0 or NTA prefetches (a T2 fill
-// presumably holds no L1 miss buffer while it waits for DRAM).
+// front of the rows being read (prefetch instructions never fault, past the end included), with
+// the T2 hint (docs/KERNELS.md, fp16 rows: what the hints measured).
 inline void prefetch_lines(const fp16_t* p, size_t bytes, size_t ahead) {
   // integer arithmetic: the address may lie past the end of the rows' array
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;

@@ -1,9 +1,9 @@
-// Internal to ops/, for the kernel files compiled per ISA level (kernels/isa.h): the horizontal sum
-// of 8 fp32 lanes that every AVX2 kernel of ops/ ends with (dot_simd.cpp, gemm_simd.cpp), in one
-// lane order: ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)). The NEON levels keep the AVX2
-// kernels' 8-lane accumulators as pairs of 4-lane registers (Acc16: AVX2's acc0 and acc1) and end
-// with the same sum, so they give the AVX2 level's bits. The kernels hold each other bit
-// for bit (e.g. the K-quant gemv equals the F32 gemv on the dequantized weights,
+// For the kernel files compiled per ISA level (kernels/isa.h): the horizontal sum
+// of 8 fp32 lanes that every AVX2 kernel of the ops family ends with (dot_simd.cpp, gemm_simd.cpp),
+// in one lane order: ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)). The NEON levels keep the
+// AVX2 kernels' 8-lane accumulators as pairs of 4-lane registers (Acc16: AVX2's acc0 and acc1) and
+// end with the same sum, so they give the AVX2 level's bits. The kernels hold each other bit for
+// bit (e.g. the K-quant gemv equals the F32 gemv on the dequantized weights,
 // tests/model/kquant_model_test.cpp) only because they share this order. It lives in the level's
 // namespace so that no two levels share its symbol.
 #pragma once

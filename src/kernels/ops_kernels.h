@@ -37,9 +37,8 @@ namespace snapkv::ops_internal {
 // gemv and gemv_multi use f16_gemv_kernel(): kDefaultF16GemvKernel, or the one named by the
 // environment variable SNAPKV_F16_GEMV (per_row, rows, rows_prefetch, row_acc8,
 // row_acc8_prefetch, by_width; read once, anything else throws std::invalid_argument), to compare
-// them over a whole decode; bench_gemv_decode times all six in one run. The default is by_width:
-// per_row reads the largest share of the read bandwidth on rows of 2048 columns and rows_prefetch
-// on rows of 5632 (docs/results/bench/gemv_decode.txt); the L1 argument above sets the threshold.
+// them over a whole decode; bench_gemv_decode times all six in one run. The default is by_width,
+// its threshold set by the L1 argument above (docs/KERNELS.md, GEMV: what was measured).
 enum class F16GemvKernel { per_row, rows, rows_prefetch, row_acc8, row_acc8_prefetch, by_width };
 inline constexpr size_t kF16RowsInFlight = 4;
 inline constexpr size_t kF16LongRowCols = 4096;  // by_width: longer rows take rows_prefetch
@@ -74,8 +73,11 @@ inline constexpr F16GemvKernel kDefaultF16GemvKernel = F16GemvKernel::by_width;
 
 SNAPKV_ISA_DECLARE(SNAPKV_OPS_KERNELS_DECLARE)
 
-namespace snapkv::ops_internal {
+namespace snapkv::kernels {
 
+using ops_internal::F16GemvKernel;
+
+// The ops family of the registry (kernels/registry.h).
 struct OpsKernels {
   float (*dot)(const float*, const float*, size_t);
   float (*dot_f16)(const float*, const fp16_t*, size_t);
@@ -97,10 +99,10 @@ struct OpsKernels {
   void (*gemv_rows_f16)(float*, const float*, const WeightMatrix&, size_t, size_t, F16GemvKernel);
 };
 
-}  // namespace snapkv::ops_internal
+}  // namespace snapkv::kernels
 
 #define SNAPKV_OPS_KERNELS_ENTRY(NS)                                                   \
-  ops_internal::OpsKernels {                                                           \
+  kernels::OpsKernels {                                                                \
     &NS::dot, &NS::dot_f16, &NS::axpy, &NS::axpy_f16, &NS::exp_n, &NS::max_value,      \
         &NS::exp_shift_sum, &NS::exp_scale_shift_sum, &NS::softmax, &NS::decode_block, \
         &NS::decode_block, &NS::decode_block, &NS::decode_block, &NS::decode_block,    \

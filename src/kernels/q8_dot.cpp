@@ -9,7 +9,7 @@
 namespace snapkv::ops_internal {
 namespace {
 
-const Q8DotKernels& q8_kernels() {
+const kernels::Q8DotKernels& q8_kernels() {
   return kernels::active().q8;
 }
 

@@ -127,8 +127,11 @@ const char* q8_dot_isa();
 
 SNAPKV_ISA_DECLARE(SNAPKV_Q8_DOT_DECLARE)
 
-namespace snapkv::ops_internal {
+namespace snapkv::kernels {
 
+using ops_internal::BlockQ8_K;
+
+// The q8 family of the registry (kernels/registry.h).
 struct Q8DotKernels {
   float (*q8_0)(const BlockQ8_0*, const BlockQ8_0*, size_t);
   float (*q4_0)(const BlockQ4_0*, const BlockQ8_0*, size_t);
@@ -144,10 +147,10 @@ struct Q8DotKernels {
   const char* (*isa)();
 };
 
-}  // namespace snapkv::ops_internal
+}  // namespace snapkv::kernels
 
 #define SNAPKV_Q8_DOT_ENTRY(NS)                                                            \
-  ops_internal::Q8DotKernels {                                                             \
+  kernels::Q8DotKernels {                                                                  \
     &NS::dot_q8_0_q8_0, &NS::dot_q4_0_q8_0, &NS::dot_q4_K_q8_K, &NS::dot_q5_K_q8_K,        \
         &NS::dot_q6_K_q8_K, &NS::gemm_q8_0_q8_0, &NS::gemm_q4_0_q8_0, &NS::gemm_q4_K_q8_K, \
         &NS::gemm_q5_K_q8_K, &NS::gemm_q6_K_q8_K, &NS::quantize_act_q8_0, &NS::q8_dot_isa  \

@@ -23,12 +23,12 @@
 namespace snapkv::kernels {
 
 struct Registry {
-  Fp16Kernels fp16;
-  ops_internal::OpsKernels ops;   // dot, axpy, exp, softmax, block decoders, GEMV rows
-  ops_internal::Q8DotKernels q8;  // integer dots with 8-bit activations
-  Fp16RowKernels fp16_rows;       // fp16 cache rows: dots with queries, weighted sums
-  KiviKernels kivi;               // KIVI key dots and value sums, float and integer forms
-  KivimixKernels kivimix;         // kivimix's wide-channel pass
+  Fp16Kernels fp16;          // bulk binary16 <-> fp32 conversion
+  OpsKernels ops;            // dot, axpy, exp, softmax, block decoders, GEMV rows
+  Q8DotKernels q8;           // integer dots with 8-bit activations
+  Fp16RowKernels fp16_rows;  // fp16 cache rows: dots with queries, weighted sums
+  KiviKernels kivi;          // KIVI key dots and value sums, float and integer forms
+  KivimixKernels kivimix;    // kivimix's wide-channel pass
 };
 
 // Indexed by IsaLevel (registry.cpp).

@@ -2,8 +2,8 @@
 // packed value rows, decoding codes inside the loops (never a dequantized copy of the cache).
 // Layouts are those of include/snapkv/kv/codecs/kivi.h. Each fast kernel (AVX2+FMA at the avx2 ISA
 // level and up, snapkv/util/cpu.h; kivi_keys_simd.cpp, kivi_values_simd.cpp) has a *_scalar twin
-// that decodes element by element with kivi_decode; tests hold the fast ones to the twins. Private
-// to kv/.
+// that decodes element by element with kivi_decode; tests hold the fast ones to the twins. Internal
+// (the KIVI stores of kv/codecs/kivi use them).
 #pragma once
 
 #include <cstddef>
@@ -98,15 +98,11 @@ void kivi_value_rows_accumulate_scalar(float* out, const float* w, size_t w_stri
 // u_r * inv <= 255 (1 + 2^-24). Its distance from the float form is at most
 //   sum_tiles e_t * sum_r code(r, c) + the fp32 rounding of both forms,
 // e_t = step / 2 * (1 + 2^-10) (or mx when mx < 2^-100), since |step wq_r - u_r| <= e_t.
-// One u8 part (8 bits) suffices for 2-bit codes: on the tests' realistic rows the attention error
-// against fp16 does not move (kivi_attention_test, kivi_cache_test); against the codec's own
-// error (IntegerValueFormAddsLittleToCodecError) the rounding of the weights adds at most
-// kKiviValueQ8Tile * 9 / 255^2 = 0.89% of its variance while the roundings are independent
-// (peaked weights: 0.04% measured), about 4% for near-uniform weights over 2048 rows (equal
-// u_r round alike: their errors add coherently while the codec's average out). 4-bit values do not
-// use this form: one u8 part there adds 5-19% to the attention error against fp16 in the same
-// tests, and two int8 parts run no faster than the float kernel (twice the vpdpbusd of one part);
-// they run the int16 form below (kivi_value_rows_accumulate_q16_scalar).
+// One u8 part (8 bits) suffices for 2-bit codes: against the codec's own error the rounding of
+// the weights adds at most kKiviValueQ8Tile * 9 / 255^2 = 0.89% of its variance while the
+// roundings are independent (IntegerValueFormAddsLittleToCodecError); equal u_r round alike, so
+// near-uniform weights over many rows add more (docs/KERNELS.md gives the measured shares).
+// 4-bit values run the int16 form below instead (kivi_value_rows_accumulate_q16_scalar).
 void kivi_value_rows_accumulate_q8_scalar(float* out, const float* w, size_t w_stride, size_t n_q,
                                           const uint8_t* codes, const KiviParams* params,
                                           size_t n_rows, size_t head_dim, size_t group, int bits);

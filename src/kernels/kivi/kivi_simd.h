@@ -82,9 +82,8 @@ inline uint32_t load_word(const uint8_t* words, size_t i) {
 }
 
 #if SNAPKV_KIVI_AVX2
-// The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident): on AVX2
-// cores with 128-bit units (Zen 1) this costs half the micro-ops of broadcast + variable shift +
-// mask + convert.
+// The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident) instead of
+// broadcast + variable shift + mask + convert (docs/KERNELS.md, KIVI float kernels).
 template <int Bits>
 inline __m256 unpack8(uint32_t word) {
   if constexpr (Bits == 2) {
