@@ -10,7 +10,7 @@
 //               over 1 GiB); the decode kernels aim at 0.9
 // Kernels (first argument):
 //   0 f16 per_row            one row at a time, 2 FMA chains (dot_f16)
-//   1 f16 rows               4 rows in flight, per_row's bits (ops/kernels.h F16GemvKernel)
+//   1 f16 rows               4 rows in flight, per_row's bits (kernels/ops_kernels.h F16GemvKernel)
 //   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
 //   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
 //   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead
@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "bench_data.h"
-#include "ops/kernels.h"
+#include "ops/gemm_internal.h"
 #include "read_words.h"
 #include "snapkv/ops/gemm.h"
 #include "snapkv/util/parallel.h"

@@ -4,7 +4,7 @@
 #   1. installs what it needs from Debian: g++-aarch64-linux-gnu, qemu-user and the arm64 builds of
 #      the libraries (dpkg --add-architecture arm64; libopenblas-dev:arm64 etc.);
 #   2. configures build-arm64/ with cmake/aarch64-linux-gnu.cmake and builds the library, the CLI
-#      and the test binaries of util, ops, kv, gguf and model;
+#      and the test binaries of util, kernels, ops, kv, gguf and model;
 #   3. runs those suites with ctest (ctest runs each test under qemu), the kernel suites once more
 #      at every arm64 level (ctest -L isa);
 #   4. checks that `snapkv --version` names the arm64 level and that the shipped model's greedy
@@ -54,9 +54,9 @@ jobs=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=Release -DSNAPKV_WERROR=ON -DSNAPKV_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
 if ((kernels_only)); then
-  cmake --build "$BUILD_DIR" -j"$jobs" --target test_util test_ops test_kv
+  cmake --build "$BUILD_DIR" -j"$jobs" --target test_util test_kernels test_ops test_kv
 else
-  cmake --build "$BUILD_DIR" -j"$jobs" --target snapkv_cli test_util test_ops test_kv test_gguf \
+  cmake --build "$BUILD_DIR" -j"$jobs" --target snapkv_cli test_util test_kernels test_ops test_kv test_gguf \
     test_model
 fi
 
@@ -72,7 +72,7 @@ if ((kernels_only)); then
 fi
 
 step "util, ops, kv, gguf and model suites under qemu, then the kernel suites per level"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$jobs" -L '^(util|ops|kv|gguf|model|isa)$' \
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$jobs" -L '^(util|kernels|ops|kv|gguf|model|isa)$' \
   -E "$no_reexec"
 
 step "snapkv --version under qemu names the arm64 level"

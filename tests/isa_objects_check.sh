@@ -8,7 +8,7 @@
 #                         anything; neon as the arm64 baseline; neon_dot without SVE. And at every
 #                         level no weak (COMDAT) function outside the level's namespace
 #                         snapkv::isa_L: the linker keeps one copy of such a function for the whole
-#                         program, which could be another level's (src/util/isa.h).
+#                         program, which could be another level's (src/kernels/isa.h).
 # Arguments may also arrive as one ;-separated list (CMake's $<TARGET_OBJECTS:...>). OBJDUMP and
 # NM name the tools (a cross build's aarch64-linux-gnu-objdump); ARCH is x86_64 (default) or
 # aarch64.

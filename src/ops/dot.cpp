@@ -1,18 +1,11 @@
-// Dot products and axpy: the scalar references, and the public entry points, which run the
-// active ISA level's kernels (dot_simd.cpp, dispatched through ops/kernels.h).
+// Dot products and axpy: the double-precision reference, and the public entry points, which run
+// the active ISA level's kernels (kernels/dot_simd.cpp, dispatched through kernels/registry.h;
+// their scalar references are kernels/dot_ref.cpp).
 #include "snapkv/ops/dot.h"
 
-#include "ops/kernels.h"
+#include "kernels/registry.h"
 
 namespace snapkv {
-
-using ops_internal::ops_kernels;
-
-float dot_scalar(const float* a, const float* b, size_t n) {
-  float sum = 0.0f;
-  for (size_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
 
 double dot_ref(const float* a, const float* b, size_t n) {
   double sum = 0.0;
@@ -21,33 +14,19 @@ double dot_ref(const float* a, const float* b, size_t n) {
 }
 
 float dot(const float* a, const float* b, size_t n) {
-  return ops_kernels().dot(a, b, n);
-}
-
-float dot_f16_scalar(const float* a, const fp16_t* b, size_t n) {
-  float sum = 0.0f;
-  for (size_t i = 0; i < n; ++i) sum += a[i] * fp16_to_fp32(b[i]);
-  return sum;
+  return kernels::active().ops.dot(a, b, n);
 }
 
 float dot_f16(const float* a, const fp16_t* b, size_t n) {
-  return ops_kernels().dot_f16(a, b, n);
-}
-
-void axpy_scalar(float* y, float alpha, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  return kernels::active().ops.dot_f16(a, b, n);
 }
 
 void axpy(float* y, float alpha, const float* x, size_t n) {
-  ops_kernels().axpy(y, alpha, x, n);
-}
-
-void axpy_f16_scalar(float* y, float alpha, const fp16_t* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += alpha * fp16_to_fp32(x[i]);
+  kernels::active().ops.axpy(y, alpha, x, n);
 }
 
 void axpy_f16(float* y, float alpha, const fp16_t* x, size_t n) {
-  ops_kernels().axpy_f16(y, alpha, x, n);
+  kernels::active().ops.axpy_f16(y, alpha, x, n);
 }
 
 }  // namespace snapkv

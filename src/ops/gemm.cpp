@@ -1,7 +1,7 @@
 // Weight-format-aware GEMV/GEMM: F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside
 // the kernels. Validation, threading, the BLAS calls and the double-precision references are
 // here; the inner loops (row dots and dequantization) are the active ISA level's kernels
-// (gemm_simd.cpp, dispatched through ops/kernels.h). GemmPrecision::q8 (and `fastest` where it
+// (gemm_simd.cpp, dispatched through kernels/registry.h). GemmPrecision::q8 (and `fastest` where it
 // resolves to q8) hands Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights to gemm_q8.cpp (quantized
 // activations, integer dots) instead.
 #include "snapkv/ops/gemm.h"
@@ -17,9 +17,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/registry.h"
 #include "ops/cblas.h"
-#include "ops/kernels.h"
-#include "ops/q8_dot.h"
+#include "ops/gemm_internal.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
@@ -138,88 +138,6 @@ GemmPrecision matmul_precision() {
   return load_precision(g_matmul_precision, kDefaultMatmulPrecision);
 }
 
-size_t weight_block_size(WeightType type) {
-  switch (type) {
-    case WeightType::f32:
-    case WeightType::f16:
-    case WeightType::bf16:
-      return 1;
-    case WeightType::q8_0:
-      return kQ8BlockSize;
-    case WeightType::q4_0:
-      return kQ4_0BlockSize;
-    case WeightType::q2_K:
-    case WeightType::q3_K:
-    case WeightType::q4_K:
-    case WeightType::q5_K:
-    case WeightType::q6_K:
-      return kQK_K;
-  }
-  throw_invalid("gemm", "unknown weight type", std::to_string(static_cast<int>(type)),
-                "f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K or q6_K");
-}
-
-size_t weight_row_bytes(WeightType type, size_t cols) {
-  const size_t bs = weight_block_size(type);
-  if (cols % bs != 0) {
-    throw_invalid("gemm",
-                  std::string(to_string(type)) + " row length not a multiple of the block size",
-                  std::to_string(cols), "a multiple of " + std::to_string(bs));
-  }
-  switch (type) {
-    case WeightType::f32:
-      return cols * sizeof(float);
-    case WeightType::f16:
-    case WeightType::bf16:
-      return cols * sizeof(uint16_t);
-    case WeightType::q8_0:
-      return cols / bs * sizeof(BlockQ8_0);
-    case WeightType::q4_0:
-      return cols / bs * sizeof(BlockQ4_0);
-    case WeightType::q2_K:
-      return cols / bs * sizeof(BlockQ2_K);
-    case WeightType::q3_K:
-      return cols / bs * sizeof(BlockQ3_K);
-    case WeightType::q4_K:
-      return cols / bs * sizeof(BlockQ4_K);
-    case WeightType::q5_K:
-      return cols / bs * sizeof(BlockQ5_K);
-    case WeightType::q6_K:
-      return cols / bs * sizeof(BlockQ6_K);
-  }
-  return 0;  // unreachable: weight_block_size threw
-}
-
-size_t WeightMatrix::row_bytes() const {
-  return weight_row_bytes(type, cols);
-}
-
-const char* to_string(WeightType type) {
-  switch (type) {
-    case WeightType::f32:
-      return "f32";
-    case WeightType::f16:
-      return "f16";
-    case WeightType::q8_0:
-      return "q8_0";
-    case WeightType::bf16:
-      return "bf16";
-    case WeightType::q4_0:
-      return "q4_0";
-    case WeightType::q2_K:
-      return "q2_K";
-    case WeightType::q3_K:
-      return "q3_K";
-    case WeightType::q4_K:
-      return "q4_K";
-    case WeightType::q5_K:
-      return "q5_K";
-    case WeightType::q6_K:
-      return "q6_K";
-  }
-  return "?";
-}
-
 void validate_weight(const WeightMatrix& w, const char* what) {
   if (w.data == nullptr) throw_invalid("gemm", std::string(what) + ": null data", "null", "data");
   if (w.rows == 0 || w.cols == 0) {
@@ -231,7 +149,7 @@ void validate_weight(const WeightMatrix& w, const char* what) {
 
 void dequantize_rows(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end) {
   check_rows(w, row_begin, row_end);
-  ops_internal::ops_kernels().dequantize_rows(out, w, row_begin, row_end);
+  kernels::active().ops.dequantize_rows(out, w, row_begin, row_end);
 }
 
 void dequantize_rows_ref(float* out, const WeightMatrix& w, size_t row_begin, size_t row_end) {
@@ -304,7 +222,7 @@ void gemv(float* out, const float* x, const WeightMatrix& w, GemmPrecision preci
   }
   const size_t per_task = rows_per_task(w.rows, w.cols);
   const size_t n_tasks = (w.rows + per_task - 1) / per_task;
-  const auto& kernels = ops_internal::ops_kernels();
+  const auto& kernels = kernels::active().ops;
   parallel_for(n_tasks, [&](size_t task) {
     const size_t r0 = task * per_task;
     const size_t r1 = std::min(w.rows, r0 + per_task);
@@ -355,7 +273,7 @@ void gemv_multi(float* const* outs, const float* x, const WeightMatrix* ws, size
     p.first_task = n_tasks;
     n_tasks += (w.rows + p.per_task - 1) / p.per_task;
   }
-  const auto& kernels = ops_internal::ops_kernels();
+  const auto& kernels = kernels::active().ops;
   const ops_internal::F16GemvKernel f16_kernel = ops_internal::f16_gemv_kernel();
   parallel_for(n_tasks, [&](size_t task) {
     size_t i = count - 1;
@@ -401,7 +319,7 @@ void gemv_f16(float* out, const float* x, const WeightMatrix& w, F16GemvKernel k
   constexpr size_t kGroup = kF16RowsInFlight;
   const size_t per_task = (rows_per_task(w.rows, w.cols) + kGroup - 1) / kGroup * kGroup;
   const size_t n_tasks = (w.rows + per_task - 1) / per_task;
-  const auto& kernels = ops_kernels();
+  const auto& kernels = kernels::active().ops;
   parallel_for(n_tasks, [&](size_t task) {
     const size_t r0 = task * per_task;
     const size_t r1 = std::min(w.rows, r0 + per_task);

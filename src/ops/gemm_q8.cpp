@@ -1,6 +1,6 @@
-// GemmPrecision::q8 for gemm.cpp: the activation row(s) quantized once (q8_act.cpp), then the
-// integer kernels of q8_dot.h over blocks of weight rows, spread over parallel_for. Handles Q8_0,
-// Q4_0 (Q8_0 activations; register-tiled kernels, several rows x several tokens per step) and
+// GemmPrecision::q8 for gemm.cpp: the activation row(s) quantized once (kernels/q8_act.cpp), then
+// the integer kernels of q8_dot.h over blocks of weight rows, spread over parallel_for. Handles
+// Q8_0, Q4_0 (Q8_0 activations; register-tiled kernels, several rows x several tokens per step) and
 // Q4_K, Q5_K, Q6_K (Q8_K activations; the pair dots in a loop); any other type is left to the
 // caller's f32 path. Each output has the bits of the per-pair dot (dot_* in q8_dot.h), whatever
 // the tiling or the thread count.
@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ops/q8_dot.h"
+#include "ops/gemm_internal.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
 

@@ -1,12 +1,8 @@
-// binary16 conversion: portable bit manipulation (the reference); the bulk conversions run the
-// active ISA level's kernels (fp16_simd.cpp: F16C from the avx2 level up).
+// binary16 conversion: portable bit manipulation, the reference of the bulk conversions (those are
+// defined by the kernel layer: src/kernels/fp16.cpp).
 #include "snapkv/util/fp16.h"
 
 #include <cstring>
-
-#include "snapkv/util/cpu.h"
-#include "util/fp16_kernels.h"
-#include "util/isa_tables.h"
 
 namespace snapkv {
 namespace {
@@ -63,33 +59,6 @@ fp16_t fp32_to_fp16(float f) {
   const uint32_t rest = mant & 0x1FFFu;
   if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // carry may bump exponent: ok
   return static_cast<fp16_t>(sign | half);
-}
-
-namespace {
-
-struct Fp16Kernels {
-  void (*to_fp32)(float*, const fp16_t*, size_t);
-  void (*to_fp16)(fp16_t*, const float*, size_t);
-  bool (*round_trip)(float*, const float*, size_t);
-};
-#define SNAPKV_FP16_TABLE(NS)                                        \
-  Fp16Kernels {                                                      \
-    &NS::fp16_to_fp32_n, &NS::fp32_to_fp16_n, &NS::fp16_round_trip_n \
-  }
-const Fp16Kernels kTables[kIsaLevelCount] = SNAPKV_ISA_TABLE(SNAPKV_FP16_TABLE);
-
-}  // namespace
-
-void fp16_to_fp32_n(float* out, const fp16_t* in, size_t n) {
-  isa_select(kTables).to_fp32(out, in, n);
-}
-
-void fp32_to_fp16_n(fp16_t* out, const float* in, size_t n) {
-  isa_select(kTables).to_fp16(out, in, n);
-}
-
-bool fp16_round_trip_n(float* out, const float* in, size_t n) {
-  return isa_select(kTables).round_trip(out, in, n);
 }
 
 }  // namespace snapkv

@@ -1,7 +1,7 @@
 // Internal: the packed sub-block scales of Q3_K, Q4_K and Q5_K (layouts in
 // snapkv/util/quant_blocks.h), shared by the references (util/quant_blocks.cpp) and the fast
-// decoders (ops/quant_blocks_simd.cpp, compiled per ISA level). Internal linkage, so the per-level
-// copies never share a symbol (util/isa.h).
+// decoders (kernels/quant_blocks_simd.cpp, compiled per ISA level). Internal linkage, so the
+// per-level copies never share a symbol (kernels/isa.h).
 #pragma once
 
 #include <cstddef>

@@ -1,11 +1,11 @@
-// The fp16 row kernels' software prefetch (kv/codecs/fp16_rows.h) changes no result: every
+// The fp16 row kernels' software prefetch (kernels/fp16_rows.h) changes no result: every
 // distance, including ones that reach past the end of the rows, gives the bits of no prefetching,
 // at the ISA level the run forces (ctest -L isa).
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "kv/codecs/fp16_rows.h"
+#include "kernels/fp16_rows.h"
 #include "kv/kivi_test_util.h"
 
 namespace snapkv {

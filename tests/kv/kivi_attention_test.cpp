@@ -9,9 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
+#include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/kv/core/row_store.h"
 
 namespace snapkv {

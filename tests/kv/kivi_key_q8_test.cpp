@@ -1,4 +1,4 @@
-// The integer key kernel (kv/codecs/kivi/kivi_q8_simd.cpp, levels with AVX-512 VNNI) against its
+// The integer key kernel (kernels/kivi/kivi_q8_simd.cpp, levels with AVX-512 VNNI) against its
 // scalar twin on every shape the stores hand it: blocks longer than one 32-row pass, partial
 // octets, any number of queries (groups of 4 and a remainder), strided outputs; and the fp16-params
 // entry point (kivi_key_block_dot_f16) against the fp32 one, and the entry for runs of blocks
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 #include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/util/fp16.h"
 

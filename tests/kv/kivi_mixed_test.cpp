@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi3_kernels.h"
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi3_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 #include "kv/codecs/stores.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"

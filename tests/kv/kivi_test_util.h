@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
+#include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/row_store.h"
 #include "snapkv/util/fp16.h"
@@ -143,7 +144,7 @@ inline void attention_ref(double* out, const float* q, const float* keys, const 
 }
 
 // True when the active level's key dots of `codec` at head_dim hd run the one-part integer form
-// (2-bit keys at the AVX-512 VNNI level, kv/codecs/kivi/kivi_kernels.h): their logits then differ
+// (2-bit keys at the AVX-512 VNNI level, kernels/kivi/kivi_kernels.h): their logits then differ
 // from dots with the decoded rows by the int8 rounding of q o s, not by fp32 rounding alone. That
 // form is held to its scalar twin and to its derived bound against the float form in
 // kivi_attention_test.cpp (IntegerKey*), and its attention to fp16's in kivi_cache_test.cpp; the

@@ -1,4 +1,4 @@
-// The 2-bit integer value kernel (kv/codecs/kivi/kivi_q8_values_simd.cpp) over many tiles and whole
+// The 2-bit integer value kernel (kernels/kivi/kivi_q8_values_simd.cpp) over many tiles and whole
 // GQA groups: a group of 4 queries shares the masked code vectors of each step (dot_quad) and
 // builds the next tile's vectors inside its sums, single queries take the per-query path; each
 // query's arithmetic is its own, so a query's result must not depend on the queries beside it (bit
@@ -11,8 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 #include "kv/kivi_test_util.h"
+#include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {

@@ -1,4 +1,4 @@
-// The 4-bit integer value form (int16 weights, kv/codecs/kivi/kivi_kernels.h "4-bit value rows in
+// The 4-bit integer value form (int16 weights, kernels/kivi/kivi_kernels.h "4-bit value rows in
 // integers"): the active level's kernel against its scalar twin bit for bit, the twin against the
 // exact weighted sum within the derived bound, and attention over realistic quantized values: the
 // integer form's error against fp16 no larger than the float form's.
@@ -11,8 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 #include "kv/kivi_test_util.h"
+#include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
@@ -119,7 +120,7 @@ TEST(KiviValues4, KernelIsExactTwinOfScalarForm) {
   }
 }
 
-// The range of the integer form is [0, 2^100] (kv/codecs/kivi/kivi_weights_range.h, run with the
+// The range of the integer form is [0, 2^100] (kernels/kivi/kivi_weights_range.h, run with the
 // 4-bit bound): a weight of exactly 2^100 in the last row of the last query still runs it (bit for
 // bit its scalar twin; a bound below 2^100 fails here), one above it, negative or NaN gives the
 // float form's result (within its fp32 tolerance of the float twin, NaN where the twin has NaN: the

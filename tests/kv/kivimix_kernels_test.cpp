@@ -1,4 +1,4 @@
-// kivimix's wide-channel pass (kv/codecs/kivi/kivimix_kernels.h): the scalar reference equals a
+// kivimix's wide-channel pass (kernels/kivi/kivimix_kernels.h): the scalar reference equals a
 // plain per-row loop over the same products in the same order, and the fast kernel equals the
 // reference bit for bit at every ISA level this CPU runs, over full and partial low words (bytes
 // the rows end inside, codes past `wide` that must be ignored), row tails (n not a multiple of 8 or
@@ -12,7 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "kv/codecs/kivi/kivimix_kernels.h"
+#include "kernels/kivi/kivimix_kernels.h"
+#include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/util/cpu.h"
 #include "util/isa_levels_test.h"
 

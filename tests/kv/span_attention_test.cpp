@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "kv/codecs/fp16_rows.h"
+#include "kernels/fp16_rows.h"
 #include "kv/kivi_test_util.h"
 #include "kv/kv_test_util.h"
 #include "plain_config.h"

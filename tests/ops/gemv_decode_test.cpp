@@ -1,5 +1,5 @@
-// The F16 decode matvec (ops/kernels.h F16GemvKernel, gemm_simd.cpp): at any thread count, the
-// variants per_row / rows / rows_prefetch / by_width give each output the bits of the per-row
+// The F16 decode matvec (kernels/ops_kernels.h F16GemvKernel, gemm_simd.cpp): at any thread count,
+// the variants per_row / rows / rows_prefetch / by_width give each output the bits of the per-row
 // dot_f16 of the active ISA level, and row_acc8 / row_acc8_prefetch the bits of their own
 // documented order (emulated here with std::fma), on widths that are and are not multiples of 16 /
 // 64 and row counts that are and are not multiples of the rows in flight (the suite runs at every
@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ops/kernels.h"
+#include "ops/gemm_internal.h"
 #include "snapkv/gguf/quant.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/ops/gemm.h"
@@ -38,9 +38,9 @@ class ThreadsGuard {
   int saved_;
 };
 
-// row_acc8's order (ops/gemm_simd.cpp dot_f16_row_acc8), emulated with std::fma: lane l of
+// row_acc8's order (kernels/gemm_simd.cpp dot_f16_row_acc8), emulated with std::fma: lane l of
 // accumulator k takes columns 64m + 8k + l; lo = (acc0 + acc4) + (acc2 + acc6), hi = (acc1 +
-// acc5) + (acc3 + acc7); the lanes of lo + hi summed as ops/hsum.h does. n % 64 == 0.
+// acc5) + (acc3 + acc7); the lanes of lo + hi summed as kernels/hsum.h does. n % 64 == 0.
 float dot_acc8_order(const float* x, const fp16_t* w, size_t n) {
   float acc[8][8] = {};
   for (size_t i = 0; i < n; i += 64) {

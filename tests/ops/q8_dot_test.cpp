@@ -1,4 +1,4 @@
-// Quantized-activation kernels (src/ops/q8_dot.h, gemm.h GemmPrecision::q8):
+// Quantized-activation kernels (src/kernels/q8_dot.h, gemm.h GemmPrecision::q8):
 //  - each fast integer kernel equals its scalar reference bit for bit, on encoded random weights
 //  and
 //    on blocks of random bytes (every code and scale value reachable, extremes included);
@@ -9,7 +9,7 @@
 //  - zeros, all-equal, tiny and huge activation blocks; NaN propagates;
 //  - the register-tiled prefill kernels equal the per-pair reference dots at every tile edge;
 //  - gemv / matmul under q8 use exactly these kernels, and keep the f32 path for Q2_K / Q3_K.
-#include "ops/q8_dot.h"
+#include "ops/gemm_internal.h"
 
 #include <gtest/gtest.h>
 

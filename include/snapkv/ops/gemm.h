@@ -12,11 +12,11 @@
 //     loops with a scalar fallback; block types decode one block into registers-sized scratch
 //     (decode_block) and dot it with x in fp32. F16 rows (the decode of an F16 model) go through
 //     the per-row F16C dot, or four rows at once for rows longer than 4096 columns (both with the
-//     per-row dot's bits; src/ops/kernels.h F16GemvKernel::by_width; SNAPKV_F16_GEMV picks another
-//     variant to compare against).
+//     per-row dot's bits; src/kernels/ops_kernels.h F16GemvKernel::by_width; SNAPKV_F16_GEMV picks
+//     another variant to compare against).
 //   GemmPrecision::q8 (the default for gemv, and for matmul on Q8_0 / Q4_0): for Q8_0, Q4_0,
 //     Q4_K, Q5_K and Q6_K weights x is quantized to 8 bits once per product and the rows are
-//     dotted with it in integer arithmetic (src/ops/q8_dot.h), as llama.cpp does; Q8_0 / Q4_0
+//     dotted with it in integer arithmetic (src/kernels/q8_dot.h), as llama.cpp does; Q8_0 / Q4_0
 //     products of several tokens run register-tiled kernels; see GemmPrecision below.
 // Each fast kernel has a scalar reference (*_ref) accumulating in double, which tests hold it to.
 // This file knows nothing about files, models or caches.
@@ -25,37 +25,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "snapkv/kernels/weights.h"
 #include "snapkv/ops/quant_blocks.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
 
-enum class WeightType { f32, f16, q8_0, bf16, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K };
-
 // Token counts at or above this use the dequantize-tile + sgemm path.
 inline constexpr size_t kGemmMinTokens = 4;
-
-// Non-owning view of a row-major weight matrix [rows][cols] in one of the supported formats. Row r
-// starts at data + r * row_bytes(). For a block type, cols must be a multiple of its block size
-// (32 for Q8_0 / Q4_0, 256 for the K-quants). (In ggml terms:
-// ne[0] = cols, ne[1] = rows.)
-struct WeightMatrix {
-  WeightType type = WeightType::f32;
-  const void* data = nullptr;
-  size_t rows = 0;
-  size_t cols = 0;
-
-  size_t row_bytes() const;
-  size_t total_bytes() const { return rows * row_bytes(); }
-};
-
-// Bytes of one row of `cols` elements; throws std::invalid_argument when cols is not a multiple
-// of the type's block size.
-size_t weight_row_bytes(WeightType type, size_t cols);
-// Elements per block: 1 (f32, f16, bf16), 32 (q8_0, q4_0) or 256 (q2_K .. q6_K).
-size_t weight_block_size(WeightType type);
-// "f32", "f16", "q8_0", "bf16", "q4_0", "q2_K" ... (ggml's spelling).
-const char* to_string(WeightType type);
 
 // Checks the view (non-null data, rows/cols > 0, cols a multiple of the block size); throws
 // std::invalid_argument naming `what`.
@@ -68,7 +45,7 @@ void validate_weight(const WeightMatrix& w, const char* what);
 //        on the dequantized weights.
 //   q8:  each activation row is quantized once per product to 8 bits (Q8_0 blocks for Q8_0 / Q4_0
 //        weights, Q8_K super-blocks for the K-quants, as llama.cpp does) and the weights are
-//        dotted with it in integer arithmetic (src/ops/q8_dot.h). Adds the activation rounding:
+//        dotted with it in integer arithmetic (src/kernels/q8_dot.h). Adds the activation rounding:
 //        |error| <= sum_i |w_i| * (activation scale of i's block) / 2 (+ fp32 rounding).
 //   fastest: per weight type, whichever of the two was measured faster (bench_matmul_precision,
 //        interleaved runs on one machine): q8 for gemv and for matmul on Q8_0 / Q4_0 (the

@@ -1,6 +1,6 @@
 // The one-pass decoders of the Q4_0 and K-quant blocks whose layouts util/quant_blocks.h gives:
 //   decode_block(out, block)     every weight of one block, in one pass, by the active ISA level's
-//                                kernel (src/ops/quant_blocks_simd.cpp); used by the gemm.h
+//                                kernel (src/kernels/quant_blocks_simd.cpp); used by the gemm.h
 //                                kernels.
 // Each weight is the fp32 expression of util/quant_blocks.h, evaluated in the same order as its
 // reference decoder (*_value there), so the two agree bit for bit.

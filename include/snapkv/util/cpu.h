@@ -13,9 +13,9 @@
 //   neon_dot  arm64: neon plus the ARMv8.2 dot product (sdot / udot: Cortex-A76 / Neoverse N1,
 //             Apple M1 and later)
 // Kernel files listed in SNAPKV_ISA_SOURCES (CMakeLists.txt) are compiled once per level of the
-// target architecture into the namespaces snapkv::isa_<level>; each layer keeps a table of their
-// entry points per level (util/isa_tables.h) and its public functions call the active level's
-// entry (isa_select).
+// target architecture into the namespaces snapkv::isa_<level>; the kernel registry
+// (src/kernels/registry.h) holds their entry points per level, and the public functions call the
+// active level's entry (isa_select).
 // Leaves out: choosing per kernel (one level for the whole process), SVE, fp16 arithmetic (the
 // kernels convert fp16 to fp32 and compute in fp32, which keeps them equal to the scalar
 // references), and SIMD on other architectures (they build the scalar level only).

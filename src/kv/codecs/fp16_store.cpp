@@ -1,11 +1,11 @@
 // The fp16 RowStore: rows kept as IEEE binary16, contiguous [rows][head_dim] in a RowBuffer (huge
 // pages when large, geometric growth). Reads go through the multi-query F16C kernels of
-// kv/codecs/fp16_rows.h, so attention never builds an fp32 copy.
+// kernels/fp16_rows.h, so attention never builds an fp32 copy.
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "kv/codecs/fp16_rows.h"
+#include "kernels/fp16_rows.h"
 #include "kv/codecs/row_buffer.h"
 #include "kv/codecs/stores.h"
 #include "kv/file/kvc_bytes.h"

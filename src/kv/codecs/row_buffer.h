@@ -6,7 +6,7 @@
 // with 2 MiB pages where THP is "always" or "madvise"; elsewhere the advice is a no-op), so decode
 // attention streaming 16 MiB of one head's rows crosses 8 pages instead of 4096 (fewer TLB
 // walks). Smaller requests, and all of them with SNAPKV_HUGEPAGES=0, go to operator new. (Huge
-// pages pay off only together with the row kernels' software prefetch, kv/codecs/fp16_rows.h;
+// pages pay off only together with the row kernels' software prefetch, kernels/fp16_rows.h;
 // compare the two together.) reserve_for_append grows
 // capacity by at least a quarter, so appending one row per decode step copies the rows O(log n)
 // times, not once per step. Leaves out: NUMA placement, and any promise that huge pages are granted

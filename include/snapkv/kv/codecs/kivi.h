@@ -23,7 +23,7 @@
 // bytes, byte i holding bits [8i, 8i + 8) of the 24-bit word, 4-bit: uint32): element k of the
 // octet sits in bits [b*k, b*k + b). 3-bit codes are for keys only (codec kivi32; a value store
 // of width 3 is an error): their dot product runs a float kernel of its own
-// (src/kv/codecs/kivi/kivi3_kernels.cpp), not the packed SIMD or integer kernels of widths 2 and 4.
+// (src/kernels/kivi/kivi3_kernels.cpp), not the packed SIMD or integer kernels of widths 2 and 4.
 // A key block of n rows stores, per octet of rows o = 0 .. ceil(n/8)-1 and channel c, the word of
 // rows 8o..8o+7 of channel c:
 //   key block codes  [ceil(n/8)][head_dim] words   (rows past n inside the last octet: code 0)
@@ -31,11 +31,11 @@
 // with 8 rows is a sum over channels of (q_c * scale_c) * codes + sum_c q_c * zero_c. (Where the
 // CPU has AVX-512 VNNI the first sum runs in integers on the codes, q_c * scale_c rounded per
 // block to a pair of int8 vectors, about 15 bits, for 4-bit codes and to one int8 vector for
-// 2-bit codes: src/kv/codecs/kivi/kivi_kernels.h bounds the difference and weighs it against the
+// 2-bit codes: src/kernels/kivi/kivi_kernels.h bounds the difference and weighs it against the
 // codec's own error.) A value row stores its channels in octets (where the CPU has AVX-512 VNNI,
 // attention sums value rows of head_dim 128 or 256 in integers: the weights times scales rounded
 // per group to u8 per 64 rows for 2-bit rows, to int16 per 128 rows for 4-bit rows;
-// src/kv/codecs/kivi/kivi_kernels.h bounds the difference):
+// src/kernels/kivi/kivi_kernels.h bounds the difference):
 //   value row codes  [ceil(head_dim/8)] words       (channels past head_dim: code 0)
 //   value row params [ceil(head_dim/G)] KiviParams
 //
@@ -85,17 +85,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "snapkv/kernels/kivi_layout.h"
 #include "snapkv/util/fp16.h"
 
 namespace snapkv {
-
-// One quantization group's parameters, as stored.
-struct KiviParams {
-  fp16_t scale;  // >= 0; 0 only for a constant group
-  fp16_t zero;   // the group minimum
-};
-static_assert(sizeof(KiviParams) == 4, "KiviParams is two binary16 values");
-static_assert(offsetof(KiviParams, zero) == 2, "params convert as an fp16 array (scale, zero)");
 
 // Metadata of one key block: its rows are [previous block's row_end, row_end) of the quantized
 // region, its code words start at word_begin (in units of head_dim words, i.e. octets).
@@ -105,20 +98,6 @@ struct KiviKeyBlock {
 };
 static_assert(sizeof(KiviKeyBlock) == 8, "KiviKeyBlock is two uint32");
 
-// Kitty's per-block channel index and per-row boosted value, as stored (see "Kitty" above).
-using KittyChannel = uint16_t;
-static_assert(sizeof(KittyChannel) == 2 && sizeof(fp16_t) == 2, "kitty indices and values");
-
-inline constexpr size_t kKiviOctet = 8;  // codes per word
-
-// Bytes of one code word (8 codes of `bits` bits): 2 for 2-bit, 3 for 3-bit, 4 for 4-bit.
-constexpr size_t kivi_word_bytes(int bits) {
-  return static_cast<size_t>(bits);
-}
-constexpr uint32_t kivi_max_code(int bits) {
-  return (1u << bits) - 1u;
-}
-
 // Guarded min/max parameters for a group whose minimum is lo and maximum hi (finite, lo <= hi,
 // |lo|, |hi| <= kFp16Max). zero is lo rounded down to fp16, scale rounded up as described above.
 KiviParams kivi_choose_params(float lo, float hi, int bits);
@@ -126,19 +105,12 @@ KiviParams kivi_choose_params(float lo, float hi, int bits);
 // Nearest code of x under p (x within the group's [lo, hi]); 0 when scale is 0.
 uint32_t kivi_encode(float x, KiviParams p, int bits);
 
-// zero + scale * code in fp32 (the one decode formula; -ffp-contract=off keeps it unfused).
-inline float kivi_decode(uint32_t code, float scale, float zero) {
-  const float step = scale * static_cast<float>(code);
-  return zero + step;
-}
-float kivi_decode(uint32_t code, KiviParams p);
-
 // Packs codes[0..8) (each <= 2^bits - 1) into one word; unpacks a word into codes[0..8).
 uint32_t kivi_pack_word(const uint8_t* codes, int bits);
 void kivi_unpack_word(uint8_t* codes, uint32_t word, int bits);
 
-// Reads / writes the word at index i of a packed code array.
-uint32_t kivi_load_word(const uint8_t* words, size_t i, int bits);
+// Writes the word at index i of a packed code array (kivi_load_word reads it:
+// snapkv/kernels/kivi_layout.h).
 void kivi_store_word(uint8_t* words, size_t i, uint32_t word, int bits);
 
 }  // namespace snapkv

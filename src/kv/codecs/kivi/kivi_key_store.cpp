@@ -15,9 +15,9 @@
 #include <span>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivimix_kernels.h"
 #include "kv/codecs/kivi/kivi_store.h"
-#include "kv/codecs/kivi/kivimix_kernels.h"
 #include "kv/file/kvc_bytes.h"
 #include "snapkv/kv/codecs/kivi.h"
 #include "snapkv/ops/dot.h"
@@ -306,10 +306,10 @@ class KiviKeyStore final : public KiviStore {
   }
 
   // Blocks ahead of the one being dotted whose words and params are prefetched (T2, as the fp16
-  // rows are: kv/codecs/fp16_rows_simd.cpp); the hardware prefetcher alone does not keep the key
+  // rows are: kernels/fp16_rows_simd.cpp); the hardware prefetcher alone does not keep the key
   // kernels fed at 16K-64K rows.
   static constexpr size_t kPrefetchBlocks = 4;
-  // The integer key kernels (kv/codecs/kivi/kivi_q8_blocks_simd.cpp) prefetch the words
+  // The integer key kernels (kernels/kivi/kivi_q8_blocks_simd.cpp) prefetch the words
   // themselves, a line per step of their loop, so only the params are prefetched for them here.
   void prefetch_block(size_t b) const {
     if (!kivi_key_dot_uses_q8(head_dim_, bits_)) {
@@ -521,7 +521,7 @@ class KiviKeyStore final : public KiviStore {
 
   // kivimix: out[j * stride + r] += sum_k q[j][wide k] * (S_wide k / 4) * low(row0 + r, k) for the
   // n rows of block b (scales: the block's stored scales in fp32, [head_dim]); each row's sum adds
-  // its channels in order, from 0 (kv/codecs/kivi/kivimix_kernels.h: the active ISA level's kernel,
+  // its channels in order, from 0 (kernels/kivi/kivimix_kernels.h: the active ISA level's kernel,
   // equal bit for bit to kivimix_wide_dot_scalar).
   void wide_dot(float* out, size_t stride, const float* q, size_t n_q, const float* scales,
                 size_t b, size_t row0, size_t n) const {

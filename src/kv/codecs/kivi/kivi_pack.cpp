@@ -73,10 +73,6 @@ uint32_t kivi_encode(float x, KiviParams p, int bits) {
   return d_above < d_below ? below + 1 : below;
 }
 
-float kivi_decode(uint32_t code, KiviParams p) {
-  return kivi_decode(code, fp16_to_fp32(p.scale), fp16_to_fp32(p.zero));
-}
-
 uint32_t kivi_pack_word(const uint8_t* codes, int bits) {
   uint32_t word = 0;
   for (size_t k = 0; k < kKiviOctet; ++k) {
@@ -90,21 +86,6 @@ void kivi_unpack_word(uint8_t* codes, uint32_t word, int bits) {
   for (size_t k = 0; k < kKiviOctet; ++k) {
     codes[k] = static_cast<uint8_t>((word >> (static_cast<uint32_t>(bits) * k)) & mask);
   }
-}
-
-uint32_t kivi_load_word(const uint8_t* words, size_t i, int bits) {
-  if (bits == 2) {
-    uint16_t w;
-    std::memcpy(&w, words + 2 * i, sizeof w);
-    return w;
-  }
-  if (bits == 3) {  // three bytes, little-endian
-    const uint8_t* b = words + 3 * i;
-    return uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16;
-  }
-  uint32_t w;
-  std::memcpy(&w, words + 4 * i, sizeof w);
-  return w;
 }
 
 void kivi_store_word(uint8_t* words, size_t i, uint32_t word, int bits) {

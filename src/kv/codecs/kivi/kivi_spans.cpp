@@ -1,13 +1,13 @@
 // The span methods of KiviStore (kv/codecs/kivi/kivi_store.h, RowStore's contract in
 // snapkv/kv/core/row_store.h): a span lies inside one region (fp16 sinks, quantized rows, fp16
-// residual); the fp16 regions run kv/codecs/fp16_rows.h, the quantized rows the role's span kernels
+// residual); the fp16 regions run kernels/fp16_rows.h, the quantized rows the role's span kernels
 // (key blocks, packed value rows). With gear the decoding defaults of RowStore run (they read() the
 // corrected rows).
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "kv/codecs/fp16_rows.h"
+#include "kernels/fp16_rows.h"
 #include "kv/codecs/kivi/kivi_store.h"
 #include "snapkv/ops/dot.h"
 #include "snapkv/util/error.h"

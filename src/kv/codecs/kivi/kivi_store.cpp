@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kv/codecs/fp16_rows.h"
+#include "kernels/fp16_rows.h"
 #include "kv/codecs/stores.h"
 #include "kv/file/kvc_bytes.h"
 #include "snapkv/kv/codecs/kivi.h"

@@ -1,7 +1,7 @@
 // The KIVI RowStores (layout, quantizer and the no-drift eviction rule:
 // include/snapkv/kv/codecs/kivi.h). KiviStore is the part keys and values share: the fp16 sinks
 // (KIVI-Sink), the fp16 residual of the newest rows, the row bookkeeping, range checks, and the
-// fp16 dot/accumulate of kv/codecs/fp16_rows.h. Between sinks and residual lies the quantized
+// fp16 dot/accumulate of kernels/fp16_rows.h. Between sinks and residual lies the quantized
 // region, which each role lays out its own way: KiviKeyStore (kv/codecs/kivi/kivi_key_store.cpp)
 // packs blocks of G rows with per-channel parameters, KiviValueStore
 // (kv/codecs/kivi/kivi_value_store.cpp) packs each row with per-group parameters. Row order

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "kv/codecs/kivi/kivi_kernels.h"
+#include "kernels/kivi/kivi_kernels.h"
 #include "kv/codecs/kivi/kivi_store.h"
 #include "kv/file/kvc_bytes.h"
 #include "snapkv/kv/codecs/kivi.h"

@@ -1,0 +1,330 @@
+// The fp16 row kernels of kernels/fp16_rows.h, compiled once per ISA level (kernels/isa.h): F16C
+// (NEON fcvtl at the arm64 levels) converts, FMA accumulates, 8 lanes at the avx2 level, 16 at
+// avx512 and 4 at neon / neon_dot; the scalar level (and a head_dim that is not a multiple of the
+// lane count) runs the scalar references.
+//   dot:        two rows in flight, each converted once and dotted with up to 4 queries (8
+//               accumulators); the 4 sums of a row are reduced together (one hadd tree).
+//   accumulate: a tile of rows per slice of 2 vectors of channels, the slice's outputs for up to
+//               4 queries held in registers over the tile (loaded and stored once per tile).
+//   Both prefetch the rows `prefetch` bytes ahead (kernels/fp16_rows.h,
+//   fp16_rows_prefetch_bytes).
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/fp16_rows.h"
+#include "kernels/isa.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define SNAPKV_FP16_ROWS_SIMD 1
+#elif defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#define SNAPKV_FP16_ROWS_SIMD 1
+#endif
+
+namespace snapkv::SNAPKV_ISA {
+namespace {
+
+#if SNAPKV_FP16_ROWS_SIMD
+
+#if defined(SNAPKV_NEON_KERNELS)
+using VecF = float32x4_t;
+constexpr size_t kLanes = 4;
+inline VecF load_h(const fp16_t* p) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+inline VecF load_f(const float* p) {
+  return vld1q_f32(p);
+}
+inline void store_f(float* p, VecF v) {
+  vst1q_f32(p, v);
+}
+inline VecF zero_f() {
+  return vdupq_n_f32(0.0f);
+}
+inline VecF bcast(const float* p) {
+  return vld1q_dup_f32(p);
+}
+inline VecF fma_f(VecF a, VecF b, VecF c) {
+  return vfmaq_f32(c, a, b);
+}
+inline VecF fold(VecF v) {
+  return v;
+}
+// [sum(a), sum(b), sum(c), sum(d)] of four 4-lane vectors.
+inline float32x4_t hsum4(VecF a, VecF b, VecF c, VecF d) {
+  return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
+}
+inline void store4(float* p, float32x4_t v) {
+  vst1q_f32(p, v);
+}
+inline void prefetch_line(uintptr_t address) {
+  __builtin_prefetch(reinterpret_cast<const void*>(address), 0, 1);
+}
+#elif defined(__AVX512F__) && defined(__AVX512DQ__)
+using VecF = __m512;
+constexpr size_t kLanes = 16;
+inline VecF load_h(const fp16_t* p) {
+  // the zero-masked forms: GCC 12's unmasked ones start from _mm512_undefined_ps, which
+  // -Wmaybe-uninitialized reports
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VecF load_f(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline void store_f(float* p, VecF v) {
+  _mm512_storeu_ps(p, v);
+}
+inline VecF zero_f() {
+  return _mm512_setzero_ps();
+}
+inline VecF bcast(const float* p) {
+  return _mm512_set1_ps(*p);
+}
+inline VecF fma_f(VecF a, VecF b, VecF c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline __m256 fold(VecF v) {
+  const __m256d lo = _mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 0);
+  const __m256d hi = _mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 1);
+  return _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
+}
+#else
+using VecF = __m256;
+constexpr size_t kLanes = 8;
+inline VecF load_h(const fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VecF load_f(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline void store_f(float* p, VecF v) {
+  _mm256_storeu_ps(p, v);
+}
+inline VecF zero_f() {
+  return _mm256_setzero_ps();
+}
+inline VecF bcast(const float* p) {
+  return _mm256_broadcast_ss(p);
+}
+inline VecF fma_f(VecF a, VecF b, VecF c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline __m256 fold(VecF v) {
+  return v;
+}
+#endif
+
+#if !defined(SNAPKV_NEON_KERNELS)
+// [sum(a), sum(b), sum(c), sum(d)] of four 8-lane vectors.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+inline void store4(float* p, __m128 v) {
+  _mm_store_ps(p, v);
+}
+inline void prefetch_line(uintptr_t address) {
+  _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T2);
+}
+#endif
+
+// Up to four query accumulators as named members (an array would live in memory).
+struct Acc4 {
+  VecF a0 = zero_f(), a1 = zero_f(), a2 = zero_f(), a3 = zero_f();
+};
+
+template <int NQ>
+inline void fma4(Acc4& acc, const float* q, size_t q_stride, VecF x) {
+  acc.a0 = fma_f(load_f(q), x, acc.a0);
+  if constexpr (NQ > 1) acc.a1 = fma_f(load_f(q + q_stride), x, acc.a1);
+  if constexpr (NQ > 2) acc.a2 = fma_f(load_f(q + 2 * q_stride), x, acc.a2);
+  if constexpr (NQ > 3) acc.a3 = fma_f(load_f(q + 3 * q_stride), x, acc.a3);
+}
+
+template <int NQ>
+inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
+  alignas(16) float sums[4];
+  store4(sums, hsum4(fold(acc.a0), fold(acc.a1), fold(acc.a2), fold(acc.a3)));
+  for (int j = 0; j < NQ; ++j) out[static_cast<size_t>(j) * stride] = sums[j];
+}
+
+// Touches the cache lines of [p + ahead, p + ahead + bytes): a software prefetch `ahead` bytes in
+// front of the rows being read (prefetch instructions never fault, past the end included), with
+// the T2 hint (docs/KERNELS.md, fp16 rows: what the hints measured).
+inline void prefetch_lines(const fp16_t* p, size_t bytes, size_t ahead) {
+  // integer arithmetic: the address may lie past the end of the rows' array
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;
+  for (size_t b = 0; b < bytes; b += 64) prefetch_line(first + b);
+}
+
+// NQ (<= 4) queries q: [NQ][head_dim] against rows [0, n); head_dim % kLanes == 0.
+template <int NQ>
+void dot_nq(float* out, size_t stride, const float* q, const fp16_t* data, size_t n,
+            size_t head_dim, size_t prefetch) {
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const fp16_t* r0 = data + i * head_dim;
+    const fp16_t* r1 = r0 + head_dim;
+    if (prefetch != 0) prefetch_lines(r0, 2 * head_dim * sizeof(fp16_t), prefetch);
+    Acc4 s0, s1;
+    for (size_t c = 0; c < head_dim; c += kLanes) {
+      const VecF x0 = load_h(r0 + c), x1 = load_h(r1 + c);
+      s0.a0 = fma_f(load_f(q + c), x0, s0.a0);
+      s1.a0 = fma_f(load_f(q + c), x1, s1.a0);
+      if constexpr (NQ > 1) {
+        const VecF qv = load_f(q + head_dim + c);
+        s0.a1 = fma_f(qv, x0, s0.a1);
+        s1.a1 = fma_f(qv, x1, s1.a1);
+      }
+      if constexpr (NQ > 2) {
+        const VecF qv = load_f(q + 2 * head_dim + c);
+        s0.a2 = fma_f(qv, x0, s0.a2);
+        s1.a2 = fma_f(qv, x1, s1.a2);
+      }
+      if constexpr (NQ > 3) {
+        const VecF qv = load_f(q + 3 * head_dim + c);
+        s0.a3 = fma_f(qv, x0, s0.a3);
+        s1.a3 = fma_f(qv, x1, s1.a3);
+      }
+    }
+    store_row_sums<NQ>(out + i, stride, s0);
+    store_row_sums<NQ>(out + i + 1, stride, s1);
+  }
+  if (i < n) {
+    Acc4 s0;
+    const fp16_t* r0 = data + i * head_dim;
+    for (size_t c = 0; c < head_dim; c += kLanes) fma4<NQ>(s0, q + c, head_dim, load_h(r0 + c));
+    store_row_sums<NQ>(out + i, stride, s0);
+  }
+}
+
+// Rows per tile of the accumulate kernel: 32 rows of head_dim 128 are 8 KiB of fp16 (L1).
+constexpr size_t kTileRows = 32;
+
+template <int NQ>
+inline void load_acc(Acc4& acc, const float* out, size_t head_dim) {
+  acc.a0 = load_f(out);
+  if constexpr (NQ > 1) acc.a1 = load_f(out + head_dim);
+  if constexpr (NQ > 2) acc.a2 = load_f(out + 2 * head_dim);
+  if constexpr (NQ > 3) acc.a3 = load_f(out + 3 * head_dim);
+}
+template <int NQ>
+inline void store_acc(float* out, size_t head_dim, const Acc4& acc) {
+  store_f(out, acc.a0);
+  if constexpr (NQ > 1) store_f(out + head_dim, acc.a1);
+  if constexpr (NQ > 2) store_f(out + 2 * head_dim, acc.a2);
+  if constexpr (NQ > 3) store_f(out + 3 * head_dim, acc.a3);
+}
+// acc.aj += w[j * stride] * x for j < NQ.
+template <int NQ>
+inline void axpy4(Acc4& acc, const float* w, size_t stride, VecF x) {
+  acc.a0 = fma_f(bcast(w), x, acc.a0);
+  if constexpr (NQ > 1) acc.a1 = fma_f(bcast(w + stride), x, acc.a1);
+  if constexpr (NQ > 2) acc.a2 = fma_f(bcast(w + 2 * stride), x, acc.a2);
+  if constexpr (NQ > 3) acc.a3 = fma_f(bcast(w + 3 * stride), x, acc.a3);
+}
+
+// out: [NQ][head_dim] += sum over rows [0, n) of w[j * stride + i] * row i; head_dim % kLanes == 0.
+template <int NQ>
+void accumulate_nq(float* out, const float* w, size_t stride, const fp16_t* data, size_t n,
+                   size_t head_dim, size_t prefetch) {
+  for (size_t i0 = 0; i0 < n; i0 += kTileRows) {
+    const size_t i1 = std::min(n, i0 + kTileRows);
+    if (prefetch != 0) {
+      prefetch_lines(data + i0 * head_dim, (i1 - i0) * head_dim * sizeof(fp16_t), prefetch);
+    }
+    size_t c = 0;
+    for (; c + 2 * kLanes <= head_dim; c += 2 * kLanes) {
+      Acc4 lo, hi;
+      load_acc<NQ>(lo, out + c, head_dim);
+      load_acc<NQ>(hi, out + c + kLanes, head_dim);
+      for (size_t i = i0; i < i1; ++i) {
+        const fp16_t* row = data + i * head_dim + c;
+        const VecF x0 = load_h(row), x1 = load_h(row + kLanes);
+        lo.a0 = fma_f(bcast(w + i), x0, lo.a0);
+        hi.a0 = fma_f(bcast(w + i), x1, hi.a0);
+        if constexpr (NQ > 1) {
+          const VecF b = bcast(w + stride + i);
+          lo.a1 = fma_f(b, x0, lo.a1);
+          hi.a1 = fma_f(b, x1, hi.a1);
+        }
+        if constexpr (NQ > 2) {
+          const VecF b = bcast(w + 2 * stride + i);
+          lo.a2 = fma_f(b, x0, lo.a2);
+          hi.a2 = fma_f(b, x1, hi.a2);
+        }
+        if constexpr (NQ > 3) {
+          const VecF b = bcast(w + 3 * stride + i);
+          lo.a3 = fma_f(b, x0, lo.a3);
+          hi.a3 = fma_f(b, x1, hi.a3);
+        }
+      }
+      store_acc<NQ>(out + c, head_dim, lo);
+      store_acc<NQ>(out + c + kLanes, head_dim, hi);
+    }
+    if (c < head_dim) {  // one vector of channels left
+      Acc4 lo;
+      load_acc<NQ>(lo, out + c, head_dim);
+      for (size_t i = i0; i < i1; ++i)
+        axpy4<NQ>(lo, w + i, stride, load_h(data + i * head_dim + c));
+      store_acc<NQ>(out + c, head_dim, lo);
+    }
+  }
+}
+
+template <class F>
+void for_query_groups(size_t n_q, F&& f) {
+  for (size_t j0 = 0; j0 < n_q; j0 += 4) {
+    switch (std::min<size_t>(4, n_q - j0)) {
+      case 1:
+        f(j0, std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        f(j0, std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        f(j0, std::integral_constant<int, 3>{});
+        break;
+      default:
+        f(j0, std::integral_constant<int, 4>{});
+    }
+  }
+}
+
+#endif  // SNAPKV_FP16_ROWS_SIMD
+
+}  // namespace
+
+void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
+                   size_t n, size_t head_dim, size_t prefetch) {
+#if SNAPKV_FP16_ROWS_SIMD
+  if (head_dim % kLanes == 0) {
+    for_query_groups(n_q, [&](size_t j0, auto nq) {
+      dot_nq<decltype(nq)::value>(out + j0 * stride, stride, q + j0 * head_dim, data, n, head_dim,
+                                  j0 == 0 ? prefetch : 0);
+    });
+    return;
+  }
+#endif
+  (void)prefetch;
+  snapkv::fp16_rows_dot_scalar(out, stride, q, n_q, data, n, head_dim);
+}
+
+void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q, const fp16_t* data,
+                          size_t n, size_t head_dim, size_t prefetch) {
+#if SNAPKV_FP16_ROWS_SIMD
+  if (head_dim % kLanes == 0) {
+    for_query_groups(n_q, [&](size_t j0, auto nq) {
+      accumulate_nq<decltype(nq)::value>(out + j0 * head_dim, w + j0 * stride, stride, data, n,
+                                         head_dim, j0 == 0 ? prefetch : 0);
+    });
+    return;
+  }
+#endif
+  (void)prefetch;
+  snapkv::fp16_rows_accumulate_scalar(out, w, stride, n_q, data, n, head_dim);
+}
+
+}  // namespace snapkv::SNAPKV_ISA

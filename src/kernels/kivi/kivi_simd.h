@@ -1,0 +1,267 @@
+// Shared by the float KIVI attention kernels (kivi_keys_simd.cpp, kivi_values_simd.cpp; see
+// kivi_kernels.h), compiled once per ISA level (kernels/isa.h): which fast path the level takes,
+// the byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
+// (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
+// or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
+// 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
+// queries' FMAs from it, so the decode cost is shared by the query heads of a GQA group
+// (docs/KERNELS.md). The helpers have internal linkage (an anonymous namespace); the tables are one
+// inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in
+// L1.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/isa.h"
+#include "kernels/kivi/kivi_kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
+// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define SNAPKV_KIVI_AVX2 1
+#endif
+#if SNAPKV_KIVI_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__)
+#define SNAPKV_KIVI_AVX512 1
+#endif
+#if !SNAPKV_KIVI_AVX2 && defined(SNAPKV_NEON_KERNELS)
+#include <arm_neon.h>
+#define SNAPKV_KIVI_NEON 1
+#endif
+
+namespace snapkv::SNAPKV_ISA {
+
+#if SNAPKV_KIVI_AVX2
+
+// Byte -> codes as floats: 2-bit bytes hold 4 codes, 4-bit bytes 2 (element k in bits b*k..).
+template <int Bits>
+struct CodeTable {
+  static constexpr int kPerByte = 8 / Bits;
+  alignas(16) float codes[256][kPerByte];
+  constexpr CodeTable() : codes{} {
+    for (int byte = 0; byte < 256; ++byte) {
+      for (int k = 0; k < kPerByte; ++k) {
+        codes[byte][k] = static_cast<float>((byte >> (Bits * k)) & ((1 << Bits) - 1));
+      }
+    }
+  }
+};
+inline constexpr CodeTable<2> kCodes2;
+inline constexpr CodeTable<4> kCodes4;
+
+#endif  // SNAPKV_KIVI_AVX2
+
+#if SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
+namespace {
+
+inline size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+// Word i of a packed array, inlined for the hot loops (kivi_load_word is the out-of-line twin).
+template <int Bits>
+inline uint32_t load_word(const uint8_t* words, size_t i) {
+  if constexpr (Bits == 2) {
+    uint16_t w;
+    std::memcpy(&w, words + 2 * i, sizeof w);
+    return w;
+  } else {
+    uint32_t w;
+    std::memcpy(&w, words + 4 * i, sizeof w);
+    return w;
+  }
+}
+
+#if SNAPKV_KIVI_AVX2
+// The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident) instead of
+// broadcast + variable shift + mask + convert (docs/KERNELS.md, KIVI float kernels).
+template <int Bits>
+inline __m256 unpack8(uint32_t word) {
+  if constexpr (Bits == 2) {
+    const __m128 lo = _mm_load_ps(kCodes2.codes[word & 0xFFu]);
+    const __m128 hi = _mm_load_ps(kCodes2.codes[(word >> 8) & 0xFFu]);
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+  } else {
+    const auto pair = [](uint32_t byte) {
+      return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(kCodes4.codes[byte])));
+    };
+    const __m128 lo = _mm_movelh_ps(pair(word & 0xFFu), pair((word >> 8) & 0xFFu));
+    const __m128 hi = _mm_movelh_ps(pair((word >> 16) & 0xFFu), pair(word >> 24));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+  }
+}
+
+// Up to four accumulators as named members, which stay in registers (an __m256[NQ] array would
+// be kept in memory).
+struct Acc4 {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+         a3 = _mm256_setzero_ps();
+  __m256 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
+};
+
+#endif  // SNAPKV_KIVI_AVX2
+
+// Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
+// the one place the kernels' runtime shape becomes their template arguments.
+template <class F>
+inline void with_nq_bits(int nq, int bits, F&& f) {
+  const auto by_nq = [&](auto b) {
+    switch (nq) {
+      case 1:
+        return f(std::integral_constant<int, 1>{}, b);
+      case 2:
+        return f(std::integral_constant<int, 2>{}, b);
+      case 3:
+        return f(std::integral_constant<int, 3>{}, b);
+      default:
+        return f(std::integral_constant<int, 4>{}, b);
+    }
+  };
+  if (bits == 2) {
+    by_nq(std::integral_constant<int, 2>{});
+  } else {
+    by_nq(std::integral_constant<int, 4>{});
+  }
+}
+
+// Four fp32 lanes (one per query of a group) for the drivers' per-row work, and a prefetch of
+// the line at p into the outer caches (T2), on either architecture.
+#if SNAPKV_KIVI_AVX2
+using F4 = __m128;
+inline F4 load4(const float* p) {
+  return _mm_loadu_ps(p);
+}
+inline void store4(float* p, F4 v) {
+  _mm_storeu_ps(p, v);
+}
+inline F4 mul4(F4 a, float b) {
+  return _mm_mul_ps(a, _mm_set1_ps(b));
+}
+inline F4 fma4(F4 a, float b, F4 c) {  // a * b + c, fused
+  return _mm_fmadd_ps(a, _mm_set1_ps(b), c);
+}
+inline void prefetch_t2(const char* p) {
+  _mm_prefetch(p, _MM_HINT_T2);
+}
+#else
+using F4 = float32x4_t;
+inline F4 load4(const float* p) {
+  return vld1q_f32(p);
+}
+inline void store4(float* p, F4 v) {
+  vst1q_f32(p, v);
+}
+inline F4 mul4(F4 a, float b) {
+  return vmulq_n_f32(a, b);
+}
+inline F4 fma4(F4 a, float b, F4 c) {
+  return vfmaq_n_f32(c, a, b);
+}
+inline void prefetch_t2(const char* p) {
+  __builtin_prefetch(p, 0, 1);
+}
+#endif
+
+#if SNAPKV_KIVI_AVX2
+// acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
+template <int NQ>
+inline void fma_queries(Acc4& acc, const float* coef, size_t stride, __m256 x) {
+  acc.a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef), x, acc.a0);
+  if constexpr (NQ > 1) acc.a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + stride), x, acc.a1);
+  if constexpr (NQ > 2) {
+    acc.a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 2 * stride), x, acc.a2);
+  }
+  if constexpr (NQ > 3) {
+    acc.a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 3 * stride), x, acc.a3);
+  }
+}
+
+#if SNAPKV_KIVI_AVX512
+
+// 16 codes as 16 floats: Bits = 2: the 32-bit word `w` holds codes 0..15 at bits 2k; Bits = 4: the
+// 64-bit `w` holds codes 0..15 at bits 4k. A variable shift per lane, a mask and a convert.
+template <int Bits>
+inline __m512 unpack16(uint64_t w) {
+  if constexpr (Bits == 2) {
+    const __m512i shifts =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i v = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(w)), shifts);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(3)));
+  } else {
+    const __m512i shifts =
+        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i both = _mm512_permutexvar_epi32(
+        halves, _mm512_zextsi128_si512(_mm_cvtsi64_si128(static_cast<long long>(w))));
+    const __m512i v = _mm512_srlv_epi32(both, shifts);
+    return _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+  }
+}
+
+struct Acc4x16 {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+         a3 = _mm512_setzero_ps();
+  __m512 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
+};
+
+// acc.aj += coef[j * stride] * x for j < NQ.
+template <int NQ>
+inline void fma16(Acc4x16& acc, const float* coef, size_t stride, __m512 x) {
+  acc.a0 = _mm512_fmadd_ps(_mm512_set1_ps(coef[0]), x, acc.a0);
+  if constexpr (NQ > 1) acc.a1 = _mm512_fmadd_ps(_mm512_set1_ps(coef[stride]), x, acc.a1);
+  if constexpr (NQ > 2) acc.a2 = _mm512_fmadd_ps(_mm512_set1_ps(coef[2 * stride]), x, acc.a2);
+  if constexpr (NQ > 3) acc.a3 = _mm512_fmadd_ps(_mm512_set1_ps(coef[3 * stride]), x, acc.a3);
+}
+
+#endif  // SNAPKV_KIVI_AVX512
+#endif  // SNAPKV_KIVI_AVX2
+
+#if SNAPKV_KIVI_NEON
+// The 8 codes of a key word (rows 0..7 of one channel, code k at bits Bits * k) as two vectors of
+// 4 floats (rows 0..3, 4..7): a shift per lane, a mask and a convert.
+template <int Bits>
+inline float32x4x2_t unpack8_neon(uint32_t word) {
+  constexpr int b = Bits;
+  const int32x4_t lo_shift = {0, -b, -2 * b, -3 * b};
+  const int32x4_t hi_shift = {-4 * b, -5 * b, -6 * b, -7 * b};
+  const uint32x4_t w = vdupq_n_u32(word);
+  const uint32x4_t mask = vdupq_n_u32((1u << Bits) - 1u);
+  return {{vcvtq_f32_u32(vandq_u32(vshlq_u32(w, lo_shift), mask)),
+           vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
+}
+
+// Up to four queries' accumulators of 8 rows (two registers each), as named members.
+struct Acc4x8 {
+  float32x4x2_t a0{}, a1{}, a2{}, a3{};
+  const float32x4x2_t& get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
+};
+
+inline void fma8(float32x4x2_t& acc, float coef, const float32x4x2_t& x) {
+  acc.val[0] = vfmaq_n_f32(acc.val[0], x.val[0], coef);
+  acc.val[1] = vfmaq_n_f32(acc.val[1], x.val[1], coef);
+}
+
+// acc.aj += coef[j * stride] * x for j < NQ.
+template <int NQ>
+inline void fma_queries8(Acc4x8& acc, const float* coef, size_t stride, const float32x4x2_t& x) {
+  fma8(acc.a0, coef[0], x);
+  if constexpr (NQ > 1) fma8(acc.a1, coef[stride], x);
+  if constexpr (NQ > 2) fma8(acc.a2, coef[2 * stride], x);
+  if constexpr (NQ > 3) fma8(acc.a3, coef[3 * stride], x);
+}
+#endif  // SNAPKV_KIVI_NEON
+
+}  // namespace
+
+#endif  // SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
+
+}  // namespace snapkv::SNAPKV_ISA
