@@ -24,8 +24,8 @@ namespace snapkv::eval {
 struct KvzapTrainOptions {
   uint64_t seed = 0;             // tasks' train-split seed (< 2^63) and the generic text's
   size_t context_tokens = 1024;  // tokens per training prompt (<= the model's context)
-  size_t samples_per_task = 4;   // train-split samples of each of the six tasks
-  size_t generic_prompts = 4;    // prompts of generic text
+  size_t samples_per_task = 16;  // train-split samples of each of the six tasks
+  size_t generic_prompts = 8;    // prompts of generic text
   double ridge = 1e-3;           // KvzapFit::solve's ridge
   size_t prefill_chunk = 512;    // tokens per prefill forward
 };
