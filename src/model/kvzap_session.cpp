@@ -1,5 +1,6 @@
 // Policy kvzap inside the engine (model/kvzap.h, model/llama.h): the model finds its scorer's
 // sidecar, and a session ends its prompt with the scorer's per-row scores.
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
 
@@ -15,10 +16,13 @@ KvzapDims LlamaModel::kvzap_dims() const {
 }
 
 void LlamaModel::find_kvzap_sidecar(const std::string& model_path) {
-  const std::string path = kvzap_sidecar_path(model_path);
+  const char* env = std::getenv("SNAPKV_KVZAP");
+  const bool from_env = env != nullptr && *env != '\0';
+  const std::string path = from_env ? std::string(env) : kvzap_sidecar_path(model_path);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    kvzap_status_ = "no scorer weights (" + path + " absent)";
+    kvzap_status_ = "no scorer weights (" + std::string(from_env ? "SNAPKV_KVZAP names " : "") +
+                    path + ", absent)";
     return;
   }
   try {

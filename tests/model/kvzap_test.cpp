@@ -236,6 +236,22 @@ TEST(KvzapSession, SidecarBesideTheModelIsFoundOrRefused) {
     }
     LlamaSession ok(m, CacheConfig{}, SessionOptions{});  // other methods still run
   }
+  {  // SNAPKV_KVZAP names a scorer elsewhere: it replaces the sidecar beside the model
+    const std::string elsewhere = (dir / "other.kvzap.gguf").string();
+    const std::vector<uint8_t> b =
+        random_scorer(m0.kvzap_dims(), 5, gguf::fingerprint(m0.file())).to_bytes();
+    std::ofstream(elsewhere, std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    ASSERT_EQ(::setenv("SNAPKV_KVZAP", elsewhere.c_str(), 1), 0);
+    const LlamaModel m = LlamaModel::load(model_path);
+    ASSERT_EQ(::setenv("SNAPKV_KVZAP", (dir / "absent.gguf").c_str(), 1), 0);
+    const LlamaModel none = LlamaModel::load(model_path);
+    ASSERT_EQ(::unsetenv("SNAPKV_KVZAP"), 0);
+    ASSERT_NE(m.kvzap(), nullptr) << m.kvzap_status();
+    EXPECT_NE(m.kvzap_status().find("other.kvzap.gguf"), std::string::npos) << m.kvzap_status();
+    EXPECT_EQ(none.kvzap(), nullptr);
+    EXPECT_NE(none.kvzap_status().find("SNAPKV_KVZAP"), std::string::npos) << none.kvzap_status();
+  }
   write(random_scorer(m0.kvzap_dims(), 4, gguf::fingerprint(m0.file())));
   {
     const LlamaModel m = LlamaModel::load(model_path);

@@ -104,7 +104,8 @@ class LlamaModel {
   RopeParams rope_params() const;
 
   // Policy kvzap's learned scorer (model/kvzap.h): load(path) reads the sidecar
-  // kvzap_sidecar_path(path) when it exists and was trained for this model; null otherwise, and
+  // kvzap_sidecar_path(path), or the file the environment variable SNAPKV_KVZAP names when it is
+  // set and not empty, when it exists and was trained for this model; null otherwise, and
   // kvzap_status() then says why (absent, another model's, unreadable).
   const KvzapScorer* kvzap() const { return kvzap_.get(); }
   const std::string& kvzap_status() const { return kvzap_status_; }
