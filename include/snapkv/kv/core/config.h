@@ -153,8 +153,8 @@ struct CacheConfig {
   size_t kernel = 11;        // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
   bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
                              // (applies to snapkv, chunkkv, knorm, random, keydiff,
-                             // expected_attention, kvzip). layer_allocation pyramid keeps the
-                             // window whatever this says: keeps_window() below.
+                             // expected_attention, kvzip, kvzap). layer_allocation pyramid keeps
+                             // the window whatever this says: keeps_window() below.
   bool causal = true;        // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
