@@ -97,7 +97,7 @@ builder.__doc__ = f"""A cache factory: how to build KV caches for a prompt.
 
 method: the command line's --method grammar: full, snapkv (true window queries), snapkv-proxy
     (keys as queries), streaming, chunkkv, knorm, random, keydiff, expected_attention[-proxy],
-    kvzip, the codecs (kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42,
+    kvzip, kvzap (model-level calls; the model's snapkv train-scorer sidecar), the codecs (kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42,
     kivi24, kivi42r, kivi32, kivimix), <policy>+<codec> (snapkv+kivi2); prefixes ada-, pyramid-,
     ada-pyramid-.
 keep: kept fraction of the prompt in (0, 1] (budget = max(ceil(keep * T), floor)), or

@@ -60,7 +60,9 @@ LlamaModel LlamaModel::load(const std::string& path) {
 }
 
 LlamaModel LlamaModel::load(const std::string& path, gguf::File::Storage storage) {
-  return LlamaModel(gguf::File::open(path, storage));
+  LlamaModel model(gguf::File::open(path, storage));
+  model.find_kvzap_sidecar(path);
+  return model;
 }
 
 gguf::File::Storage LlamaModel::weight_storage() {
@@ -93,7 +95,9 @@ LlamaModel::~LlamaModel() = default;
 LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
                            SessionOptions options)
     : LlamaSession(model, cache_config, options,
-                   build_caches(model.config().dims(), cache_config)) {}
+                   build_caches(model.config().dims(), cache_config)) {
+  if (plan_.learned_scores) check_kvzap(model);
+}
 
 LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
                            SessionOptions options, std::vector<LayerCache> caches)
@@ -140,7 +144,9 @@ LlamaSession LlamaSession::fork(const CacheConfig& config,
   LlamaSession out(*model_, config, options_, std::move(forked));
   out.prefilled_ = true;
   out.prompt_tokens_ = prompt_tokens_;
-  if (out.plan_.scoring_pass) {
+  if (out.plan_.learned_scores) {
+    out.compress_kvzap();
+  } else if (out.plan_.scoring_pass) {
     out.compress_kvzip(scores);
   } else {
     for (LayerCache& cache : out.caches_) cache.end_prompt();
@@ -198,7 +204,9 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
     start = end;
     if (options_.progress) options_.progress("prefill", end, n);
   }
-  if (end_prompt && plan_.scoring_pass) {
+  if (end_prompt && plan_.learned_scores) {
+    compress_kvzap();
+  } else if (end_prompt && plan_.scoring_pass) {
     if (options_.progress) options_.progress("kvzip", 0, 1);
     compress_kvzip(nullptr);
     if (options_.progress) options_.progress("kvzip", 1, 1);

@@ -157,6 +157,35 @@ TEST(CApiModel, KvcRoundTripAnswersTheSame) {
   std::remove(path.c_str());
 }
 
+// The shipped model's kvzap scorer (models/snapkv-tiny4.kvzap.gguf) is found beside it: method
+// kvzap compresses a document, which round-trips through .kvc and answers as before.
+TEST(CApiModel, KvzapDocumentFromTheShippedScorer) {
+  Model m;
+  ASSERT_NE(m.p, nullptr);
+  std::string prompt = passkey_prompt();
+  const std::string doc_text = prompt.substr(0, prompt.rfind("What"));
+  snapkv_doc* doc = nullptr;
+  ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), "method=ada-kvzap keep=0.2", &doc),
+            SNAPKV_OK)
+      << snapkv_last_error();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("capi_kvzap_" + std::to_string(::getpid()) + ".kvc"))
+                               .string();
+  ASSERT_EQ(snapkv_doc_save(doc, path.c_str()), SNAPKV_OK) << snapkv_last_error();
+  snapkv_doc* loaded = nullptr;
+  ASSERT_EQ(snapkv_doc_load(m.p, path.c_str(), &loaded), SNAPKV_OK) << snapkv_last_error();
+  char a[256], b[256];
+  size_t na = 0, nb = 0;
+  const char* q = "What is the pass key? The pass key is";
+  ASSERT_EQ(snapkv_doc_ask(doc, q, 8, a, sizeof a, &na), SNAPKV_OK) << snapkv_last_error();
+  ASSERT_EQ(snapkv_doc_ask(loaded, q, 8, b, sizeof b, &nb), SNAPKV_OK) << snapkv_last_error();
+  EXPECT_STREQ(a, b);
+  EXPECT_NE(std::string(a).find("71432"), std::string::npos) << a;
+  snapkv_doc_free(loaded);
+  snapkv_doc_free(doc);
+  std::remove(path.c_str());
+}
+
 TEST(CApiModel, TokenizeVersionAndMisuse) {
   Model m;
   ASSERT_NE(m.p, nullptr);

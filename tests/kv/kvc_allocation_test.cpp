@@ -44,9 +44,9 @@ CacheConfig make_config(std::string_view method, CodecKind codec) {
   return c;
 }
 
-// kLayers caches (layer l of kLayers) after one prefill of kS tokens, prompt ended; kvzip gets
-// its scores from outside as the model's reconstruction pass would give them. Head 0's keys
-// carry strong rows so that AdaKV moves budget between the heads.
+// kLayers caches (layer l of kLayers) after one prefill of kS tokens, prompt ended; kvzip and kvzap
+// get their scores from outside as the model's reconstruction pass or scorer would give them. Head
+// 0's keys carry strong rows so that AdaKV moves budget between the heads.
 std::vector<LayerCache> prefilled(const CacheConfig& config, uint64_t seed) {
   std::vector<LayerCache> caches;
   for (size_t l = 0; l < kLayers; ++l) {
@@ -58,7 +58,7 @@ std::vector<LayerCache> prefilled(const CacheConfig& config, uint64_t seed) {
     for (size_t i = 10; i < kS - kW; i += 7) k[i * kD] += 3.0f;  // head 0 only
     const Tensor3 qt = view(q, kHeads, kW, kD);
     cache.update(view(k, kKv, kS, kD), view(v, kKv, kS, kD), &qt, UpdateKind::prefill);
-    if (config.policy == PolicyKind::kvzip) {
+    if (policy_takes_external_scores(config.policy)) {
       cache.compress_with_scores(random_normal(kKv * cache.size(), seed + 10 * l + 3));
     } else {
       cache.end_prompt();
@@ -128,6 +128,7 @@ void expect_round_trip(const CacheConfig& config, const std::string& what) {
   expect.n_layers = kLayers;
   KvcContents loaded = decode_kvc(bytes, expect);
   EXPECT_EQ(loaded.version, kKvcVersion) << what;
+  EXPECT_EQ(loaded.config.policy, config.policy) << what;
   EXPECT_EQ(loaded.config.head_allocation, config.head_allocation) << what;
   EXPECT_EQ(loaded.config.layer_allocation, config.layer_allocation) << what;
   EXPECT_EQ(loaded.config.pyramid_beta, config.pyramid_beta) << what;
@@ -144,7 +145,8 @@ void expect_round_trip(const CacheConfig& config, const std::string& what) {
 }
 
 TEST(KvcAllocation, RaggedAndPyramidCachesRoundTripExactly) {
-  for (const char* method : {"ada-snapkv", "pyramid-kvzip", "ada-pyramid-snapkv"}) {
+  for (const char* method :
+       {"ada-snapkv", "pyramid-kvzip", "ada-pyramid-snapkv", "ada-kvzap", "pyramid-kvzap"}) {
     for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2}) {
       const CacheConfig config = make_config(method, codec);
       const std::string what = std::string(method) + "+" + std::string(to_string(codec));

@@ -36,6 +36,7 @@
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/prefill_plan.h"
+#include "snapkv/model/kvzap.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/model_config.h"
 #include "snapkv/ops/gemm.h"
@@ -102,11 +103,28 @@ class LlamaModel {
   // The RoPE parameters of the model (layout, base, linear scale, frequency factors).
   RopeParams rope_params() const;
 
+  // Policy kvzap's learned scorer (model/kvzap.h): load(path) reads the sidecar
+  // kvzap_sidecar_path(path), or the file the environment variable SNAPKV_KVZAP names when it is
+  // set and not empty, when it exists and was trained for this model; null otherwise, and
+  // kvzap_status() then says why (absent, another model's, unreadable).
+  const KvzapScorer* kvzap() const { return kvzap_.get(); }
+  const std::string& kvzap_status() const { return kvzap_status_; }
+  // Reads the scorer from another path; throws snapkv::RuntimeError when it is unreadable or was
+  // trained for another model (the model keeps its previous scorer then).
+  void load_kvzap(const std::string& path);
+  void set_kvzap(KvzapScorer scorer);
+  KvzapDims kvzap_dims() const;
+
  private:
+  // Tries kvzap_sidecar_path(model_path); records why not in kvzap_status_.
+  void find_kvzap_sidecar(const std::string& model_path);
+
   std::unique_ptr<gguf::File> file_;  // stable address: weights_ point into its mapping
   LlamaConfig config_;
   LlamaWeights weights_;
   size_t weight_bytes_ = 0;
+  std::shared_ptr<const KvzapScorer> kvzap_;
+  std::string kvzap_status_ = "no scorer weights (a model not loaded from a file)";
 };
 
 struct SessionOptions {
@@ -213,6 +231,10 @@ class LlamaSession {
   // Policy kvzip: ends the prompt of every cache with the reconstruction pass's scores (computed
   // here when `scores` is null). Defined in src/model/kvzip_pass.cpp.
   void compress_kvzip(const ReconstructionScores* scores);
+  // Policy kvzap: ends the prompt of every cache with the learned scorer's scores (defined in
+  // src/model/kvzap_session.cpp); check_kvzap throws when the model has no scorer.
+  void compress_kvzap();
+  static void check_kvzap(const LlamaModel& model);
 
   const LlamaModel* model_;
   CacheConfig cache_config_;

@@ -34,7 +34,7 @@ std::string_view enum_name(Enum k, const std::array<std::pair<std::string_view, 
   return "unknown";
 }
 
-constexpr std::array<std::pair<std::string_view, PolicyKind>, 9> kPolicyNames{{
+constexpr std::array<std::pair<std::string_view, PolicyKind>, 10> kPolicyNames{{
     {"full", PolicyKind::full},
     {"snapkv", PolicyKind::snapkv},
     {"streaming", PolicyKind::streaming},
@@ -44,6 +44,7 @@ constexpr std::array<std::pair<std::string_view, PolicyKind>, 9> kPolicyNames{{
     {"keydiff", PolicyKind::keydiff},
     {"expected_attention", PolicyKind::expected_attention},
     {"kvzip", PolicyKind::kvzip},
+    {"kvzap", PolicyKind::kvzap},
 }};
 constexpr std::array<std::pair<std::string_view, HeadAllocation>, 2> kHeadAllocationNames{{
     {"uniform", HeadAllocation::uniform},
@@ -119,7 +120,8 @@ void CacheConfig::validate() const {
   if (head_allocation == HeadAllocation::ada && policy != PolicyKind::full &&
       !policy_scores_rows(policy)) {
     throw_invalid("config", "head_allocation ada needs a policy that scores rows",
-                  std::string(to_string(policy)), "snapkv|knorm|keydiff|expected_attention|kvzip");
+                  std::string(to_string(policy)),
+                  "snapkv|knorm|keydiff|expected_attention|kvzip|kvzap");
   }
 
   if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
@@ -139,14 +141,16 @@ void CacheConfig::validate() const {
                     ">= n_sink + window = " + num(n_sink) + " + " + num(window));
     }
   }
-  if (policy == PolicyKind::kvzip && chunk_mode != ChunkMode::end_of_prompt) {
-    throw_invalid("config", "policy kvzip scores the whole prompt once (a reconstruction pass)",
+  if (policy_takes_external_scores(policy) && chunk_mode != ChunkMode::end_of_prompt) {
+    throw_invalid("config",
+                  "policy " + std::string(to_string(policy)) +
+                      " scores the whole prompt once (a pass over the prompt)",
                   "chunk_mode " + std::string(to_string(chunk_mode)), "end_of_prompt");
   }
   if (decode_budget > 0) {
     if (policy == PolicyKind::full) {
       throw_invalid("config", "decode_budget needs an evicting policy", "policy full",
-                    "snapkv|streaming|random|knorm|chunkkv|kvzip, or decode_budget 0");
+                    "snapkv|streaming|random|knorm|chunkkv|kvzip|kvzap, or decode_budget 0");
     }
     if (decode_interval == 0) {
       throw_invalid("config", "decode_interval must be positive", "0", ">= 1");
@@ -319,7 +323,11 @@ bool codec_routes_rows(CodecKind k) {
 
 bool policy_scores_rows(PolicyKind k) {
   return k == PolicyKind::snapkv || k == PolicyKind::knorm || k == PolicyKind::keydiff ||
-         k == PolicyKind::expected_attention || k == PolicyKind::kvzip;
+         k == PolicyKind::expected_attention || policy_takes_external_scores(k);
+}
+
+bool policy_takes_external_scores(PolicyKind k) {
+  return k == PolicyKind::kvzip || k == PolicyKind::kvzap;
 }
 
 PolicyKind parse_policy(std::string_view s) {

@@ -275,10 +275,12 @@ void LayerCache::end_prompt() {
     pending_window_ = 0;
     return;
   }
-  if (config_.policy == PolicyKind::kvzip && size() > config_.budget) {
-    throw_invalid(kComponent, "policy kvzip cannot score the prompt by itself",
-                  "end_prompt() with " + num(size()) + " rows over budget " + num(config_.budget),
-                  "compress_with_scores() with the reconstruction pass's scores");
+  if (policy_takes_external_scores(config_.policy) && size() > config_.budget) {
+    throw_invalid(
+        kComponent,
+        "policy " + std::string(to_string(config_.policy)) + " cannot score the prompt by itself",
+        "end_prompt() with " + num(size()) + " rows over budget " + num(config_.budget),
+        "compress_with_scores() with the reconstruction pass's scores");
   }
   prompt_open_ = false;
   if (config_.policy != PolicyKind::full && over_budget()) {

@@ -24,9 +24,9 @@ using layer_cache_checks::kComponent;
 }  // namespace
 
 void LayerCache::compress_with_scores(std::span<const float> scores) {
-  if (config_.policy != PolicyKind::kvzip) {
-    throw_invalid(kComponent, "compress_with_scores needs policy kvzip",
-                  "policy " + std::string(to_string(config_.policy)), "kvzip");
+  if (!policy_takes_external_scores(config_.policy)) {
+    throw_invalid(kComponent, "compress_with_scores needs a policy that takes external scores",
+                  "policy " + std::string(to_string(config_.policy)), "kvzip|kvzap");
   }
   if (!prompt_open_) {
     throw_invalid(kComponent, "compress_with_scores needs an open prompt", "prompt not open",

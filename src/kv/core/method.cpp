@@ -11,7 +11,7 @@ namespace snapkv {
 namespace {
 
 constexpr const char* kPolicyNames =
-    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, keydiff, "
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, kvzap, keydiff, "
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
@@ -59,6 +59,8 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
     config.query_source = QuerySource::keys;
   } else if (name == "kvzip") {
     config.policy = PolicyKind::kvzip;
+  } else if (name == "kvzap") {
+    config.policy = PolicyKind::kvzap;
   } else {
     return false;
   }

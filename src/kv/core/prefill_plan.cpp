@@ -9,7 +9,8 @@ PrefillPlan prefill_plan(const CacheConfig& config) {
   PrefillPlan plan;
   plan.window_rows = config.window;
   plan.window_queries = wants_window_queries(config);
-  plan.scoring_pass = config.policy == PolicyKind::kvzip;
+  plan.scoring_pass = policy_takes_external_scores(config.policy);
+  plan.learned_scores = config.policy == PolicyKind::kvzap;
   const bool decode_budget = config.decode_budget > 0;
   plan.decode_query_rows = decode_budget ? 1 : 0;
   if (decode_budget) plan.extend_chunk = config.decode_interval;

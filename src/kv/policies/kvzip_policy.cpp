@@ -3,7 +3,8 @@
 // LayerCache::compress_with_scores), pooled as configured. kv/ never runs the model: without
 // supplied scores (a decode-time re-selection, where only the recent queries exist) the policy
 // scores as snapkv does, with the window's queries or proxy keys. score() gives the same ranking
-// for head_allocation ada (ada-kvzip).
+// for head_allocation ada (ada-kvzip). Policy kvzap is the same selection over the scores of a
+// learned surrogate (model/kvzap.h), which predicts the same attention probabilities.
 #include "kv/policies/policies.h"
 #include "snapkv/kv/core/snapkv_score.h"
 
@@ -13,7 +14,7 @@ namespace {
 class KvzipPolicy final : public EvictionPolicy {
  public:
   explicit KvzipPolicy(const CacheConfig& config) : config_(config) {}
-  PolicyKind kind() const override { return PolicyKind::kvzip; }
+  PolicyKind kind() const override { return config_.policy; }
   SelectionResult select(const SelectionInput& in) override {
     SelectionResult result;
     result.scores = score(in);

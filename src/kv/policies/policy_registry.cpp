@@ -26,15 +26,17 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
     case PolicyKind::expected_attention:
       return make_expected_attention_policy(config);
     case PolicyKind::kvzip:
+    case PolicyKind::kvzap:
       return make_kvzip_policy(config);
   }
-  throw_invalid("policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
-                "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip");
+  throw_invalid(
+      "policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
+      "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzap");
 }
 
 std::vector<float> EvictionPolicy::score(const SelectionInput& /*in*/) {
   throw_invalid("policy", "this policy has no per-row scores", std::string(to_string(kind())),
-                "snapkv|knorm|keydiff|expected_attention|kvzip");
+                "snapkv|knorm|keydiff|expected_attention|kvzip|kvzap");
 }
 
 }  // namespace snapkv

@@ -22,6 +22,8 @@ enum class PolicyKind {
   expected_attention,  // Expected Attention: closed-form attention of modelled future queries
   kvzip,  // KVzip: per-row scores supplied from outside (the model's context-reconstruction pass,
           // LayerCache::compress_with_scores); needs chunk_mode end_of_prompt
+  kvzap,  // KVzap: per-row scores supplied from outside (a learned surrogate of kvzip's scores,
+          // computed by the model's scorer from the cached keys); needs chunk_mode end_of_prompt
 };
 
 // How the rows kept in one layer are shared among its KV heads (kv/core/allocation.h).
@@ -151,8 +153,8 @@ struct CacheConfig {
   size_t kernel = 11;        // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
   bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
                              // (applies to snapkv, chunkkv, knorm, random, keydiff,
-                             // expected_attention, kvzip). layer_allocation pyramid keeps the
-                             // window whatever this says: keeps_window() below.
+                             // expected_attention, kvzip, kvzap). layer_allocation pyramid keeps
+                             // the window whatever this says: keeps_window() below.
   bool causal = true;        // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
@@ -241,7 +243,10 @@ bool keeps_window(const CacheConfig& config);
 // True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention).
 bool policy_uses_queries(PolicyKind k);
 // True for the policies that score every row on its own, which head_allocation ada requires
-// (snapkv, knorm, keydiff, expected_attention, kvzip).
+// (snapkv, knorm, keydiff, expected_attention, kvzip, kvzap).
 bool policy_scores_rows(PolicyKind k);
+// True for the policies whose prompt is compressed with scores supplied from outside
+// (LayerCache::compress_with_scores): kvzip, kvzap.
+bool policy_takes_external_scores(PolicyKind k);
 
 }  // namespace snapkv

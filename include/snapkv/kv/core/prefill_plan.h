@@ -26,6 +26,9 @@ struct PrefillPlan {
   // Whether the prompt ends with a model-driven scoring pass whose per-row scores go to
   // LayerCache::compress_with_scores, instead of LayerCache::end_prompt().
   bool scoring_pass = false;
+  // With scoring_pass: the scores come from the model's learned scorer (policy kvzap, a few
+  // operations per cached row) rather than KVzip's context-reconstruction pass.
+  bool learned_scores = false;
   // Query rows each decode step hands to the cache (a decode-time budget re-selects with them).
   size_t decode_query_rows = 0;
   // Tokens per forward when a continuation is appended (extend); re-selection under a decode-time

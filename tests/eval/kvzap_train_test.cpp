@@ -1,0 +1,123 @@
+// KVzap's training (eval/kvzap_train.h) on the eval tests' tiny model: the data are the same bytes
+// for the same seed and differ for another, the prompts come from both sources at the asked
+// length, and the fit beats the best constant predictor on its own training rows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "eval/tiny_model.h"
+#include "snapkv/eval/kvzap_train.h"
+#include "snapkv/eval/tasks.h"
+#include "snapkv/gguf/fingerprint.h"
+
+namespace snapkv::eval {
+namespace {
+
+struct Fixture {
+  LlamaModel model = LlamaModel::load(test::tiny_model_path());
+  Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
+};
+
+const Fixture& fixture() {
+  static const Fixture f;
+  return f;
+}
+
+KvzapTrainOptions small(uint64_t seed) {
+  KvzapTrainOptions o;
+  o.seed = seed;
+  o.context_tokens = 1024;
+  o.samples_per_task = 1;
+  o.generic_prompts = 2;
+  o.prefill_chunk = 64;
+  return o;
+}
+
+std::vector<uint8_t> row_bytes(const KvzapTrainOptions& o) {
+  const Fixture& f = fixture();
+  const size_t n_features = kvzap_n_features(f.model.config().head_dim);
+  std::vector<uint8_t> out;
+  kvzap_training_rows(f.model, f.tokenizer, o,
+                      [&](size_t l, size_t h, const float* features, double target) {
+                        const auto put = [&](const void* p, size_t n) {
+                          const auto* b = static_cast<const uint8_t*>(p);
+                          out.insert(out.end(), b, b + n);
+                        };
+                        put(&l, sizeof l);
+                        put(&h, sizeof h);
+                        put(features, n_features * sizeof(float));
+                        put(&target, sizeof target);
+                      });
+  return out;
+}
+
+TEST(KvzapTrain, PromptsComeFromTheTasksAndGenericText) {
+  const auto prompts = kvzap_training_prompts(fixture().tokenizer, small(4));
+  ASSERT_EQ(prompts.size(), all_tasks().size() + 2);
+  for (const auto& p : prompts) {
+    EXPECT_LE(p.size(), 1024u);
+    EXPECT_GT(p.size(), 512u);
+    EXPECT_EQ(p.front(), 1);  // BOS
+  }
+  EXPECT_EQ(prompts.back().size(), 1024u);  // generic text fills the budget exactly
+  EXPECT_NE(prompts[prompts.size() - 1], prompts[prompts.size() - 2]);
+}
+
+TEST(KvzapTrain, SameSeedSameBytesOtherSeedOtherBytes) {
+  const std::vector<uint8_t> a = row_bytes(small(4)), b = row_bytes(small(4));
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, row_bytes(small(5)));
+}
+
+TEST(KvzapTrain, FitBeatsTheBestConstantOnItsRows) {
+  const Fixture& f = fixture();
+  const KvzapTrainOptions o = small(4);
+  const KvzapScorer s = train_kvzap(f.model, f.tokenizer, o);
+  EXPECT_EQ(s.fingerprint(), gguf::fingerprint(f.model.file()));
+  const KvzapDims d = s.dims();
+  std::vector<double> sum(d.n_layers * d.n_kv_heads), sum2(sum.size()), err(sum.size());
+  std::vector<size_t> n(sum.size());
+  kvzap_training_rows(f.model, f.tokenizer, o,
+                      [&](size_t l, size_t h, const float* features, double target) {
+                        const size_t i = l * d.n_kv_heads + h;
+                        const double e = s.predict(l, h, features) - target;
+                        sum[i] += target;
+                        sum2[i] += target * target;
+                        err[i] += e * e;
+                        ++n[i];
+                      });
+  for (size_t i = 0; i < sum.size(); ++i) {
+    ASSERT_GT(n[i], 0u);
+    const double mean = sum[i] / static_cast<double>(n[i]);
+    const double var = sum2[i] / static_cast<double>(n[i]) - mean * mean;
+    EXPECT_LT(err[i] / static_cast<double>(n[i]), var) << "layer/head " << i;
+  }
+  // The fitted scorer compresses a prompt through the engine.
+  LlamaModel model = LlamaModel::load(test::tiny_model_path());
+  model.set_kvzap(s);
+  CacheConfig c;
+  c.policy = PolicyKind::kvzap;
+  c.budget = 40;
+  LlamaSession session(model, c, SessionOptions{});
+  session.prefill(kvzap_training_prompts(f.tokenizer, o).front());
+  for (const LayerCache& cache : session.caches()) EXPECT_EQ(cache.size(), 40u);
+}
+
+TEST(KvzapTrain, RefusesBadOptions) {
+  const Fixture& f = fixture();
+  KvzapTrainOptions o = small(4);
+  o.context_tokens = 1025;  // past the model's 1024
+  EXPECT_THROW(train_kvzap(f.model, f.tokenizer, o), std::invalid_argument);
+  o = small(4);
+  o.samples_per_task = 0;
+  o.generic_prompts = 0;
+  EXPECT_THROW(train_kvzap(f.model, f.tokenizer, o), std::invalid_argument);
+  o = small(uint64_t{1} << 63);
+  EXPECT_THROW(train_kvzap(f.model, f.tokenizer, o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace snapkv::eval
