@@ -6,7 +6,7 @@
 // of KIVI extended to the corrections (kept rows keep their factors and sparse entries, nothing
 // is recomputed), and attention over the stored form: q.x' = q.D + (B q).a + sum q_c s_c, and
 // sum_r w_r x'_r = sum_r w_r D_r + B^T (sum_r w_r a_r) + sparse scatter, without a decoded copy.
-// Leaves out: the paper's outlier extraction before quantization (here, as the issue asks, the
+// Leaves out: the paper's outlier extraction before quantization (here the
 // sparse term holds the entries with the largest error left after D and L), and its streaming
 // buffer (the KIVI fp16 residual plays that role).
 //
