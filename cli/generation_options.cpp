@@ -1,7 +1,10 @@
 // The shared generation options (cli/generation_options.h).
 #include "generation_options.h"
 
+#include <cctype>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <map>
 
 #include "cache_options.h"
@@ -24,6 +27,15 @@ std::string number(double v) {
     if (s.back() == '.') s.pop_back();
   }
   return s;
+}
+
+// [[id, bias], ...]; a banned token's bias as the string "-inf" (JSON has no infinities).
+nlohmann::json logit_bias_json(const SamplerConfig& s) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [id, bias] : s.logit_bias) {
+    out.push_back({id, std::isinf(bias) ? nlohmann::json("-inf") : nlohmann::json(bias)});
+  }
+  return out;
 }
 
 }  // namespace
@@ -49,10 +61,41 @@ std::string unescape(const std::string& text) {
   return out;
 }
 
+std::pair<int32_t, float> parse_logit_bias(const std::string& text) {
+  const size_t sign = text.find_first_of("+-");
+  const auto fail = [&] {
+    throw_invalid("generation", "--logit-bias", "'" + text + "'",
+                  "TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1.5, 2-inf to ban token 2)");
+  };
+  if (sign == 0 || sign == std::string::npos || sign > 9) fail();
+  const std::string id = text.substr(0, sign);
+  if (id.find_first_not_of("0123456789") != std::string::npos) fail();
+  const std::string value = text.substr(sign + 1);
+  const float negative = text[sign] == '-' ? -1.0f : 1.0f;
+  if (value == "inf") {
+    if (negative > 0.0f) fail();  // +inf would make the token certain: not a bias
+    return {static_cast<int32_t>(std::stol(id)), -std::numeric_limits<float>::infinity()};
+  }
+  size_t used = 0;
+  float bias = 0.0f;
+  try {
+    bias = std::stof(value, &used);
+  } catch (const std::exception&) {
+    fail();
+  }
+  if (used != value.size() || value.empty() ||
+      !std::isdigit(static_cast<unsigned char>(value[0])) || !std::isfinite(bias)) {
+    fail();
+  }
+  return {static_cast<int32_t>(std::stol(id)), negative * bias};
+}
+
 GenerationConfig GenerationOptions::config() const {
   GenerationConfig g = parsed;
   g.stop.clear();
   for (const std::string& s : stop) g.stop.push_back(unescape(s));
+  g.sampler.logit_bias.clear();
+  for (const std::string& b : logit_bias) g.sampler.logit_bias.push_back(parse_logit_bias(b));
   g.context_limit = ctx_size;
   g.validate();
   return g;
@@ -83,6 +126,7 @@ nlohmann::json to_json(const GenerationConfig& g) {
           {"frequency_penalty", s.frequency_penalty},
           {"stop", g.stop},
           {"ignore_eos", g.ignore_eos},
+          {"logit_bias", logit_bias_json(s)},
           {"seed", s.seed},
           {"context_limit", g.context_limit}};
 }
@@ -135,7 +179,14 @@ void add_generation_options(CLI::App& app, GenerationOptions& o,
       ->type_name("TEXT")
       ->group(group);
   app.add_flag("--ignore-eos", o.parsed.ignore_eos,
-               "Do not stop at end-of-generation tokens (fixed-length output, benchmarks)")
+               "Ban end-of-generation tokens, as llama.cpp (fixed-length output, benchmarks)")
+      ->group(group);
+  app.add_option("--logit-bias,-l", o.logit_bias,
+                 "Add BIAS to a token's logit: TOKEN_ID+BIAS or TOKEN_ID-BIAS, repeatable "
+                 "(TOKEN_ID-inf bans the token)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("ID(+|-)BIAS")
       ->group(group);
   app.add_option("--seed,-s", s.seed, "Sampler seed (and the random policy's)")
       ->default_str(std::to_string(ds.seed))

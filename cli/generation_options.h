@@ -9,7 +9,8 @@
 //
 // Flags: --max-tokens/-n/--n-predict, --temperature/--temp, --top-k, --top-p, --min-p,
 // --repeat-penalty, --repeat-last-n, --ctx-size/-c, --presence-penalty, --frequency-penalty, --stop
-// TEXT (repeatable; \n \t \r \\ escapes are read as the characters), --ignore-eos, --seed/-s, and
+// TEXT (repeatable; \n \t \r \\ escapes are read as the characters), --ignore-eos,
+// --logit-bias/-l ID(+|-)BIAS (repeatable; ID-inf bans a token), --seed/-s, and
 // the hidden --print-generation-config that prints the parsed GenerationConfig as JSON and exits
 // (tests compare aliases with their long forms through it).
 // Leaves out: log-probabilities (the server's), the cache options (cli/cache_options.h).
@@ -17,8 +18,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "snapkv/model/generation.h"
@@ -26,9 +29,10 @@
 namespace snapkv::cli {
 
 struct GenerationOptions {
-  GenerationConfig parsed;        // the flags land here
-  std::vector<std::string> stop;  // as typed (escapes not yet read)
-  size_t ctx_size = 0;            // --ctx-size/-c: 0 = the model's context_length
+  GenerationConfig parsed;              // the flags land here
+  std::vector<std::string> stop;        // as typed (escapes not yet read)
+  std::vector<std::string> logit_bias;  // as typed: ID+BIAS, ID-BIAS or ID-inf
+  size_t ctx_size = 0;                  // --ctx-size/-c: 0 = the model's context_length
   bool print_config = false;
 
   // The GenerationConfig the flags describe; throws std::invalid_argument "[generation] ..." or
@@ -43,6 +47,10 @@ struct GenerationOptions {
 // says what one generation is ("Tokens to generate", "Tokens per answer").
 void add_generation_options(CLI::App& app, GenerationOptions& o,
                             const std::string& max_tokens_help = "Tokens to generate");
+
+// llama.cpp's logit bias spelling: "15043+1.5", "15043-1", "2-inf" -> (id, bias). Throws
+// std::invalid_argument "[generation] ..." naming the text otherwise.
+std::pair<int32_t, float> parse_logit_bias(const std::string& text);
 
 // "\\n" -> newline, "\\t" -> tab, "\\r", "\\\\" -> backslash; any other backslash is kept.
 std::string unescape(const std::string& text);

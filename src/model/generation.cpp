@@ -101,12 +101,28 @@ GeneratedToken token_logprobs(std::span<const float> logits, int32_t id, size_t 
   return t;
 }
 
+namespace {
+
+// The sampler's settings; ignore_eos bans every end-of-generation token (a -inf bias), as
+// llama.cpp's --ignore-eos does, so the text never holds one.
+SamplerConfig sampler_config(const GenerationConfig& config, const Tokenizer& tokenizer) {
+  SamplerConfig s = config.sampler;
+  if (config.ignore_eos) {
+    for (TokenId id : tokenizer.eog_ids()) {
+      s.logit_bias.emplace_back(id, -std::numeric_limits<float>::infinity());
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
 Generator::Generator(const Tokenizer& tokenizer, const GenerationConfig& config, size_t model_ctx,
                      std::span<const int32_t> history, PieceCallback on_piece)
     : tokenizer_(&tokenizer),
       config_(config),
       on_piece_(std::move(on_piece)),
-      sampler_((config.validate(), config.sampler)),
+      sampler_((config.validate(), sampler_config(config, tokenizer))),
       n_ctx_(config.context_limit == 0 ? model_ctx : std::min(model_ctx, config.context_limit)),
       seen_(history.begin(), history.end()) {
   for (const std::string& s : config_.stop) longest_stop_ = std::max(longest_stop_, s.size());

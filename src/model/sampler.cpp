@@ -57,6 +57,16 @@ void SamplerConfig::validate() const {
     throw_invalid(kComponent, "frequency_penalty out of range", std::to_string(frequency_penalty),
                   "-2 <= frequency_penalty <= 2");
   }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) {
+      throw_invalid(kComponent, "logit_bias token id is negative", std::to_string(id),
+                    "a token id >= 0");
+    }
+    if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity()) {
+      throw_invalid(kComponent, "logit_bias of token " + std::to_string(id) + " is not a number",
+                    std::to_string(bias), "a finite bias, or -inf to ban the token");
+    }
+  }
 }
 
 bool SamplerConfig::penalizes() const {
@@ -168,6 +178,18 @@ void Sampler::reseed(uint64_t seed) {
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   std::vector<float> adjusted;
+  if (!config_.logit_bias.empty()) {
+    check_logits(logits);
+    adjusted.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : config_.logit_bias) {
+      if (static_cast<size_t>(id) >= adjusted.size()) {
+        throw_invalid(kComponent, "logit_bias names a token outside the vocabulary",
+                      std::to_string(id), "an id < n_vocab = " + std::to_string(adjusted.size()));
+      }
+      adjusted[static_cast<size_t>(id)] += bias;
+    }
+    logits = adjusted;
+  }
   if (config_.penalizes() && !history.empty()) {
     check_logits(logits);
     adjusted = penalized(logits, history, config_);

@@ -261,8 +261,15 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     for (const Job& j : run->jobs) longest = std::max(longest, j.tokens.size());
     run->config = make_config(r.cache, longest, run->method);
   }
+  for (const auto& [token, bias] : r.sampler.logit_bias) {
+    if (static_cast<size_t>(token) >= tokenizer.n_vocab()) {
+      bad_request("field 'logit_bias' names token " + std::to_string(token) +
+                  ", outside the vocabulary of " + std::to_string(tokenizer.n_vocab()));
+    }
+  }
   run->generation.sampler = r.sampler;
   run->generation.stop = r.stop;
+  run->generation.ignore_eos = r.ignore_eos;
   run->generation.top_logprobs = r.top_logprobs;
   try {
     run->generation.validate();

@@ -220,18 +220,46 @@ void check_unsupported(const json& j) {
   }
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}; llama-server's false bans the token.
+// Ids are checked against the vocabulary where the request is run.
+std::vector<std::pair<int32_t, float>> get_logit_bias(const json& j) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (!given(j, "logit_bias")) return out;
+  const json& m = j["logit_bias"];
+  if (!m.is_object()) bad("field 'logit_bias' must be an object of token id -> bias");
+  for (const auto& [key, value] : m.items()) {
+    const bool digits =
+        !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) bad("field 'logit_bias' has key '" + key + "', expected a token id (0-999999999)");
+    const auto id = static_cast<int32_t>(std::stol(key));
+    if (value.is_boolean() && !value.get<bool>()) {
+      out.emplace_back(id, -std::numeric_limits<float>::infinity());
+      continue;
+    }
+    if (!value.is_number()) {
+      bad("field 'logit_bias' of token " + key + " must be a number in [-100, 100] or false");
+    }
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      bad("field 'logit_bias' of token " + key + " must be in [-100, 100]");
+    }
+    out.emplace_back(id, static_cast<float>(bias));
+  }
+  return out;
+}
+
 }  // namespace
 
 CompletionRequest parse_completion(const std::string& body, bool chat) {
   const json j = parse_object(body);
-  std::set<std::string> allowed = {// OpenAI, both routes
-                                   "model", "frequency_penalty", "logit_bias", "logprobs",
-                                   "max_tokens", "n", "presence_penalty", "seed", "stop", "stream",
-                                   "stream_options", "temperature", "top_p", "user",
-                                   // llama-server's sampling extensions
-                                   "top_k", "min_p", "repeat_penalty", "repeat_last_n",
-                                   // this server's compressed caches
-                                   "cache_id", "method", "keep", "budget", "codec"};
+  std::set<std::string> allowed = {
+      // OpenAI, both routes
+      "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
+      "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user",
+      // llama-server's sampling extensions
+      "top_k", "min_p", "repeat_penalty", "repeat_last_n", "ignore_eos",
+      // this server's compressed caches
+      "cache_id", "method", "keep", "budget", "codec"};
   if (chat) {
     for (const char* k : {"messages",
                           "audio",
@@ -302,12 +330,14 @@ CompletionRequest parse_completion(const std::string& body, bool chat) {
     s.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>()
                                             : static_cast<uint64_t>(j["seed"].get<int64_t>());
   }
+  s.logit_bias = get_logit_bias(j);
   try {
     s.validate();
   } catch (const std::invalid_argument& e) {
     bad(e.what());
   }
   r.stop = get_stop(j);
+  r.ignore_eos = get_bool(j, "ignore_eos");
   if (chat) {
     const bool logprobs = get_bool(j, "logprobs");
     const std::optional<size_t> top = get_count(j, "top_logprobs");

@@ -73,11 +73,12 @@ struct CompletionRequest {
   size_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  SamplerConfig sampler;       // temperature, top_p, top_k, min_p, penalties, seed
+  SamplerConfig sampler;       // temperature, top_p, top_k, min_p, penalties, seed, logit_bias
   std::vector<std::string> stop;
-  int top_logprobs = -1;  // -1: no logprobs; chat: logprobs + top_logprobs; completions: logprobs
-  bool echo = false;      // completions: the prompt text before the completion
-  std::string cache_id;   // present but empty: refused
+  bool ignore_eos = false;  // llama-server's field: end-of-generation tokens banned
+  int top_logprobs = -1;    // -1: no logprobs; chat: logprobs + top_logprobs; completions: logprobs
+  bool echo = false;        // completions: the prompt text before the completion
+  std::string cache_id;     // present but empty: refused
   CacheOptions cache;
 };
 

@@ -50,6 +50,7 @@ TEST(GenerationOptionsCli, EveryCommandStartsFromTheSharedDefaults) {
     EXPECT_EQ(j["frequency_penalty"], d.sampler.frequency_penalty);
     EXPECT_EQ(j["stop"], json::array());
     EXPECT_EQ(j["ignore_eos"], false);
+    EXPECT_EQ(j["logit_bias"], json::array());
     EXPECT_EQ(j["seed"], d.sampler.seed);
     EXPECT_EQ(j["context_limit"], 0);
   }
@@ -75,6 +76,10 @@ TEST(GenerationOptionsCli, EachAliasParsesToItsLongForm) {
       {"--frequency-penalty -0.5", "--frequency-penalty=-0.5", "frequency_penalty", -0.5},
       {"--top-p 0.75", "--top-p=0.75", "top_p", 0.75},
       {"--ignore-eos", "--ignore-eos", "ignore_eos", true},
+      // llama.cpp's spelling: ID+BIAS, ID-BIAS, ID-inf (a ban), repeatable.
+      {"--logit-bias 15+1.5 --logit-bias 2-inf --logit-bias 7-0.25", "-l 15+1.5 -l 2-inf -l 7-0.25",
+       "logit_bias",
+       json::array({json::array({15, 1.5}), json::array({2, "-inf"}), json::array({7, -0.25})})},
       // Repeatable, escapes read: '\n' is a newline.
       {"--stop '\\n' --stop END", "--stop='\\n' --stop=END", "stop", json::array({"\n", "END"})},
   };
@@ -91,6 +96,12 @@ TEST(GenerationOptionsCli, EachAliasParsesToItsLongForm) {
   const CliResult bad = run_cli("run --model unused.gguf --prompt x --top-p 0", dir);
   EXPECT_EQ(bad.rc, 2) << bad.err;
   EXPECT_NE(bad.err.find("top_p"), std::string::npos) << bad.err;
+  for (const char* b : {"15", "+1", "x+1", "15+", "15+inf", "15+1e", "15*2", "15+-1", "15+nan"}) {
+    const CliResult bad_bias =
+        run_cli(std::string("run --model unused.gguf --prompt x -l '") + b + "'", dir);
+    EXPECT_EQ(bad_bias.rc, 2) << b << ": " << bad_bias.err;
+    EXPECT_NE(bad_bias.err.find("--logit-bias"), std::string::npos) << b << ": " << bad_bias.err;
+  }
   const CliResult empty_stop = run_cli("ask --model u --cache u --question x --stop ''", dir);
   EXPECT_EQ(empty_stop.rc, 2) << empty_stop.err;
   EXPECT_NE(empty_stop.err.find("--stop: an empty value"), std::string::npos) << empty_stop.err;

@@ -209,6 +209,37 @@ TEST(Generation, InterleavedGeneratorsEqualGenerateAlone) {
   EXPECT_EQ(alone[1].details.size(), 9u);
 }
 
+// A bias of +100 on the end token makes the tiny model end at once; ignore_eos bans it instead,
+// so the same request runs to max_tokens and no end token is generated.
+TEST(Generation, IgnoreEosBansEndTokensEvenWhenTheyWin) {
+  const Tokenizer& tok = fixture().tokenizer;
+  ASSERT_FALSE(tok.eog_ids().empty());
+  GenerationConfig g;
+  g.max_tokens = 12;
+  for (int32_t id : tok.eog_ids()) g.sampler.logit_bias.emplace_back(id, 100.0f);
+  const GenerationResult ends = run(g);
+  EXPECT_EQ(ends.finish, FinishReason::stop);
+  EXPECT_TRUE(ends.tokens.empty());
+  EXPECT_TRUE(tok.is_eog(ends.end_token));
+
+  g.ignore_eos = true;
+  const GenerationResult runs = run(g);
+  EXPECT_EQ(runs.finish, FinishReason::length);
+  ASSERT_EQ(runs.tokens.size(), 12u);
+  for (int32_t t : runs.tokens) EXPECT_FALSE(tok.is_eog(t)) << t;
+  // Banning the end tokens changes nothing else: without the bias the greedy text is the same
+  // as long as the model did not want to end.
+  GenerationConfig plain;
+  plain.max_tokens = 12;
+  plain.ignore_eos = true;
+  const GenerationResult unbiased = run(plain);
+  const std::vector<int32_t> reference = greedy_by_hand(12);
+  if (reference.size() == 12) {
+    EXPECT_EQ(unbiased.tokens, reference);
+  }
+  EXPECT_EQ(runs.tokens, unbiased.tokens);
+}
+
 TEST(Generation, RejectsBadConfigs) {
   GenerationConfig g;
   g.max_tokens = 0;

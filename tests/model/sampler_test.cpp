@@ -92,6 +92,47 @@ TEST(Sampler, TemperatureZeroIsGreedyWhateverTheSeed) {
   EXPECT_THROW(s.sample(std::vector<float>{0, kNaN}), std::invalid_argument);
 }
 
+TEST(SamplerLogitBias, AddsBeforeTheChoiceAndMinusInfinityBans) {
+  const std::vector<float> logits = {0.1f, 2.0f, 1.5f, -1.0f};
+  SamplerConfig c{0.0f, 1.0f, 0};
+  c.logit_bias = {{1, -1.0f}};  // 2.0 - 1.0 = 1.0 < 1.5
+  EXPECT_EQ(Sampler(c).sample(logits), 2);
+  c.logit_bias = {{1, -kInf}, {2, -kInf}};
+  EXPECT_EQ(Sampler(c).sample(logits), 0);
+  c.logit_bias = {{3, 1.0f}, {3, 2.5f}};  // an id given twice adds both: -1 + 3.5 = 2.5
+  EXPECT_EQ(Sampler(c).sample(logits), 3);
+  // Sampled: a banned token is never drawn, whatever the seed.
+  c = SamplerConfig{1.0f, 1.0f, 0};
+  c.logit_bias = {{1, -kInf}};
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    c.seed = seed;
+    EXPECT_NE(Sampler(c).sample(logits), 1);
+  }
+  // The bias applies before the penalties: a banned token stays banned under a negative penalty.
+  c = SamplerConfig{0.0f, 1.0f, 0};
+  c.presence_penalty = -2.0f;
+  c.logit_bias = {{1, -kInf}};
+  const std::vector<int32_t> history = {1, 1, 1};
+  EXPECT_EQ(Sampler(c).sample(logits, history), 2);
+}
+
+TEST(SamplerLogitBias, BadEntriesAreRefusedByName) {
+  SamplerConfig c;
+  c.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(invalid_message([&] { Sampler s(c); }).find("logit_bias token id is negative"),
+            std::string::npos);
+  c.logit_bias = {{0, kNaN}};
+  EXPECT_NE(invalid_message([&] { Sampler s(c); }).find("not a number"), std::string::npos);
+  c.logit_bias = {{0, kInf}};
+  EXPECT_NE(invalid_message([&] { Sampler s(c); }).find("-inf to ban"), std::string::npos);
+  c.logit_bias = {{4, 1.0f}};
+  Sampler s(c);
+  EXPECT_NE(invalid_message([&] {
+              s.sample(std::vector<float>{0, 1, 2, 3});
+            }).find("outside the vocabulary, got 4, expected an id < n_vocab = 4"),
+            std::string::npos);
+}
+
 TEST(SamplerNucleus, TruncatesToTheShortestPrefixReachingTopP) {
   // p = 1/2, 1/4, 1/8, 1/16, 1/16: ids 3 and 4 tie (lower id first).
   const std::vector<double> p = {0.0625, 0.5, 0.125, 0.25, 0.0625};

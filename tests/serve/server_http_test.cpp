@@ -22,6 +22,7 @@
 #include "model/chat_model_util.h"
 #include "serve/running_server.h"
 #include "snapkv/gguf/gguf.h"
+#include "snapkv/model/sampler.h"
 
 namespace snapkv::serve {
 namespace {
@@ -124,6 +125,53 @@ TEST(ServeHttp, PromptTokensAddBosOnlyWhereTheVocabularySaysSo) {
   const json d = post(c, "/detokenize", {{"tokens", plain}});
   EXPECT_EQ(d["content"], text);
   post(c, "/detokenize", {{"tokens", {1u << 30}}}, 400);
+}
+
+// logit_bias and ignore_eos through the server: a +100 bias on the end token ends the answer at
+// once ("stop", no tokens); ignore_eos bans it, so the same request runs to max_tokens; a -100
+// bias moves the greedy first token; bad maps are 400s naming the field.
+TEST(ServeHttp, LogitBiasAndIgnoreEos) {
+  Running server(ServerOptions{});
+  httplib::Client c = server.client();
+  const std::string eos = std::to_string(tiny_model().tokenizer.eos());
+  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 6}};
+  json ends = base;
+  ends["logit_bias"] = {{eos, 100}};
+  const json r1 = post(c, "/v1/completions", ends);
+  EXPECT_EQ(r1["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r1["usage"]["completion_tokens"], 0);
+  json runs = ends;
+  runs["ignore_eos"] = true;
+  const json r2 = post(c, "/v1/completions", runs);
+  EXPECT_EQ(r2["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r2["usage"]["completion_tokens"], 6);
+
+  // The greedy first token, from the library on the full cache; the server is asked the same.
+  LlamaSession session(tiny_model().model, CacheConfig{});
+  const int32_t first =
+      argmax(session.prefill(tiny_model().tokenizer.encode("Once upon a time", true)));
+  json one = base;
+  one["max_tokens"] = 1;
+  one["method"] = "full";
+  const json plain = post(c, "/v1/completions", one);
+  EXPECT_EQ(plain["choices"][0]["text"], tiny_model().tokenizer.token_to_piece(first));
+  json moved = one;
+  moved["logit_bias"] = {{std::to_string(first), -100}};
+  EXPECT_NE(post(c, "/v1/completions", moved)["choices"][0]["text"], plain["choices"][0]["text"]);
+  moved["logit_bias"] = {{std::to_string(first), false}};  // llama-server's ban
+  EXPECT_NE(post(c, "/v1/completions", moved)["choices"][0]["text"], plain["choices"][0]["text"]);
+
+  for (const json& bad :
+       {json{{"x", 1}}, json{{"-1", 1}}, json{{"1", 101}}, json{{"1", "a"}}, json{{"1", true}},
+        json(5), json{{std::to_string(tiny_model().tokenizer.n_vocab()), 1}}}) {
+    json b = base;
+    b["logit_bias"] = bad;
+    const json e = post(c, "/v1/completions", b, 400);
+    EXPECT_NE(e.dump().find("logit_bias"), std::string::npos) << bad.dump();
+  }
+  json b = base;
+  b["ignore_eos"] = "yes";
+  post(c, "/v1/completions", b, 400);
 }
 
 TEST(ServeHttp, EightConcurrentClientsAllServedThroughTheQueue) {

@@ -12,10 +12,11 @@
 // Promises:
 //  - Each step samples one token from the last logits (Sampler, model/sampler.h, with the history
 //    prompt + generated for its penalties), then: an end-of-generation token (Tokenizer::is_eog)
-//    ends with FinishReason::stop unless ignore_eos (then it is kept and decoded like any token);
-//    otherwise the token is kept, its text appended, and the session decodes it only when another
-//    token will be sampled (max_tokens not reached, context not full, no stop string seen), so a
-//    run of n tokens costs n - 1 decode steps.
+//    ends with FinishReason::stop; ignore_eos bans those tokens from sampling instead (as
+//    llama.cpp's --ignore-eos does), so generation runs to a stop string, max_tokens or the
+//    context; otherwise the token is kept, its text appended, and the session decodes it only when
+//    another token will be sampled (max_tokens not reached, context not full, no stop string seen),
+//    so a run of n tokens costs n - 1 decode steps.
 //  - Stop strings: generation ends as soon as the text holds one of `stop` (FinishReason::stop);
 //    the text is cut before the earliest match and the token that completed it is the last of
 //    `tokens`. Text that could still be the start of a stop string is held back from on_piece until
@@ -92,7 +93,7 @@ struct GenerationPiece {
 };
 
 struct GenerationResult {
-  std::vector<int32_t> tokens;          // [n] generated (an end token excluded unless ignore_eos)
+  std::vector<int32_t> tokens;          // [n] generated (an end token excluded)
   std::vector<GeneratedToken> details;  // [n] with top_logprobs >= 0, else empty
   std::string text;                     // the pieces joined, cut before a stop string
   FinishReason finish = FinishReason::length;

@@ -1,11 +1,15 @@
 // Next-token sampling from a logit vector: greedy, or temperature + top-k + top-p (nucleus) +
-// min-p with a seed, after repetition / presence / frequency penalties over the recent tokens.
+// min-p with a seed, after a logit bias and repetition / presence / frequency penalties over the
+// recent tokens.
 //
 // Promises:
+//  - The logit bias comes first: each (id, bias) pair adds bias to logit id (-inf bans the token;
+//    an id given twice adds both). An id outside the logits is std::invalid_argument at sample
+//    time.
 //  - Penalties come first and only over the last repeat_last_n tokens of the history passed to
 //    sample() (each distinct token once): a logit l becomes l / repeat_penalty when l > 0, else
 //    l * repeat_penalty; then l -= frequency_penalty * count + presence_penalty * (count > 0).
-//    With repeat_penalty 1 and both others 0 the logits are used as given (no copy).
+//    With no bias, repeat_penalty 1 and both others 0 the logits are used as given (no copy).
 //  - temperature == 0 is greedy: the arg-max (penalised) logit, ties to the lowest id; no random
 //    draw is made. top_k, top_p and min_p do not change a greedy choice.
 //  - temperature > 0: p_i = softmax(logits / temperature)_i computed in double; the candidates are
@@ -18,17 +22,19 @@
 //    specified by the C++ standard / this comment, so a seed gives the same tokens on every
 //    platform and run. Exactly one 64-bit draw is consumed per non-greedy sample.
 //  - Validation: temperature < 0 or non-finite, top_p outside (0, 1], min_p outside [0, 1],
-//    repeat_penalty not finite and > 0, presence / frequency penalties outside [-2, 2] ->
+//    repeat_penalty not finite and > 0, presence / frequency penalties outside [-2, 2], a bias
+//    id < 0, a NaN or +inf bias ->
 //    std::invalid_argument at construction; an empty logit vector or a NaN logit ->
 //    std::invalid_argument at sample time. +inf logits are allowed (they share all the mass);
 //    -inf logits get probability 0.
 //
-// Leaves out: grammar constraints, logit bias, typical / mirostat sampling.
+// Leaves out: grammar constraints, typical / mirostat sampling.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace snapkv {
@@ -43,6 +49,8 @@ struct SamplerConfig {
   size_t repeat_last_n = 64;       // history window of all three penalties (0 = none)
   float presence_penalty = 0.0f;   // [-2, 2]
   float frequency_penalty = 0.0f;  // [-2, 2]
+  // Added to the logits before everything else: (token id, bias); -inf bans the token.
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
 
   // True when a penalty changes logits.
   bool penalizes() const;

@@ -143,6 +143,8 @@ class Tokenizer {
   // End of generation: eos, and the tokens llama.cpp recognises by their text ("<|eot_id|>",
   // "<|im_end|>", "<|endoftext|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<EOT>").
   bool is_eog(TokenId id) const;
+  // Every end-of-generation id, sorted.
+  const std::vector<TokenId>& eog_ids() const { return eog_ids_; }
 
   // Id of a piece (exact text, spaces as U+2581), or -1 when the vocabulary has no such piece.
   TokenId find(std::string_view piece) const;
