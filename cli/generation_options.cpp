@@ -38,6 +38,16 @@ nlohmann::json logit_bias_json(const SamplerConfig& s) {
   return out;
 }
 
+// An option that may be given many times, one value each, all kept in order.
+void add_repeatable(CLI::App& app, const std::string& names, std::vector<std::string>& into,
+                    const std::string& help, const std::string& type, const std::string& group) {
+  app.add_option(names, into, help)
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name(type)
+      ->group(group);
+}
+
 }  // namespace
 
 std::string unescape(const std::string& text) {
@@ -171,23 +181,17 @@ void add_generation_options(CLI::App& app, GenerationOptions& o,
                  "Subtracted per recent occurrence, in [-2, 2]")
       ->default_str(number(ds.frequency_penalty))
       ->group(group);
-  app.add_option("--stop", o.stop,
+  add_repeatable(app, "--stop", o.stop,
                  "Stop when the text holds this string (repeatable; \\n \\t \\r \\\\ escapes; "
-                 "the text ends before it)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("TEXT")
-      ->group(group);
+                 "the text ends before it)",
+                 "TEXT", group);
   app.add_flag("--ignore-eos", o.parsed.ignore_eos,
                "Ban end-of-generation tokens, as llama.cpp (fixed-length output, benchmarks)")
       ->group(group);
-  app.add_option("--logit-bias,-l", o.logit_bias,
+  add_repeatable(app, "--logit-bias,-l", o.logit_bias,
                  "Add BIAS to a token's logit: TOKEN_ID+BIAS or TOKEN_ID-BIAS, repeatable "
-                 "(TOKEN_ID-inf bans the token)")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("ID(+|-)BIAS")
-      ->group(group);
+                 "(TOKEN_ID-inf bans the token)",
+                 "ID(+|-)BIAS", group);
   app.add_option("--seed,-s", s.seed, "Sampler seed (and the random policy's)")
       ->default_str(std::to_string(ds.seed))
       ->group(group);
