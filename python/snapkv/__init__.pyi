@@ -106,6 +106,7 @@ class Model:
                  repeat_last_n: int = 64, presence_penalty: float = 0.0,
                  frequency_penalty: float = 0.0, seed: int = 0,
                  stop: Optional[List[str]] = None, ignore_eos: bool = False,
+                 logit_bias: Optional[Dict[int, float]] = None,
                  top_logprobs: int = -1, stream: bool = False,
                  prefill_chunk: int = 512) -> Union[Completion, Stream]: ...
     def chat(self, messages: List[Dict[str, str]], cache: Optional[Config] = None,
@@ -113,7 +114,8 @@ class Model:
              top_k: int = 0, min_p: float = 0.0, repeat_penalty: float = 1.0,
              repeat_last_n: int = 64, presence_penalty: float = 0.0,
              frequency_penalty: float = 0.0, seed: int = 0, stop: Optional[List[str]] = None,
-             ignore_eos: bool = False, top_logprobs: int = -1, stream: bool = False,
+             ignore_eos: bool = False, logit_bias: Optional[Dict[int, float]] = None,
+             top_logprobs: int = -1, stream: bool = False,
              prefill_chunk: int = 512) -> Union[Completion, Stream]: ...
     def compress(self, document: str, cache: Optional[Config] = None,
                  prefill_chunk: int = 512) -> Doc: ...

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "common.h"
+#include "model_handle.h"
 #include "snapkv/model/chat_template.h"
 #include "snapkv/model/generation.h"
 #include "snapkv/model/kvzip.h"
@@ -41,100 +43,6 @@ namespace snapkv::python {
 namespace {
 
 constexpr std::string_view kComponent = "python";
-
-struct ModelHandle {
-  std::string path;
-  LlamaModel model;
-  Tokenizer tokenizer;
-  ModelHandle(std::string p, LlamaModel m)
-      : path(std::move(p)), model(std::move(m)), tokenizer(Tokenizer::from_gguf(model.file())) {}
-};
-using ModelPtr = std::shared_ptr<const ModelHandle>;
-
-py::str text(const std::string& s) {
-  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<ssize_t>(s.size()), "replace");
-  if (o == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(o);
-}
-
-// Bytes of s that end on a complete UTF-8 sequence (a trailing partial sequence held back).
-size_t utf8_complete(const std::string& s) {
-  size_t n = s.size();
-  for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    const auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
-    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return need > back ? n - back : n;
-  }
-  return n;
-}
-
-void set_threads(int threads) {
-  const int max =
-      std::min(256, 4 * std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
-  if (threads < 0 || threads > max) {
-    throw_invalid(kComponent, "threads out of range", std::to_string(threads),
-                  "0 (all cores) .. " + std::to_string(max));
-  }
-  set_num_threads(threads);
-  set_blas_threads(1);  // one pool: ours (ops/gemm.h)
-}
-
-SessionOptions session_options(const ModelHandle& m, size_t prefill_chunk) {
-  if (prefill_chunk == 0) throw_invalid(kComponent, "prefill_chunk", "0", ">= 1 tokens");
-  return SessionOptions{prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(m.tokenizer)}};
-}
-
-std::vector<int32_t> check_prompt(const ModelHandle& m, std::vector<int32_t> tokens);
-
-std::vector<int32_t> prompt_tokens(const ModelHandle& m, const py::handle& prompt) {
-  std::vector<int32_t> tokens;
-  if (py::isinstance<py::str>(prompt)) {
-    const std::string t = prompt.cast<std::string>();
-    if (t.empty()) throw_invalid(kComponent, "empty prompt", "''", "a non-empty str");
-    tokens = m.tokenizer.encode(t);
-  } else {
-    try {
-      tokens = prompt.cast<std::vector<int32_t>>();
-    } catch (const py::cast_error&) {
-      throw_invalid(kComponent, "prompt",
-                    py::str(py::type::of(prompt).attr("__name__")).cast<std::string>(),
-                    "a str or a list of token ids");
-    }
-    for (int32_t t : tokens) {
-      if (t < 0 || static_cast<size_t>(t) >= m.tokenizer.n_vocab()) {
-        throw_invalid(kComponent, "prompt token id", std::to_string(t),
-                      "in [0, " + num(m.tokenizer.n_vocab()) + ")");
-      }
-    }
-  }
-  return check_prompt(m, std::move(tokens));
-}
-
-std::vector<int32_t> check_prompt(const ModelHandle& m, std::vector<int32_t> tokens) {
-  if (tokens.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
-  const LlamaConfig& mc = m.model.config();
-  if (tokens.size() > mc.n_ctx) {
-    throw_invalid(kComponent, "prompt longer than the model's context",
-                  num(tokens.size()) + " tokens",
-                  "<= " + std::string(mc.arch_name()) + ".context_length = " + num(mc.n_ctx));
-  }
-  return tokens;
-}
-
-CacheConfig cache_config(const py::handle& cache, size_t tokens, uint64_t seed) {
-  if (cache.is_none()) {  // the shared defaults (model/generation.h)
-    return CacheBuilder(std::string(kDefaultMethod), kDefaultKeep, {}, py::dict())
-        .config_for(tokens);
-  }
-  CacheConfig c = config_from(cache, tokens, "cache");
-  // The sampler's seed seeds the random policy too (as `snapkv run --seed`), unless the builder
-  // names its own.
-  if (py::isinstance<CacheBuilder>(cache) && !cache.cast<const CacheBuilder&>().gave("seed")) {
-    c.seed = seed;
-  }
-  return c;
-}
 
 // One generation: the prefill, then the library's one decode loop (model/generation.h).
 class Generation {
@@ -396,16 +304,18 @@ auto generation_entry(std::vector<int32_t> (*tokens_of)(const ModelHandle&, cons
                      size_t top_k, float min_p, float repeat_penalty, size_t repeat_last_n,
                      float presence_penalty, float frequency_penalty, uint64_t seed,
                      std::optional<std::vector<std::string>> stop, bool ignore_eos,
-                     int top_logprobs, bool stream, size_t prefill_chunk) {
-    const SamplerConfig sc{temperature,
-                           top_p,
-                           seed,
-                           top_k,
-                           min_p,
-                           repeat_penalty,
-                           repeat_last_n,
-                           presence_penalty,
-                           frequency_penalty};
+                     const std::optional<std::map<int32_t, float>>& logit_bias, int top_logprobs,
+                     bool stream, size_t prefill_chunk) {
+    SamplerConfig sc{temperature,
+                     top_p,
+                     seed,
+                     top_k,
+                     min_p,
+                     repeat_penalty,
+                     repeat_last_n,
+                     presence_penalty,
+                     frequency_penalty};
+    if (logit_bias) sc.logit_bias.assign(logit_bias->begin(), logit_bias->end());
     return run(h, tokens_of(*h, prompt), cache,
                {max_tokens, sc, std::move(stop), ignore_eos, top_logprobs, stream, prefill_chunk});
   };
@@ -424,7 +334,7 @@ auto generation_entry(std::vector<int32_t> (*tokens_of)(const ModelHandle&, cons
   py::arg("presence_penalty") = SamplerConfig{}.presence_penalty,                                 \
   py::arg("frequency_penalty") = SamplerConfig{}.frequency_penalty,                               \
   py::arg("seed") = SamplerConfig{}.seed, py::arg("stop") = py::none(),                           \
-  py::arg("ignore_eos") = GenerationConfig{}.ignore_eos,                                          \
+  py::arg("ignore_eos") = GenerationConfig{}.ignore_eos, py::arg("logit_bias") = py::none(),      \
   py::arg("top_logprobs") = GenerationConfig{}.top_logprobs, py::arg("stream") = false,           \
   py::arg("prefill_chunk") = SessionOptions{}.prefill_chunk
 
@@ -498,10 +408,12 @@ void register_model(py::module_& m) {
       .def("generate", generation_entry(&prompt_tokens), py::arg("prompt"), GENERATION_ARGS,
            "Generates from prompt (a str, tokenized with BOS as `snapkv run` does, or token ids)\n"
            "with caches from cache (a snapkv.builder(...); None: the shared default, snapkv at\n"
-           "keep 0.2). Stops at an end-of-generation token (unless ignore_eos), after max_tokens,\n"
+           "keep 0.2). Stops at an end-of-generation token (ignore_eos bans them), after "
+           "max_tokens,\n"
            "at the first of the stop strings (cut before it) or at the model's context. Sampling:\n"
-           "temperature 0 = greedy; top_p, top_k, min_p, repeat/presence/frequency penalties over\n"
-           "the last repeat_last_n tokens; seed also seeds the random policy unless the builder\n"
+           "temperature 0 = greedy; logit_bias {token id: bias} added first (-inf bans); top_p,\n"
+           "top_k, min_p, repeat/presence/frequency penalties over the last repeat_last_n tokens; "
+           "seed also seeds the random policy unless the builder\n"
            "sets one. Returns a Completion, or with stream=True a Stream yielding str pieces.\n"
            "Ctrl-C stops a non-streaming call between tokens (KeyboardInterrupt).")
       .def("chat", generation_entry(&chat_tokens), py::arg("messages"), GENERATION_ARGS,

@@ -222,3 +222,22 @@ def test_stream_stopped_early_does_not_leak(model, passkey):
                 break
     after = rss_kib()
     assert after - before < 8 * 1024, f"RSS grew by {after - before} KiB over 200 generates"
+
+
+def test_logit_bias_and_ignore_eos(model):
+    prompt = "Once upon a time"
+    first = model.generate(prompt, max_tokens=1).tokens[0]
+    # A ban moves the greedy first token; a +100 bias on the end token ends at once, and
+    # ignore_eos bans it again so the same call runs to max_tokens.
+    banned = model.generate(prompt, max_tokens=1, logit_bias={first: float("-inf")})
+    assert banned.tokens[0] != first
+    eos = model.tokenize("</s>", add_special=False, parse_special=True)
+    assert len(eos) == 1, "the tiny model's end token is </s>"
+    ends = model.generate(prompt, max_tokens=6, logit_bias={eos[0]: 100.0})
+    assert ends.finish_reason == "stop" and ends.tokens == []
+    runs = model.generate(prompt, max_tokens=6, logit_bias={eos[0]: 100.0}, ignore_eos=True)
+    assert runs.finish_reason == "length" and len(runs.tokens) == 6
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.generate(prompt, max_tokens=1, logit_bias={model.config["n_vocab"]: 1.0})
+    with pytest.raises(ValueError, match="not a number"):
+        model.generate(prompt, max_tokens=1, logit_bias={1: float("nan")})
