@@ -172,18 +172,21 @@ typedef struct snapkv_generation_params {
   float presence_penalty;  /* [-2, 2] */
   float frequency_penalty; /* [-2, 2] */
   uint64_t seed;           /* the sampler's and the random policy's */
-  int ignore_eos;          /* non-zero: end-of-generation tokens are decoded like others */
+  int ignore_eos;          /* non-zero: end-of-generation tokens are banned from sampling */
   const char* const* stop; /* n_stop stop strings (may be NULL when n_stop is 0) */
   size_t n_stop;
-  size_t prefill_chunk; /* tokens per prefill forward */
+  size_t prefill_chunk;          /* tokens per prefill forward */
+  const int32_t* logit_bias_ids; /* n_logit_bias token ids (may be NULL when n_logit_bias is 0) */
+  const float* logit_bias;       /* their biases, added to the logits first; -INFINITY bans */
+  size_t n_logit_bias;
 } snapkv_generation_params;
 
 /* Fills *params with the library's shared defaults (model/generation.h, model/sampler.h). */
 void snapkv_generation_params_default(snapkv_generation_params* params);
 
 /* Receives each piece of generated text (n bytes, not NUL-terminated; n may be 0 while a possible
- * stop string is held back) and the token that produced it. Return 0 to go on, non-zero to stop
- * (finish reason SNAPKV_FINISH_CANCELLED). */
+ * stop string is held back) and the id of the token that produced it. Return 0 to go on, non-zero
+ * to stop (finish reason SNAPKV_FINISH_CANCELLED). */
 typedef int (*snapkv_piece_fn)(void* user, const char* text, size_t n, int32_t token);
 
 typedef enum snapkv_finish_reason {

@@ -145,7 +145,10 @@ void snapkv_generation_params_default(snapkv_generation_params* params) {
                                      g.ignore_eos ? 1 : 0,
                                      nullptr,
                                      0,
-                                     snapkv::SessionOptions{}.prefill_chunk};
+                                     snapkv::SessionOptions{}.prefill_chunk,
+                                     nullptr,
+                                     nullptr,
+                                     0};
 }
 
 snapkv_status snapkv_generate(const snapkv_model* model, const char* prompt, const char* config,
@@ -170,6 +173,18 @@ snapkv_status snapkv_generate(const snapkv_model* model, const char* prompt, con
                                       p.presence_penalty,
                                       p.frequency_penalty};
     for (size_t i = 0; i < p.n_stop; ++i) g.stop.emplace_back(text_of(p.stop[i], "stop string"));
+    require((p.logit_bias_ids != nullptr && p.logit_bias != nullptr) || p.n_logit_bias == 0,
+            "logit_bias", "NULL with n_logit_bias " + num(p.n_logit_bias),
+            "n_logit_bias ids and biases");
+    const size_t n_vocab = m.tokenizer.n_vocab();
+    require(p.n_logit_bias <= n_vocab, "n_logit_bias", num(p.n_logit_bias),
+            "<= n_vocab = " + num(n_vocab));
+    for (size_t i = 0; i < p.n_logit_bias; ++i) {
+      require(p.logit_bias_ids[i] >= 0 && static_cast<size_t>(p.logit_bias_ids[i]) < n_vocab,
+              "logit_bias_ids[" + num(i) + "]", std::to_string(p.logit_bias_ids[i]),
+              "a token id < n_vocab = " + num(n_vocab));
+      g.sampler.logit_bias.emplace_back(p.logit_bias_ids[i], p.logit_bias[i]);
+    }
     g.ignore_eos = p.ignore_eos != 0;
     g.validate();
     const std::string text = text_of(prompt, "prompt");
@@ -188,13 +203,12 @@ snapkv_status snapkv_generate(const snapkv_model* model, const char* prompt, con
     snapkv::Timer t;
     std::vector<float> logits = session.prefill(tokens);
     const double prefill_s = t.seconds();
-    const snapkv::GenerationResult r =
-        snapkv::generate(session, std::move(logits), m.tokenizer, g, tokens,
-                         [&](const snapkv::GenerationPiece& piece) {
-                           if (on_piece == nullptr) return true;
-                           return on_piece(user, piece.text.data(), piece.text.size(),
-                                           piece.token != nullptr ? piece.token->id : -1) == 0;
-                         });
+    const snapkv::GenerationResult r = snapkv::generate(
+        session, std::move(logits), m.tokenizer, g, tokens,
+        [&](const snapkv::GenerationPiece& piece) {
+          if (on_piece == nullptr) return true;
+          return on_piece(user, piece.text.data(), piece.text.size(), piece.id) == 0;
+        });
     if (result != nullptr) {
       result->prompt_tokens = tokens.size();
       result->generated_tokens = r.tokens.size();

@@ -128,10 +128,10 @@ Generator::Generator(const Tokenizer& tokenizer, const GenerationConfig& config,
   for (const std::string& s : config_.stop) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
-bool Generator::release(size_t upto, const GeneratedToken* token) {
+bool Generator::release(size_t upto, int32_t id, const GeneratedToken* token) {
   const std::string_view piece = std::string_view(r_.text).substr(emitted_, upto - emitted_);
   emitted_ = upto;
-  return !on_piece_ || on_piece_(GenerationPiece{piece, token});
+  return !on_piece_ || on_piece_(GenerationPiece{piece, token, id});
 }
 
 std::optional<int32_t> Generator::step(std::span<const float> logits, size_t n_past) {
@@ -159,13 +159,13 @@ std::optional<int32_t> Generator::step(std::span<const float> logits, size_t n_p
     if (at != std::string_view::npos) {
       r_.text.resize(at);
       r_.finish = FinishReason::stop;
-      release(r_.text.size(), detail);
+      release(r_.text.size(), token, detail);
       done_ = true;
       return std::nullopt;
     }
   }
   const size_t hold = config_.stop.empty() ? 0 : held_back(r_.text, config_.stop);
-  if (!release(r_.text.size() - hold, detail)) {
+  if (!release(r_.text.size() - hold, token, detail)) {
     r_.finish = FinishReason::cancelled;
     done_ = true;
     return std::nullopt;
@@ -193,7 +193,8 @@ void Generator::cancel() {
 GenerationResult Generator::finish() {
   // A held-back tail that never became a stop string is text.
   if (r_.finish != FinishReason::cancelled && emitted_ < r_.text.size()) {
-    release(r_.text.size(), r_.details.empty() ? nullptr : &r_.details.back());
+    release(r_.text.size(), r_.tokens.empty() ? -1 : r_.tokens.back(),
+            r_.details.empty() ? nullptr : &r_.details.back());
   }
   r_.decode_s = timer_.seconds();
   return std::move(r_);

@@ -86,10 +86,12 @@ struct GeneratedToken {
 };
 
 // One piece of streamed text: the text released by this step (may be empty while a possible stop
-// string is held back) and the token that produced it.
+// string is held back) and the token that produced it: its id (the last token's for the tail
+// released at the end), and its log-probabilities with top_logprobs >= 0.
 struct GenerationPiece {
   std::string_view text;
-  const GeneratedToken* token = nullptr;
+  const GeneratedToken* token = nullptr;  // with top_logprobs >= 0, else null
+  int32_t id = -1;                        // -1 only when no token was generated
 };
 
 struct GenerationResult {
@@ -138,7 +140,7 @@ class Generator {
   GenerationResult finish();
 
  private:
-  bool release(size_t upto, const GeneratedToken* token);
+  bool release(size_t upto, int32_t id, const GeneratedToken* token);
 
   const Tokenizer* tokenizer_;
   GenerationConfig config_;
