@@ -190,6 +190,22 @@ TEST(HttpConnection, BeyondMaxConnectionsTheOldestIdleOneMakesRoom) {
   EXPECT_FALSE(closed) << "a newer idle connection was closed";
 }
 
+TEST(HttpConnection, HeadGetsTheHeadersOnlyAndUnknownRoutesA404) {
+  Running server(ServerOptions{});
+  RawSocket s(server.port());
+  ASSERT_TRUE(s.connected());
+  // HEAD, then a GET on the same connection: the HEAD answer has a length and no body.
+  s.send("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string got = s.read_until("}", 1, 5.0);
+  const size_t second = got.find("HTTP/1.1 404 ");
+  ASSERT_NE(second, std::string::npos) << got;
+  const std::string head = got.substr(0, second);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200 ", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Length: 15\r\n"), std::string::npos) << head;
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << "a body after the HEAD answer";
+  EXPECT_NE(got.find("no route GET /nowhere"), std::string::npos) << got;
+}
+
 struct Refusal {
   const char* what;
   std::string wire;

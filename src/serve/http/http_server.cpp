@@ -317,7 +317,8 @@ void HttpServer::handler_loop() {
 
 void HttpServer::answer(Request& req, Response& res) {
   if (pre_routing_ && pre_routing_(req, res)) return;
-  const std::string_view method = req.method == "HEAD" ? "GET" : req.method;
+  static const std::string kGet = "GET";
+  const std::string& method = req.method == "HEAD" ? kGet : req.method;
   for (const Route& r : routes_) {
     if (r.method != method) continue;
     if (r.re ? !std::regex_match(req.path, req.matches, *r.re) : r.path != req.path) continue;
