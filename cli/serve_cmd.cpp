@@ -102,8 +102,8 @@ int run_serve(ServeOptions o) {
                bound_host(o.server.host).c_str(), port, o.server.model_id.c_str(),
                o.server.max_concurrent, server.chat_template_status().c_str());
   // SIGINT / SIGTERM: the handler only writes the signal number to a pipe (async-signal-safe);
-  // a thread of its own reads it and stops the server. If the connection threads have not ended
-  // 1.5 s later (a client still sending), the process exits anyway.
+  // a thread of its own reads it and stops the server. If the I/O and handler threads have not
+  // ended 1.5 s later, the process exits anyway.
   if (::pipe(g_signal_pipe) != 0) snapkv::throw_runtime("serve", "cannot create a pipe", "", "");
   struct sigaction action {};
   action.sa_handler = on_signal;

@@ -37,7 +37,7 @@ void send_error(http::Response& res, int status, const std::string& type,
 void send_json(http::Response& res, const json& j);
 std::string dump(const json& j);  // invalid UTF-8 as U+FFFD
 
-// What the request on this connection thread did, for its log line and the counters (reset
+// What the request on this handler thread did, for its log line and the counters (reset
 // before each request; streamed responses fill it from the same thread).
 RequestRecord& current_record();
 

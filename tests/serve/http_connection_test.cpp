@@ -1,8 +1,8 @@
 // The server's HTTP/1.1 connection layer (src/serve/http/) through raw sockets on loopback:
 // pipelined requests answered in order (GETs, POSTs with Content-Length and chunked bodies), the
 // whole-head and body deadlines with other clients served meanwhile, 200 idle connections, the
-// bound on held connections, malformed and oversized heads and bodies, bad Content-Length values,
-// Expect: 100-continue, HTTP/1.0.
+// bound on held connections, a stream nobody reads dropped at the write timeout, HEAD, malformed
+// and oversized heads and bodies, bad Content-Length values, Expect: 100-continue, HTTP/1.0.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -204,6 +204,67 @@ TEST(HttpConnection, HeadGetsTheHeadersOnlyAndUnknownRoutesA404) {
   EXPECT_NE(head.find("Content-Length: 15\r\n"), std::string::npos) << head;
   EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << "a body after the HEAD answer";
   EXPECT_NE(got.find("no route GET /nowhere"), std::string::npos) << got;
+}
+
+TEST(HttpConnection, AStreamNobodyReadsIsDroppedAtTheWriteTimeout) {
+  ServerOptions o;
+  o.max_concurrent = 1;
+  o.max_queue = 0;
+  o.read_timeout_s = 1.0;  // also the write timeout
+  o.max_n = 128;
+  Running server(o);
+  // A client with a small receive window that sends a request for a long stream (128 choices
+  // with 20 log-probabilities per token: more events than the sockets' buffers hold) and then
+  // reads no more.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(server.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string body =
+      json{{"prompt", "Once"}, {"max_tokens", 900}, {"n", 128}, {"logprobs", 20}, {"stream", true}}
+          .dump();
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  // The stream has begun (its first bytes read), then nothing more is read.
+  std::string got;
+  char buf[65536];
+  while (got.find("data: ") == std::string::npos) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_GT(::poll(&p, 1, 30000), 0) << "the stream never started";
+    const ssize_t n = ::recv(fd, buf, 256, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  // The only worker is freed once a write has made no progress for the timeout.
+  httplib::Client c = server.client();
+  int status = 0;
+  const auto t0 = Clock::now();
+  while (seconds_since(t0) < 30.0) {
+    const auto res =
+        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
+    status = res ? res->status : -1;
+    if (status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, 200) << "a client that never reads kept the only worker";
+  // The stream was cut, not finished: no [DONE] among what the server had sent.
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 2000) <= 0) break;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  EXPECT_EQ(got.find("server_error"), std::string::npos) << "the generation failed instead";
+  EXPECT_EQ(got.find("data: [DONE]"), std::string::npos) << "the stream ran to its end";
 }
 
 struct Refusal {
