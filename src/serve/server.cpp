@@ -3,6 +3,7 @@
 // The OpenAI completion routes are in openai_routes.cpp.
 #include "snapkv/serve/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -99,6 +100,10 @@ bool authorized(const http::Request& req, const std::vector<std::string>& keys) 
   return ok;
 }
 
+// Handler threads beyond the light routes' few: one per running and queued request, at most
+// this many (complete requests beyond them wait for a thread in arrival order).
+constexpr size_t kMaxModelHandlers = 512;
+
 // The connection layer's limits from the server's options. Handler threads: one per running and
 // queued request, plus a few for the light routes (/health, /metrics, ...) and 503 answers.
 http::ServerLimits http_limits(const ServerOptions& o) {
@@ -109,7 +114,9 @@ http::ServerLimits http_limits(const ServerOptions& o) {
   l.connection.body_timeout_s = o.body_timeout_s;
   l.connection.keep_alive_timeout_s = o.keep_alive_timeout_s;
   l.max_connections = o.max_connections;
-  l.handler_threads = o.max_concurrent + o.max_queue + 8;
+  l.handler_threads = std::min(kMaxModelHandlers, std::min(o.max_concurrent, kMaxModelHandlers) +
+                                                      std::min(o.max_queue, kMaxModelHandlers)) +
+                      8;
   l.keep_alive_max = o.keep_alive_max;
   l.write_timeout_s = o.read_timeout_s;
   return l;
