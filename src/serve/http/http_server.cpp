@@ -173,7 +173,14 @@ void HttpServer::accept_new(std::vector<ConnPtr>& held) {
       held.erase(oldest);
     }
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: none waiting; others (EMFILE, ...): try on the next round
+    if (fd < 0) {
+      // Out of descriptors or memory: the listener is left alone for a moment rather than
+      // polled (readable) in a busy loop. EAGAIN: none waiting.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+      }
+      return;
+    }
     int yes = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
     {
@@ -270,7 +277,9 @@ void HttpServer::io_loop() {
     const bool room =
         held.size() + waiting < limits_.max_connections ||
         std::any_of(held.begin(), held.end(), [](const ConnPtr& c) { return c->idle(); });
-    fds.push_back({room ? listen_fd_ : -1, POLLIN, 0});
+    const bool paused = accept_paused_until_ > now;
+    if (paused) next = std::min(next, accept_paused_until_);
+    fds.push_back({room && !paused ? listen_fd_ : -1, POLLIN, 0});
     for (const ConnPtr& c : held) fds.push_back({c->fd, POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), milliseconds_until(next, Clock::now()));
     if (ready < 0 && errno != EINTR) break;

@@ -102,6 +102,7 @@ class HttpServer {
   int wake_pipe_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   uint64_t next_serial_ = 0;
+  Clock::time_point accept_paused_until_{};  // after running out of descriptors (I/O thread)
 
   std::mutex mu_;  // guards jobs_, returned_, open_fds_
   std::condition_variable jobs_cv_;
