@@ -402,8 +402,8 @@ http::Handler guarded(std::function<void(const http::Request&, http::Response&)>
 }  // namespace
 
 void Server::Impl::routes() {
-  http::HttpServer& http = http_server;
-  http.set_pre_routing([this](const http::Request& req, http::Response& res) {
+  http::HttpServer& router = http_server;
+  router.set_pre_routing([this](const http::Request& req, http::Response& res) {
     request_start = std::chrono::steady_clock::now();
     current_record() = RequestRecord{};
     if (options.api_keys.empty() || req.path == "/health" || authorized(req, options.api_keys)) {
@@ -414,7 +414,7 @@ void Server::Impl::routes() {
                "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
     return true;
   });
-  http.set_logger([this](const http::Request& req, const http::Response& res) {
+  router.set_logger([this](const http::Request& req, const http::Response& res) {
     RequestRecord& r = current_record();
     const std::string route = route_label(req.path);
     metrics.record(route, res.status, r);
@@ -431,61 +431,61 @@ void Server::Impl::routes() {
     request_start = std::chrono::steady_clock::now();
   });
 
-  http.route("GET", "/health", guarded([](const auto&, auto& res) {
-               send_json(res, {{"status", "ok"}});
-             }));
-  http.route("GET", "/v1/models",
-             guarded([this](const auto&, auto& res) { send_json(res, models_json()); }));
-  http.route("POST", "/v1/completions",
-             guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
-  http.route("POST", "/v1/chat/completions",
-             guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
-  http.route("POST", "/v1/caches",
-             guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
-  http.route("GET", "/v1/caches", guarded([this](const auto&, auto& res) {
-               json data = json::array();
-               for (const CacheStore::Listed& d : store->list()) data.push_back(doc_json(d));
-               send_json(res, {{"object", "list"}, {"data", data}});
-             }));
-  http.route_regex("GET", R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
-                     send_json(res, doc_json(listed(*find(req.matches[1]), true)));
-                   }));
-  http.route_regex("DELETE", R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
-                     const std::string id = req.matches[1];
-                     if (!valid_store_name(id) || !store->erase(id)) {
-                       throw HttpError(404, "not_found", "no cache with id '" + id + "'");
-                     }
-                     send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
-                   }));
+  router.route("GET", "/health", guarded([](const auto&, auto& res) {
+                 send_json(res, {{"status", "ok"}});
+               }));
+  router.route("GET", "/v1/models",
+               guarded([this](const auto&, auto& res) { send_json(res, models_json()); }));
+  router.route("POST", "/v1/completions",
+               guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
+  router.route("POST", "/v1/chat/completions",
+               guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
+  router.route("POST", "/v1/caches",
+               guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
+  router.route("GET", "/v1/caches", guarded([this](const auto&, auto& res) {
+                 json data = json::array();
+                 for (const CacheStore::Listed& d : store->list()) data.push_back(doc_json(d));
+                 send_json(res, {{"object", "list"}, {"data", data}});
+               }));
+  router.route_regex("GET", R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+                       send_json(res, doc_json(listed(*find(req.matches[1]), true)));
+                     }));
+  router.route_regex("DELETE", R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+                       const std::string id = req.matches[1];
+                       if (!valid_store_name(id) || !store->erase(id)) {
+                         throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+                       }
+                       send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
+                     }));
   // The web chat page (src/serve/web/index.html, compiled in).
-  http.route("GET", "/", [](const http::Request&, http::Response& res) {
+  router.route("GET", "/", [](const http::Request&, http::Response& res) {
     res.set_content(kIndexHtml, "text/html; charset=utf-8");
   });
   // llama-server's shapes: {"tokens": [ids]} or, with with_pieces, [{"id", "piece"}].
-  http.route("POST", "/tokenize", guarded([this](const auto& req, auto& res) {
-               const TokenizeRequest r = parse_tokenize(req.body);
-               const std::vector<int32_t> ids =
-                   tokenizer.encode(r.content, r.add_special, r.parse_special);
-               json tokens = json::array();
-               for (const int32_t id : ids) {
-                 if (r.with_pieces) {
-                   tokens.push_back({{"id", id}, {"piece", tokenizer.token_to_piece(id)}});
-                 } else {
-                   tokens.push_back(id);
+  router.route("POST", "/tokenize", guarded([this](const auto& req, auto& res) {
+                 const TokenizeRequest r = parse_tokenize(req.body);
+                 const std::vector<int32_t> ids =
+                     tokenizer.encode(r.content, r.add_special, r.parse_special);
+                 json tokens = json::array();
+                 for (const int32_t id : ids) {
+                   if (r.with_pieces) {
+                     tokens.push_back({{"id", id}, {"piece", tokenizer.token_to_piece(id)}});
+                   } else {
+                     tokens.push_back(id);
+                   }
                  }
-               }
-               send_json(res, {{"tokens", tokens}});
-             }));
-  http.route("POST", "/detokenize", guarded([this](const auto& req, auto& res) {
-               const std::vector<int32_t> ids = parse_detokenize(req.body);
-               for (const int32_t id : ids) {
-                 if (static_cast<size_t>(id) >= tokenizer.n_vocab()) {
-                   bad_request("token id " + std::to_string(id) + " is outside the vocabulary");
+                 send_json(res, {{"tokens", tokens}});
+               }));
+  router.route("POST", "/detokenize", guarded([this](const auto& req, auto& res) {
+                 const std::vector<int32_t> ids = parse_detokenize(req.body);
+                 for (const int32_t id : ids) {
+                   if (static_cast<size_t>(id) >= tokenizer.n_vocab()) {
+                     bad_request("token id " + std::to_string(id) + " is outside the vocabulary");
+                   }
                  }
-               }
-               send_json(res, {{"content", tokenizer.decode(ids)}});
-             }));
-  http.route("GET", "/metrics", [this](const http::Request&, http::Response& res) {
+                 send_json(res, {{"content", tokenizer.decode(ids)}});
+               }));
+  router.route("GET", "/metrics", [this](const http::Request&, http::Response& res) {
     Gauges g{queue.running(), queue.queued(), 0, 0};
     g.caches = store->memory_entries();
     g.cache_bytes = store->memory_bytes();
@@ -495,7 +495,7 @@ void Server::Impl::routes() {
   });
   // The connection layer's refusals (no route 404, an oversized body 413, a malformed or late
   // head 400 / 408 / 431, ...) get a JSON body too.
-  http.set_error_handler([](const http::Request&, http::Response& res, const std::string& why) {
+  router.set_error_handler([](const http::Request&, http::Response& res, const std::string& why) {
     const char* type = res.status == 404   ? "not_found"
                        : res.status >= 500 ? "server_error"
                                            : "invalid_request_error";
