@@ -35,7 +35,7 @@ constexpr size_t kReadCap = 256 * 1024;  // bytes read from one connection per p
 
 }  // namespace
 
-HttpServer::HttpServer(ServerLimits limits) : limits_(std::move(limits)) {
+HttpServer::HttpServer(const ServerLimits& limits) : limits_(limits) {
   if (::pipe2(wake_pipe_, O_NONBLOCK | O_CLOEXEC) != 0) {
     wake_pipe_[0] = wake_pipe_[1] = -1;
   }

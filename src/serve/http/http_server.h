@@ -51,7 +51,7 @@ struct ServerLimits {
 
 class HttpServer {
  public:
-  explicit HttpServer(ServerLimits limits);
+  explicit HttpServer(const ServerLimits& limits);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
