@@ -102,8 +102,8 @@ int run_serve(ServeOptions o) {
                bound_host(o.server.host).c_str(), port, o.server.model_id.c_str(),
                o.server.max_concurrent, server.chat_template_status().c_str());
   // SIGINT / SIGTERM: the handler only writes the signal number to a pipe (async-signal-safe);
-  // a thread of its own reads it and stops the server. If the connection threads have not ended
-  // 1.5 s later (a client still sending), the process exits anyway.
+  // a thread of its own reads it and stops the server. If the I/O and handler threads have not
+  // ended 1.5 s later, the process exits anyway.
   if (::pipe(g_signal_pipe) != 0) snapkv::throw_runtime("serve", "cannot create a pipe", "", "");
   struct sigaction action {};
   action.sa_handler = on_signal;
@@ -155,10 +155,24 @@ snapkv::cli::RegisterCommand reg{
                      "Seconds a request may wait in the queue")
           ->capture_default_str();
       sub.add_option("--max-connections", o->server.max_connections,
-                     "Open connections served at once (idle ones included)")
+                     "Connections idle or sending a request, held without a thread (beyond: the "
+                     "one idle longest is closed, or new ones wait)")
           ->capture_default_str();
       sub.add_option("--read-timeout", o->server.read_timeout_s,
-                     "Seconds a connection may stall while sending a request")
+                     "Seconds a connection may stall while sending a request (408), or while "
+                     "not reading its response")
+          ->capture_default_str();
+      sub.add_option("--head-timeout", o->server.head_timeout_s,
+                     "Seconds for a whole request head, from its first byte (408)")
+          ->capture_default_str();
+      sub.add_option("--body-timeout", o->server.body_timeout_s,
+                     "Seconds for a whole request body, from the end of its head (408)")
+          ->capture_default_str();
+      sub.add_option("--keep-alive-timeout", o->server.keep_alive_timeout_s,
+                     "Seconds an idle connection is kept between requests")
+          ->capture_default_str();
+      sub.add_option("--keep-alive-max", o->server.keep_alive_max,
+                     "Requests served on one connection")
           ->capture_default_str();
       sub.add_option("--max-n", o->server.max_n, "Most choices (n x prompts) per request")
           ->capture_default_str();

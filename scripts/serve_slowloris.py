@@ -4,8 +4,10 @@
 Starts `snapkv serve` on a free loopback port (or uses --url of one already running), opens
 --idle connections that hold the server without finishing a request (a third silent, a third with
 a request head cut off mid-way, a third trickling one header byte every --trickle seconds), then
-sends --requests ordinary completions one after another and reports each one's latency. Exit
-status 1 when any request failed or took longer than --limit seconds. Bounded: every socket has a
+sends --requests ordinary completions one after another and reports each one's latency, then
+--pipelined requests in one write on one connection (their answers must come back in order). Exit
+status 1 when any request failed or took longer than --limit seconds, or the pipelined answers
+were missing or out of order. Bounded: every socket has a
 timeout and the run ends after the requests. Python 3 standard library only.
 
   scripts/serve_slowloris.py --snapkv build/snapkv --model models/snapkv-tiny4.gguf --idle 200
@@ -14,6 +16,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -43,6 +46,24 @@ def wait_healthy(host, port, seconds):
     return False
 
 
+def pipelined(host, port, n):
+    """Sends n requests for distinct unknown cache ids in one write; True when n answers came
+    back in the order sent (each 404 names its id)."""
+    wire = b"".join(b"GET /v1/caches/pipe-%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(n))
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(wire)
+        got, end = b"", time.time() + 10
+        while got.count(b"HTTP/1.1 ") < n or not got.endswith(b"}"):
+            if time.time() > end:
+                break
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    order = [int(m) for m in re.findall(rb"'pipe-(\d+)'", got)]
+    return order == list(range(n))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snapkv", default=os.path.join(ROOT, "build", "snapkv"))
@@ -52,6 +73,8 @@ def main():
     ap.add_argument("--requests", type=int, default=5)
     ap.add_argument("--trickle", type=float, default=0.5, help="seconds between trickled bytes")
     ap.add_argument("--limit", type=float, default=1.0, help="most seconds a request may take")
+    ap.add_argument("--pipelined", type=int, default=20,
+                    help="requests sent back to back in one write at the end")
     args = ap.parse_args()
 
     server = None
@@ -106,12 +129,16 @@ def main():
             failures += 0 if ok and dt <= args.limit else 1
             print("request %d: %s in %.3f s" % (k, "ok" if ok else "FAILED", dt))
             time.sleep(0.5)
+        # --pipelined requests in one write on one connection: every answer, in order.
+        in_order = pipelined(host, port, args.pipelined)
+        print("%d pipelined requests: %s" % (args.pipelined, "answered in order" if in_order
+                                              else "NOT all answered in order"))
         stop.set()
         for s in held:
             s.close()
         print("%d slow connections held; %d of %d requests failed or took > %.1f s; worst %.3f s"
               % (args.idle, failures, args.requests, args.limit, worst))
-        return 1 if failures else 0
+        return 1 if failures or not in_order else 0
     finally:
         if server:
             server.terminate()

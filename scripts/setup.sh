@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# libcpp-httplib-dev: the HTTP client of the serve tests, which this build compiles (the server
+# has an HTTP layer of its own).
 packages=(build-essential cmake pkg-config libopenblas-dev libgtest-dev libgmock-dev
           libbenchmark-dev libcli11-dev nlohmann-json3-dev libssl-dev gnuplot-nox
           libsentencepiece-dev libpcre2-dev libcpp-httplib-dev clang libomp-dev libclang-rt-14-dev

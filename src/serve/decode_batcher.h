@@ -2,7 +2,7 @@
 // together, one LlamaSession::decode_batch per step on the batcher's own thread, instead of one
 // decode() each.
 //
-// A request's connection thread prefills its prompt on its own (so running sequences keep
+// A request's handler thread prefills its prompt on its own (so running sequences keep
 // stepping meanwhile), then join()s the running set and loops: sample (model/generation.h
 // Generator), hand the token to decode(), which blocks until the step that holds it has run and
 // returns the sequence's logits. A step starts once every member has handed in its token, or

@@ -223,7 +223,7 @@ json Server::Impl::models_json() const {
   return {{"object", "list"}, {"data", data}};
 }
 
-void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+void Server::Impl::completion(const http::Request& req, http::Response& res, bool chat) {
   auto run = std::make_shared<Run>(*this, parse_completion(req.body, chat), chat);
   CompletionRequest& r = run->request;
   const size_t n_prompts = chat ? 1 : r.prompts.size();
@@ -322,7 +322,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
 
   const std::string object = chat ? "chat.completion.chunk" : "text_completion";
   res.set_chunked_content_provider("text/event-stream", [this, run, id, created, model_name,
-                                                         object](size_t, httplib::DataSink& sink) {
+                                                         object](size_t, http::DataSink& sink) {
     const CompletionRequest& rq = run->request;
     const bool is_chat = run->chat;
     auto send = [&](const json& j) {

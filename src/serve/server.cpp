@@ -3,10 +3,8 @@
 // The OpenAI completion routes are in openai_routes.cpp.
 #include "snapkv/serve/server.h"
 
-#include <sys/socket.h>
-
+#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -30,14 +28,14 @@ std::string error_body(const std::string& message, const std::string& type, int 
       {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}});
 }
 
-void send_error(httplib::Response& res, int status, const std::string& type,
+void send_error(http::Response& res, int status, const std::string& type,
                 const std::string& message) {
   res.status = status;
   if (status == 503) res.set_header("Retry-After", "1");
   res.set_content(error_body(message, type, status), "application/json");
 }
 
-void send_json(httplib::Response& res, const json& j) {
+void send_json(http::Response& res, const json& j) {
   res.status = 200;
   res.set_content(dump(j), "application/json");
 }
@@ -72,12 +70,6 @@ namespace {
 
 thread_local std::chrono::steady_clock::time_point request_start;
 
-// time_t seconds + microseconds of a duration in seconds.
-std::pair<time_t, time_t> split_seconds(double s) {
-  const double whole = std::floor(s);
-  return {static_cast<time_t>(whole), static_cast<time_t>((s - whole) * 1e6)};
-}
-
 // The route a path is counted and logged under: a fixed set, so that no client can grow the
 // counters without bound by asking for made-up paths.
 std::string route_label(const std::string& path) {
@@ -92,7 +84,7 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
-bool authorized(const httplib::Request& req, const std::vector<std::string>& keys) {
+bool authorized(const http::Request& req, const std::vector<std::string>& keys) {
   const std::string header = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
   if (header.compare(0, prefix.size(), prefix) != 0) return false;
@@ -108,12 +100,35 @@ bool authorized(const httplib::Request& req, const std::vector<std::string>& key
   return ok;
 }
 
+// Handler threads beyond the light routes' few: one per running and queued request, at most
+// this many (complete requests beyond them wait for a thread in arrival order).
+constexpr size_t kMaxModelHandlers = 512;
+
+// The connection layer's limits from the server's options. Handler threads: one per running and
+// queued request, plus a few for the light routes (/health, /metrics, ...) and 503 answers.
+http::ServerLimits http_limits(const ServerOptions& o) {
+  http::ServerLimits l;
+  l.connection.head.max_body = o.max_body_bytes;
+  l.connection.read_timeout_s = o.read_timeout_s;
+  l.connection.head_timeout_s = o.head_timeout_s;
+  l.connection.body_timeout_s = o.body_timeout_s;
+  l.connection.keep_alive_timeout_s = o.keep_alive_timeout_s;
+  l.max_connections = o.max_connections;
+  l.handler_threads = std::min(kMaxModelHandlers, std::min(o.max_concurrent, kMaxModelHandlers) +
+                                                      std::min(o.max_queue, kMaxModelHandlers)) +
+                      8;
+  l.keep_alive_max = o.keep_alive_max;
+  l.write_timeout_s = o.read_timeout_s;
+  return l;
+}
+
 }  // namespace
 
 Server::Impl::Impl(const LlamaModel& m, const Tokenizer& t, ServerOptions o)
     : model(m),
       tokenizer(t),
       options(std::move(o)),
+      http_server(http_limits(options)),
       queue(options.max_concurrent, options.max_queue) {
   model_ids.push_back(options.model_id);
   const std::string general_name = model.file().get_string_or("general.name", "");
@@ -298,7 +313,7 @@ std::pair<LlamaSession, std::vector<float>> Server::Impl::start_prompt(
 // Prefills and compresses a document once: its id is its content address, so the same document
 // with the same config is answered from the store (memory, the directory or the shared store)
 // without a second prefill.
-void Server::Impl::create_cache(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::create_cache(const http::Request& req, http::Response& res) {
   const CacheRequest r = parse_cache_request(req.body);
   if (r.save && options.cache_dir.empty()) {
     throw HttpError(400, "invalid_request_error", "'save' needs a server started with --cache-dir");
@@ -363,9 +378,8 @@ void Server::Impl::create_cache(const httplib::Request& req, httplib::Response& 
 namespace {
 
 // Runs a handler, turning every exception into a JSON error.
-httplib::Server::Handler guarded(
-    std::function<void(const httplib::Request&, httplib::Response&)> fn) {
-  return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+http::Handler guarded(std::function<void(const http::Request&, http::Response&)> fn) {
+  return [fn = std::move(fn)](const http::Request& req, http::Response& res) {
     try {
       fn(req, res);
     } catch (const HttpError& e) {
@@ -388,37 +402,19 @@ httplib::Server::Handler guarded(
 }  // namespace
 
 void Server::Impl::routes() {
-  http.set_payload_max_length(options.max_body_bytes);
-  // Connection threads, apart from the model's workers (queue): an idle or slow connection holds
-  // one of these, never a model worker.
-  const size_t connections = options.max_connections;
-  http.new_task_queue = [connections] { return new httplib::ThreadPool(connections); };
-  const auto [read_s, read_us] = split_seconds(options.read_timeout_s);
-  http.set_read_timeout(read_s, read_us);
-  http.set_write_timeout(read_s, read_us);
-  http.set_keep_alive_max_count(options.keep_alive_max);
-  // The library's own options (SO_REUSEADDR) plus a note of the listening socket, whose accept
-  // backlog bind() raises from the library's 5: a burst of connections beyond the backlog would
-  // have new clients' handshakes dropped and retried a second later.
-  http.set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd = sock;
-  });
-  http.set_keep_alive_timeout(static_cast<time_t>(std::ceil(options.keep_alive_timeout_s)));
-
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  http::HttpServer& router = http_server;
+  router.set_pre_routing([this](const http::Request& req, http::Response& res) {
     request_start = std::chrono::steady_clock::now();
     current_record() = RequestRecord{};
     if (options.api_keys.empty() || req.path == "/health" || authorized(req, options.api_keys)) {
-      return httplib::Server::HandlerResponse::Unhandled;
+      return false;
     }
     res.set_header("WWW-Authenticate", "Bearer");
     send_error(res, 401, "invalid_api_key",
                "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  router.set_logger([this](const http::Request& req, const http::Response& res) {
     RequestRecord& r = current_record();
     const std::string route = route_label(req.path);
     metrics.record(route, res.status, r);
@@ -427,66 +423,69 @@ void Server::Impl::routes() {
                                                                   request_start)
                             .count();
       std::fprintf(stderr, "[serve] %s %s %s %d in=%zu out=%zu kv_bytes=%zu %.1fms\n",
-                   r.id.empty() ? "-" : r.id.c_str(), req.method.c_str(), route.c_str(), res.status,
-                   r.prompt_tokens, r.completion_tokens, r.kv_bytes, ms);
+                   r.id.empty() ? "-" : r.id.c_str(), req.method.empty() ? "-" : req.method.c_str(),
+                   route.c_str(), res.status, r.prompt_tokens, r.completion_tokens, r.kv_bytes, ms);
     }
     // A request refused before routing (a bad head, an oversized body) starts from zero.
     r = RequestRecord{};
     request_start = std::chrono::steady_clock::now();
   });
 
-  http.Get("/health", guarded([](const auto&, auto& res) { send_json(res, {{"status", "ok"}}); }));
-  http.Get("/v1/models",
-           guarded([this](const auto&, auto& res) { send_json(res, models_json()); }));
-  http.Post("/v1/completions",
-            guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
-  http.Post("/v1/chat/completions",
-            guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
-  http.Post("/v1/caches", guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
-  http.Get("/v1/caches", guarded([this](const auto&, auto& res) {
-             json data = json::array();
-             for (const CacheStore::Listed& d : store->list()) data.push_back(doc_json(d));
-             send_json(res, {{"object", "list"}, {"data", data}});
-           }));
-  http.Get(R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
-             send_json(res, doc_json(listed(*find(req.matches[1]), true)));
-           }));
-  http.Delete(R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
-                const std::string id = req.matches[1];
-                if (!valid_store_name(id) || !store->erase(id)) {
-                  throw HttpError(404, "not_found", "no cache with id '" + id + "'");
-                }
-                send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
-              }));
+  router.route("GET", "/health", guarded([](const auto&, auto& res) {
+                 send_json(res, {{"status", "ok"}});
+               }));
+  router.route("GET", "/v1/models",
+               guarded([this](const auto&, auto& res) { send_json(res, models_json()); }));
+  router.route("POST", "/v1/completions",
+               guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
+  router.route("POST", "/v1/chat/completions",
+               guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
+  router.route("POST", "/v1/caches",
+               guarded([this](const auto& req, auto& res) { create_cache(req, res); }));
+  router.route("GET", "/v1/caches", guarded([this](const auto&, auto& res) {
+                 json data = json::array();
+                 for (const CacheStore::Listed& d : store->list()) data.push_back(doc_json(d));
+                 send_json(res, {{"object", "list"}, {"data", data}});
+               }));
+  router.route_regex("GET", R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+                       send_json(res, doc_json(listed(*find(req.matches[1]), true)));
+                     }));
+  router.route_regex("DELETE", R"(/v1/caches/([^/]+))", guarded([this](const auto& req, auto& res) {
+                       const std::string id = req.matches[1];
+                       if (!valid_store_name(id) || !store->erase(id)) {
+                         throw HttpError(404, "not_found", "no cache with id '" + id + "'");
+                       }
+                       send_json(res, {{"id", id}, {"object", "cache"}, {"deleted", true}});
+                     }));
   // The web chat page (src/serve/web/index.html, compiled in).
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+  router.route("GET", "/", [](const http::Request&, http::Response& res) {
     res.set_content(kIndexHtml, "text/html; charset=utf-8");
   });
   // llama-server's shapes: {"tokens": [ids]} or, with with_pieces, [{"id", "piece"}].
-  http.Post("/tokenize", guarded([this](const auto& req, auto& res) {
-              const TokenizeRequest r = parse_tokenize(req.body);
-              const std::vector<int32_t> ids =
-                  tokenizer.encode(r.content, r.add_special, r.parse_special);
-              json tokens = json::array();
-              for (const int32_t id : ids) {
-                if (r.with_pieces) {
-                  tokens.push_back({{"id", id}, {"piece", tokenizer.token_to_piece(id)}});
-                } else {
-                  tokens.push_back(id);
-                }
-              }
-              send_json(res, {{"tokens", tokens}});
-            }));
-  http.Post("/detokenize", guarded([this](const auto& req, auto& res) {
-              const std::vector<int32_t> ids = parse_detokenize(req.body);
-              for (const int32_t id : ids) {
-                if (static_cast<size_t>(id) >= tokenizer.n_vocab()) {
-                  bad_request("token id " + std::to_string(id) + " is outside the vocabulary");
-                }
-              }
-              send_json(res, {{"content", tokenizer.decode(ids)}});
-            }));
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  router.route("POST", "/tokenize", guarded([this](const auto& req, auto& res) {
+                 const TokenizeRequest r = parse_tokenize(req.body);
+                 const std::vector<int32_t> ids =
+                     tokenizer.encode(r.content, r.add_special, r.parse_special);
+                 json tokens = json::array();
+                 for (const int32_t id : ids) {
+                   if (r.with_pieces) {
+                     tokens.push_back({{"id", id}, {"piece", tokenizer.token_to_piece(id)}});
+                   } else {
+                     tokens.push_back(id);
+                   }
+                 }
+                 send_json(res, {{"tokens", tokens}});
+               }));
+  router.route("POST", "/detokenize", guarded([this](const auto& req, auto& res) {
+                 const std::vector<int32_t> ids = parse_detokenize(req.body);
+                 for (const int32_t id : ids) {
+                   if (static_cast<size_t>(id) >= tokenizer.n_vocab()) {
+                     bad_request("token id " + std::to_string(id) + " is outside the vocabulary");
+                   }
+                 }
+                 send_json(res, {{"content", tokenizer.decode(ids)}});
+               }));
+  router.route("GET", "/metrics", [this](const http::Request&, http::Response& res) {
     Gauges g{queue.running(), queue.queued(), 0, 0};
     g.caches = store->memory_entries();
     g.cache_bytes = store->memory_bytes();
@@ -494,13 +493,13 @@ void Server::Impl::routes() {
     g.decode_rows = batcher.rows();
     res.set_content(metrics.prometheus(g), "text/plain; version=0.0.4");
   });
-  // httplib's own refusals (unknown route 404, oversized body 413, ...) get a JSON body too.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
-                                : res.status == 413 ? "request body too large"
-                                                    : "request refused";
-    send_error(res, res.status, res.status == 404 ? "not_found" : "invalid_request_error", message);
+  // The connection layer's refusals (no route 404, an oversized body 413, a malformed or late
+  // head 400 / 408 / 431, ...) get a JSON body too.
+  router.set_error_handler([](const http::Request&, http::Response& res, const std::string& why) {
+    const char* type = res.status == 404   ? "not_found"
+                       : res.status >= 500 ? "server_error"
+                                           : "invalid_request_error";
+    send_error(res, res.status, type, why);
   });
 }
 
@@ -510,10 +509,19 @@ Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOption
     throw_invalid("serve", "max_connections", std::to_string(options.max_connections), ">= 2");
   }
   if (options.max_n == 0) throw_invalid("serve", "max_n", "0", ">= 1");
-  if (!(options.read_timeout_s > 0.0) || !(options.request_timeout_s > 0.0) ||
-      !(options.keep_alive_timeout_s > 0.0)) {
-    throw_invalid("serve", "timeouts", "<= 0", "> 0 seconds");
+  const std::pair<const char*, double> timeouts[] = {
+      {"read_timeout", options.read_timeout_s},
+      {"request_timeout", options.request_timeout_s},
+      {"keep_alive_timeout", options.keep_alive_timeout_s},
+      {"head_timeout", options.head_timeout_s},
+      {"body_timeout", options.body_timeout_s}};
+  for (const auto& [name, seconds] : timeouts) {
+    // Bounded above so that deadlines (steady_clock + seconds) cannot overflow.
+    if (!(seconds > 0.0) || !(seconds <= 1e6)) {
+      throw_invalid("serve", name, std::to_string(seconds), "> 0 and <= 1000000 seconds");
+    }
   }
+  if (options.keep_alive_max == 0) throw_invalid("serve", "keep_alive_max", "0", ">= 1");
   if (options.default_max_tokens == 0) throw_invalid("serve", "default_max_tokens", "0", ">= 1");
   impl_ = std::make_unique<Impl>(model, tokenizer, std::move(options));
   impl_->routes();
@@ -536,28 +544,22 @@ int Server::bind() {
   if (o.port < 0 || o.port > 65535) {
     throw_invalid("serve", "port", std::to_string(o.port), "0..65535");
   }
-  int port = o.port;
-  if (o.port == 0) {
-    port = impl_->http.bind_to_any_port(o.host);
-  } else if (!impl_->http.bind_to_port(o.host, o.port)) {
-    port = -1;
-  }
+  const int port = impl_->http_server.bind(o.host, o.port);
   if (port <= 0) {
     throw_runtime("serve", "cannot listen", o.host + ":" + std::to_string(o.port),
                   "a free port on a local address");
   }
-  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);  // a larger accept backlog
   return port;
 }
 
 void Server::listen() {
-  impl_->http.listen_after_bind();
+  impl_->http_server.listen();
 }
 
 void Server::stop() {
   impl_->stopping = true;
   impl_->queue.close();
-  impl_->http.stop();
+  impl_->http_server.stop();
 }
 
 }  // namespace snapkv::serve

@@ -3,7 +3,7 @@
 // Private to serve/.
 #pragma once
 
-#include <httplib.h>
+#include "serve/http/http_server.h"
 
 #include <atomic>
 #include <chrono>
@@ -32,12 +32,12 @@ namespace snapkv::serve {
 using nlohmann::json;
 
 std::string error_body(const std::string& message, const std::string& type, int status);
-void send_error(httplib::Response& res, int status, const std::string& type,
+void send_error(http::Response& res, int status, const std::string& type,
                 const std::string& message);
-void send_json(httplib::Response& res, const json& j);
+void send_json(http::Response& res, const json& j);
 std::string dump(const json& j);  // invalid UTF-8 as U+FFFD
 
-// What the request on this connection thread did, for its log line and the counters (reset
+// What the request on this handler thread did, for its log line and the counters (reset
 // before each request; streamed responses fill it from the same thread).
 RequestRecord& current_record();
 
@@ -54,7 +54,7 @@ struct Server::Impl {
   const LlamaModel& model;
   const Tokenizer& tokenizer;
   ServerOptions options;
-  httplib::Server http;
+  http::HttpServer http_server;
   WorkQueue queue;
   // The running requests' decode steps, batched (serve/decode_batcher.h).
   DecodeBatcher batcher;
@@ -62,7 +62,6 @@ struct Server::Impl {
   std::atomic<bool> stopping{false};
   // Prefilled prompts and documents: memory, --cache-dir, --cache-store (serve/cache_store.h).
   std::unique_ptr<CacheStore> store;
-  int listen_fd = -1;  // the listening socket, seen by the socket options hook
   const uint64_t id_salt = std::random_device{}();  // ids differ across server runs
   std::atomic<uint64_t> next_id{1};
   // /v1/chat/completions renders with the model's template; without one (or one we do not
@@ -96,11 +95,11 @@ struct Server::Impl {
   void keep_prompt(const std::vector<int32_t>& tokens, const CacheConfig& config,
                    const std::string& method, const LlamaSession& session,
                    const std::vector<float>& logits, bool document);
-  void create_cache(const httplib::Request& req, httplib::Response& res);
+  void create_cache(const http::Request& req, http::Response& res);
   void routes();
 
   // openai_routes.cpp
-  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void completion(const http::Request& req, http::Response& res, bool chat);
   json models_json() const;
 };
 

@@ -27,9 +27,11 @@
 //  - At most max_concurrent requests prefill or generate at once; the next max_queue wait in FIFO
 //    order (each at most request_timeout_s); beyond that 503 with Retry-After. The decode steps of
 //    the generating ones run batched, one LlamaSession::decode_batch per step (continuous
-//    batching: a sequence joins after its prefill and leaves when it ends). Connections are
-//    served by max_connections threads of their own, so idle or slow clients never hold a model
-//    worker; a stalled request head or body is dropped after read_timeout_s without data.
+//    batching: a sequence joins after its prefill and leaves when it ends). Connections live in
+//    the server's own HTTP/1.1 layer (src/serve/http/): idle or slow clients cost no thread and
+//    never hold a model worker; a request head must be complete within head_timeout_s, a body
+//    within body_timeout_s, with no pause longer than read_timeout_s; pipelined requests are
+//    answered in order.
 //  - Every prefilled prompt and document is kept in a content-addressed store
 //    (serve/cache_store.h: memory LRU, cache_dir, a shared Redis store): a repeated prompt or
 //    document is not prefilled again, an uncompressed prompt's stored prefix is extended
@@ -38,10 +40,8 @@
 //  - With api_keys set, every route but /health needs "Authorization: Bearer <key>" (401).
 //  - stop() refuses queued requests, cancels running generations at their next token and closes
 //    the listener. A client leaving a stream cancels its generation at the next token.
-// Leaves out: TLS, prefill inside the batched steps (a prompt prefills on its request's thread,
-// beside the steps), HTTP pipelining (cpp-httplib answers the first request of a
-// pipelined batch only; keep-alive with one request at a time works), a deadline on a whole
-// request head (a client trickling bytes faster than read_timeout_s holds a connection thread).
+// Leaves out: TLS, HTTP/2, prefill inside the batched steps (a prompt prefills on its request's
+// thread, beside the steps).
 #pragma once
 
 #include <cstddef>
@@ -67,12 +67,18 @@ struct ServerOptions {
   size_t max_concurrent = 4;
   size_t max_queue = 64;
   double request_timeout_s = 600.0;
-  // Connections: each open connection holds one of max_connections connection threads (not a
-  // model worker); a request head or body that stalls for read_timeout_s closes the connection.
+  // Connections (src/serve/http/http_server.h): one I/O thread holds every connection that is
+  // idle or reading a request, at most max_connections of them (beyond: the one idle longest is
+  // closed for a new one, or new ones wait in the listen backlog); complete requests go to
+  // handler threads. A head or body that sends nothing for read_timeout_s, a head not complete
+  // within head_timeout_s or a body within body_timeout_s gets 408 and the close; a response
+  // that the client does not read for read_timeout_s is abandoned.
   size_t max_connections = 256;
   double read_timeout_s = 5.0;
+  double head_timeout_s = 10.0;
+  double body_timeout_s = 60.0;
   size_t keep_alive_max = 1000;     // requests per connection
-  double keep_alive_timeout_s = 5;  // idle time between requests of a connection
+  double keep_alive_timeout_s = 5;  // idle time between requests of a connection (or before one)
   // Limits (4xx beyond them).
   size_t max_body_bytes = 8u << 20;  // 413
   // Prefilled prompts and documents held in memory (serve/cache_store.h): at most max_caches
@@ -120,8 +126,8 @@ class Server {
   // Serves until stop() (blocks the calling thread). bind() first.
   void listen();
   // Stops listen() (from any thread, not from a signal handler): refuses queued requests, cancels
-  // running generations at their next token and closes the listener; listen() returns once the
-  // connection threads have ended.
+  // running generations at their next token, closes the listener and every connection; listen()
+  // returns once the I/O and handler threads have ended.
   void stop();
 
   struct Impl;  // private to serve/ (src/serve/server_impl.h)
