@@ -14,6 +14,7 @@
 
 #include "kernels/fp16_rows.h"
 #include "kernels/isa.h"
+#include "kernels/unroll.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -130,24 +131,31 @@ inline void prefetch_line(uintptr_t address) {
 }
 #endif
 
-// Up to four query accumulators as named members (an array would live in memory).
-struct Acc4 {
-  VecF a0 = zero_f(), a1 = zero_f(), a2 = zero_f(), a3 = zero_f();
-};
+// The queries' accumulators are arrays VecF acc[NQ], every loop over them unroll<NQ>
+// (kernels/unroll.h).
 
+// acc[j] += q[j * q_stride] * x for j < NQ.
 template <int NQ>
-inline void fma4(Acc4& acc, const float* q, size_t q_stride, VecF x) {
-  acc.a0 = fma_f(load_f(q), x, acc.a0);
-  if constexpr (NQ > 1) acc.a1 = fma_f(load_f(q + q_stride), x, acc.a1);
-  if constexpr (NQ > 2) acc.a2 = fma_f(load_f(q + 2 * q_stride), x, acc.a2);
-  if constexpr (NQ > 3) acc.a3 = fma_f(load_f(q + 3 * q_stride), x, acc.a3);
+inline void fma4(VecF (&acc)[NQ], const float* q, size_t q_stride, VecF x) {
+  unroll<NQ>([&](auto j) { acc[j] = fma_f(load_f(q + j * q_stride), x, acc[j]); });
 }
 
+// out[j * stride] = the sum of acc[j]'s lanes for j < NQ (the four sums in one pass, a query past
+// NQ summing zeros).
 template <int NQ>
-inline void store_row_sums(float* out, size_t stride, const Acc4& acc) {
+inline void store_row_sums(float* out, size_t stride, const VecF (&acc)[NQ]) {
+  const auto folded = [&](auto j) {
+    if constexpr (j < NQ) {
+      return fold(acc[j]);
+    } else {
+      return fold(zero_f());
+    }
+  };
   alignas(16) float sums[4];
-  store4(sums, hsum4(fold(acc.a0), fold(acc.a1), fold(acc.a2), fold(acc.a3)));
-  for (int j = 0; j < NQ; ++j) out[static_cast<size_t>(j) * stride] = sums[j];
+  store4(sums,
+         hsum4(folded(std::integral_constant<int, 0>{}), folded(std::integral_constant<int, 1>{}),
+               folded(std::integral_constant<int, 2>{}), folded(std::integral_constant<int, 3>{})));
+  unroll<NQ>([&](auto j) { out[j * stride] = sums[j]; });
 }
 
 // Touches the cache lines of [p + ahead, p + ahead + bytes): a software prefetch `ahead` bytes in
@@ -168,32 +176,22 @@ void dot_nq(float* out, size_t stride, const float* q, const fp16_t* data, size_
     const fp16_t* r0 = data + i * head_dim;
     const fp16_t* r1 = r0 + head_dim;
     if (prefetch != 0) prefetch_lines(r0, 2 * head_dim * sizeof(fp16_t), prefetch);
-    Acc4 s0, s1;
+    VecF s0[NQ], s1[NQ];
+    unroll<NQ>([&](auto j) { s0[j] = s1[j] = zero_f(); });
     for (size_t c = 0; c < head_dim; c += kLanes) {
       const VecF x0 = load_h(r0 + c), x1 = load_h(r1 + c);
-      s0.a0 = fma_f(load_f(q + c), x0, s0.a0);
-      s1.a0 = fma_f(load_f(q + c), x1, s1.a0);
-      if constexpr (NQ > 1) {
-        const VecF qv = load_f(q + head_dim + c);
-        s0.a1 = fma_f(qv, x0, s0.a1);
-        s1.a1 = fma_f(qv, x1, s1.a1);
-      }
-      if constexpr (NQ > 2) {
-        const VecF qv = load_f(q + 2 * head_dim + c);
-        s0.a2 = fma_f(qv, x0, s0.a2);
-        s1.a2 = fma_f(qv, x1, s1.a2);
-      }
-      if constexpr (NQ > 3) {
-        const VecF qv = load_f(q + 3 * head_dim + c);
-        s0.a3 = fma_f(qv, x0, s0.a3);
-        s1.a3 = fma_f(qv, x1, s1.a3);
-      }
+      unroll<NQ>([&](auto j) {
+        const VecF qv = load_f(q + j * head_dim + c);
+        s0[j] = fma_f(qv, x0, s0[j]);
+        s1[j] = fma_f(qv, x1, s1[j]);
+      });
     }
     store_row_sums<NQ>(out + i, stride, s0);
     store_row_sums<NQ>(out + i + 1, stride, s1);
   }
   if (i < n) {
-    Acc4 s0;
+    VecF s0[NQ];
+    unroll<NQ>([&](auto j) { s0[j] = zero_f(); });
     const fp16_t* r0 = data + i * head_dim;
     for (size_t c = 0; c < head_dim; c += kLanes) fma4<NQ>(s0, q + c, head_dim, load_h(r0 + c));
     store_row_sums<NQ>(out + i, stride, s0);
@@ -204,26 +202,17 @@ void dot_nq(float* out, size_t stride, const float* q, const fp16_t* data, size_
 constexpr size_t kTileRows = 32;
 
 template <int NQ>
-inline void load_acc(Acc4& acc, const float* out, size_t head_dim) {
-  acc.a0 = load_f(out);
-  if constexpr (NQ > 1) acc.a1 = load_f(out + head_dim);
-  if constexpr (NQ > 2) acc.a2 = load_f(out + 2 * head_dim);
-  if constexpr (NQ > 3) acc.a3 = load_f(out + 3 * head_dim);
+inline void load_acc(VecF (&acc)[NQ], const float* out, size_t head_dim) {
+  unroll<NQ>([&](auto j) { acc[j] = load_f(out + j * head_dim); });
 }
 template <int NQ>
-inline void store_acc(float* out, size_t head_dim, const Acc4& acc) {
-  store_f(out, acc.a0);
-  if constexpr (NQ > 1) store_f(out + head_dim, acc.a1);
-  if constexpr (NQ > 2) store_f(out + 2 * head_dim, acc.a2);
-  if constexpr (NQ > 3) store_f(out + 3 * head_dim, acc.a3);
+inline void store_acc(float* out, size_t head_dim, const VecF (&acc)[NQ]) {
+  unroll<NQ>([&](auto j) { store_f(out + j * head_dim, acc[j]); });
 }
-// acc.aj += w[j * stride] * x for j < NQ.
+// acc[j] += w[j * stride] * x for j < NQ.
 template <int NQ>
-inline void axpy4(Acc4& acc, const float* w, size_t stride, VecF x) {
-  acc.a0 = fma_f(bcast(w), x, acc.a0);
-  if constexpr (NQ > 1) acc.a1 = fma_f(bcast(w + stride), x, acc.a1);
-  if constexpr (NQ > 2) acc.a2 = fma_f(bcast(w + 2 * stride), x, acc.a2);
-  if constexpr (NQ > 3) acc.a3 = fma_f(bcast(w + 3 * stride), x, acc.a3);
+inline void axpy4(VecF (&acc)[NQ], const float* w, size_t stride, VecF x) {
+  unroll<NQ>([&](auto j) { acc[j] = fma_f(bcast(w + j * stride), x, acc[j]); });
 }
 
 // out: [NQ][head_dim] += sum over rows [0, n) of w[j * stride + i] * row i; head_dim % kLanes == 0.
@@ -237,35 +226,23 @@ void accumulate_nq(float* out, const float* w, size_t stride, const fp16_t* data
     }
     size_t c = 0;
     for (; c + 2 * kLanes <= head_dim; c += 2 * kLanes) {
-      Acc4 lo, hi;
+      VecF lo[NQ], hi[NQ];
       load_acc<NQ>(lo, out + c, head_dim);
       load_acc<NQ>(hi, out + c + kLanes, head_dim);
       for (size_t i = i0; i < i1; ++i) {
         const fp16_t* row = data + i * head_dim + c;
         const VecF x0 = load_h(row), x1 = load_h(row + kLanes);
-        lo.a0 = fma_f(bcast(w + i), x0, lo.a0);
-        hi.a0 = fma_f(bcast(w + i), x1, hi.a0);
-        if constexpr (NQ > 1) {
-          const VecF b = bcast(w + stride + i);
-          lo.a1 = fma_f(b, x0, lo.a1);
-          hi.a1 = fma_f(b, x1, hi.a1);
-        }
-        if constexpr (NQ > 2) {
-          const VecF b = bcast(w + 2 * stride + i);
-          lo.a2 = fma_f(b, x0, lo.a2);
-          hi.a2 = fma_f(b, x1, hi.a2);
-        }
-        if constexpr (NQ > 3) {
-          const VecF b = bcast(w + 3 * stride + i);
-          lo.a3 = fma_f(b, x0, lo.a3);
-          hi.a3 = fma_f(b, x1, hi.a3);
-        }
+        unroll<NQ>([&](auto j) {
+          const VecF b = bcast(w + j * stride + i);
+          lo[j] = fma_f(b, x0, lo[j]);
+          hi[j] = fma_f(b, x1, hi[j]);
+        });
       }
       store_acc<NQ>(out + c, head_dim, lo);
       store_acc<NQ>(out + c + kLanes, head_dim, hi);
     }
     if (c < head_dim) {  // one vector of channels left
-      Acc4 lo;
+      VecF lo[NQ];
       load_acc<NQ>(lo, out + c, head_dim);
       for (size_t i = i0; i < i1; ++i)
         axpy4<NQ>(lo, w + i, stride, load_h(data + i * head_dim + c));

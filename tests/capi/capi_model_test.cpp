@@ -123,6 +123,36 @@ TEST(CApiModel, KeepAndMethodKeysResolveAsTheCommandLine) {
   snapkv_caches_free(c);
 }
 
+const char* const kPasskeyQuestion = "What is the pass key? The pass key is";
+
+// Saves doc to a .kvc file (named after tag), loads it back and asks both documents the passkey
+// question: the loaded one gives the same answer from the same stored bytes. *answer gets it.
+void expect_kvc_round_trip(snapkv_model* model, snapkv_doc* doc, const std::string& tag,
+                           std::string* answer) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()) + ".kvc"))
+          .string();
+  ASSERT_EQ(snapkv_doc_save(doc, path.c_str()), SNAPKV_OK) << snapkv_last_error();
+  snapkv_doc* loaded = nullptr;
+  const int loaded_rc = snapkv_doc_load(model, path.c_str(), &loaded);
+  std::remove(path.c_str());
+  ASSERT_EQ(loaded_rc, SNAPKV_OK) << snapkv_last_error();
+  char a[256], b[256];
+  size_t na = 0, nb = 0;
+  ASSERT_EQ(snapkv_doc_ask(doc, kPasskeyQuestion, 8, a, sizeof a, &na), SNAPKV_OK)
+      << snapkv_last_error();
+  ASSERT_EQ(snapkv_doc_ask(loaded, kPasskeyQuestion, 8, b, sizeof b, &nb), SNAPKV_OK)
+      << snapkv_last_error();
+  EXPECT_STREQ(a, b);
+  EXPECT_GT(na, 0u);
+  snapkv_stats s1{}, s2{};
+  ASSERT_EQ(snapkv_doc_stats(doc, &s1), SNAPKV_OK);
+  ASSERT_EQ(snapkv_doc_stats(loaded, &s2), SNAPKV_OK);
+  EXPECT_EQ(s1.bytes_stored, s2.bytes_stored);
+  snapkv_doc_free(loaded);
+  *answer = a;
+}
+
 TEST(CApiModel, KvcRoundTripAnswersTheSame) {
   Model m;
   ASSERT_NE(m.p, nullptr);
@@ -131,30 +161,15 @@ TEST(CApiModel, KvcRoundTripAnswersTheSame) {
   snapkv_doc* doc = nullptr;
   ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), "method=snapkv keep=0.3", &doc), SNAPKV_OK)
       << snapkv_last_error();
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("capi_" + std::to_string(::getpid()) + ".kvc"))
-          .string();
-  ASSERT_EQ(snapkv_doc_save(doc, path.c_str()), SNAPKV_OK) << snapkv_last_error();
+  std::string answer;
+  expect_kvc_round_trip(m.p, doc, "capi", &answer);
   snapkv_doc* loaded = nullptr;
-  ASSERT_EQ(snapkv_doc_load(m.p, path.c_str(), &loaded), SNAPKV_OK) << snapkv_last_error();
-  char a[256], b[256];
-  size_t na = 0, nb = 0;
-  const char* q = "What is the pass key? The pass key is";
-  ASSERT_EQ(snapkv_doc_ask(doc, q, 8, a, sizeof a, &na), SNAPKV_OK) << snapkv_last_error();
-  ASSERT_EQ(snapkv_doc_ask(loaded, q, 8, b, sizeof b, &nb), SNAPKV_OK) << snapkv_last_error();
-  EXPECT_STREQ(a, b);
-  EXPECT_GT(na, 0u);
-  snapkv_stats s1{}, s2{};
-  ASSERT_EQ(snapkv_doc_stats(doc, &s1), SNAPKV_OK);
-  ASSERT_EQ(snapkv_doc_stats(loaded, &s2), SNAPKV_OK);
-  EXPECT_EQ(s1.bytes_stored, s2.bytes_stored);
-  snapkv_doc_free(loaded);
-  loaded = nullptr;
   EXPECT_EQ(snapkv_doc_load(m.p, "/nonexistent.kvc", &loaded), SNAPKV_RUNTIME_ERROR);
   EXPECT_EQ(loaded, nullptr);
+  char a[256];
+  size_t na = 0;
   EXPECT_EQ(snapkv_doc_ask(doc, "", 8, a, sizeof a, &na), SNAPKV_INVALID_ARGUMENT);
   snapkv_doc_free(doc);
-  std::remove(path.c_str());
 }
 
 // The shipped model's kvzap scorer (models/snapkv-tiny4.kvzap.gguf) is found beside it: method
@@ -168,22 +183,10 @@ TEST(CApiModel, KvzapDocumentFromTheShippedScorer) {
   ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), "method=ada-kvzap keep=0.2", &doc),
             SNAPKV_OK)
       << snapkv_last_error();
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("capi_kvzap_" + std::to_string(::getpid()) + ".kvc"))
-                               .string();
-  ASSERT_EQ(snapkv_doc_save(doc, path.c_str()), SNAPKV_OK) << snapkv_last_error();
-  snapkv_doc* loaded = nullptr;
-  ASSERT_EQ(snapkv_doc_load(m.p, path.c_str(), &loaded), SNAPKV_OK) << snapkv_last_error();
-  char a[256], b[256];
-  size_t na = 0, nb = 0;
-  const char* q = "What is the pass key? The pass key is";
-  ASSERT_EQ(snapkv_doc_ask(doc, q, 8, a, sizeof a, &na), SNAPKV_OK) << snapkv_last_error();
-  ASSERT_EQ(snapkv_doc_ask(loaded, q, 8, b, sizeof b, &nb), SNAPKV_OK) << snapkv_last_error();
-  EXPECT_STREQ(a, b);
-  EXPECT_NE(std::string(a).find("71432"), std::string::npos) << a;
-  snapkv_doc_free(loaded);
+  std::string answer;
+  expect_kvc_round_trip(m.p, doc, "capi_kvzap", &answer);
+  EXPECT_NE(answer.find("71432"), std::string::npos) << answer;
   snapkv_doc_free(doc);
-  std::remove(path.c_str());
 }
 
 TEST(CApiModel, TokenizeVersionAndMisuse) {

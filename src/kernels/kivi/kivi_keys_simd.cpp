@@ -24,25 +24,13 @@ namespace {
 
 // The same for two inputs sharing each query's coefficient (two octets of a key block).
 template <int NQ>
-inline void fma_queries2(Acc4& p, Acc4& r, const float* coef, size_t stride, __m256 x0, __m256 x1) {
-  __m256 b = _mm256_broadcast_ss(coef);
-  p.a0 = _mm256_fmadd_ps(b, x0, p.a0);
-  r.a0 = _mm256_fmadd_ps(b, x1, r.a0);
-  if constexpr (NQ > 1) {
-    b = _mm256_broadcast_ss(coef + stride);
-    p.a1 = _mm256_fmadd_ps(b, x0, p.a1);
-    r.a1 = _mm256_fmadd_ps(b, x1, r.a1);
-  }
-  if constexpr (NQ > 2) {
-    b = _mm256_broadcast_ss(coef + 2 * stride);
-    p.a2 = _mm256_fmadd_ps(b, x0, p.a2);
-    r.a2 = _mm256_fmadd_ps(b, x1, r.a2);
-  }
-  if constexpr (NQ > 3) {
-    b = _mm256_broadcast_ss(coef + 3 * stride);
-    p.a3 = _mm256_fmadd_ps(b, x0, p.a3);
-    r.a3 = _mm256_fmadd_ps(b, x1, r.a3);
-  }
+inline void fma_queries2(__m256 (&p)[NQ], __m256 (&r)[NQ], const float* coef, size_t stride,
+                         __m256 x0, __m256 x1) {
+  unroll<NQ>([&](auto j) {
+    const __m256 b = _mm256_broadcast_ss(coef + j * stride);
+    p[j] = _mm256_fmadd_ps(b, x0, p[j]);
+    r[j] = _mm256_fmadd_ps(b, x1, r[j]);
+  });
 }
 
 // NQ queries (<= 4) against every octet of a key block; qs: [NQ][qs_stride] = q * scale,
@@ -53,7 +41,7 @@ void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
   size_t oct = 0;
   for (; oct + 2 <= n_oct; oct += 2) {  // two octets at a time: 2 * NQ independent FMA chains
-    Acc4 acc0, acc1;
+    __m256 acc0[NQ] = {}, acc1[NQ] = {};
     const uint8_t* w0 = words + oct * head_dim * Bits;
     const uint8_t* w1 = w0 + head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
@@ -61,23 +49,23 @@ void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_
       const __m256 x1 = unpack8<Bits>(load_word<Bits>(w1, c));
       fma_queries2<NQ>(acc0, acc1, qs + c, qs_stride, x0, x1);
     }
-    for (int j = 0; j < NQ; ++j) {
-      float* dst = out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet;
-      store_octet(dst, acc0.get(j), qz[j], kKiviOctet);
-      store_octet(dst + kKiviOctet, acc1.get(j), qz[j],
+    unroll<NQ>([&](auto j) {
+      float* dst = out + j * out_stride + oct * kKiviOctet;
+      store_octet(dst, acc0[j], qz[j], kKiviOctet);
+      store_octet(dst + kKiviOctet, acc1[j], qz[j],
                   std::min(kKiviOctet, n_rows - (oct + 1) * kKiviOctet));
-    }
+    });
   }
   if (oct < n_oct) {
-    Acc4 acc;
+    __m256 acc[NQ] = {};
     const uint8_t* w0 = words + oct * head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
       fma_queries<NQ>(acc, qs + c, qs_stride, unpack8<Bits>(load_word<Bits>(w0, c)));
     }
-    for (int j = 0; j < NQ; ++j) {
-      store_octet(out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet, acc.get(j), qz[j],
+    unroll<NQ>([&](auto j) {
+      store_octet(out + j * out_stride + oct * kKiviOctet, acc[j], qz[j],
                   n_rows - oct * kKiviOctet);
-    }
+    });
   }
 }
 
@@ -101,18 +89,18 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
                         const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
   const size_t n_pairs = ceil_div(n_oct, 2);
-  auto store = [&](const Acc4x16& acc, size_t pair) {
+  auto store = [&](const __m512(&acc)[NQ], size_t pair) {
     const size_t row0 = pair * 16;
     const size_t valid = std::min<size_t>(16, n_rows - row0);
     const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-    for (int j = 0; j < NQ; ++j) {
-      const __m512 v = _mm512_add_ps(acc.get(j), _mm512_set1_ps(qz[j]));
-      _mm512_mask_storeu_ps(out + static_cast<size_t>(j) * out_stride + row0, mask, v);
-    }
+    unroll<NQ>([&](auto j) {
+      const __m512 v = _mm512_add_ps(acc[j], _mm512_set1_ps(qz[j]));
+      _mm512_mask_storeu_ps(out + j * out_stride + row0, mask, v);
+    });
   };
   size_t p = 0;
   for (; p + 2 <= n_pairs; p += 2) {
-    Acc4x16 acc0, acc1;
+    __m512 acc0[NQ] = {}, acc1[NQ] = {};
     for (size_t c = 0; c < head_dim; ++c) {
       const __m512 x0 = unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim));
       const __m512 x1 = unpack16<Bits>(key_pair_word<Bits>(words, p + 1, n_oct, c, head_dim));
@@ -123,7 +111,7 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
     store(acc1, p + 1);
   }
   if (p < n_pairs) {
-    Acc4x16 acc0;
+    __m512 acc0[NQ] = {};
     for (size_t c = 0; c < head_dim; ++c) {
       fma16<NQ>(acc0, qs + c, qs_stride,
                 unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim)));
@@ -144,20 +132,19 @@ void key_block_dot_nq_neon(float* out, size_t out_stride, const float* qs, size_
                            const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
   for (size_t oct = 0; oct < n_oct; ++oct) {
-    Acc4x8 acc;
+    float32x4x2_t acc[NQ] = {};
     const uint8_t* w0 = words + oct * head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
       fma_queries8<NQ>(acc, qs + c, qs_stride, unpack8_neon<Bits>(load_word<Bits>(w0, c)));
     }
     const size_t valid = std::min(kKiviOctet, n_rows - oct * kKiviOctet);
-    for (int j = 0; j < NQ; ++j) {
-      float* dst = out + static_cast<size_t>(j) * out_stride + oct * kKiviOctet;
-      const float32x4x2_t& a = acc.get(j);
+    unroll<NQ>([&](auto j) {
+      float* dst = out + j * out_stride + oct * kKiviOctet;
       alignas(16) float rows[kKiviOctet];
-      vst1q_f32(rows, vaddq_f32(a.val[0], vdupq_n_f32(qz[j])));
-      vst1q_f32(rows + 4, vaddq_f32(a.val[1], vdupq_n_f32(qz[j])));
+      vst1q_f32(rows, vaddq_f32(acc[j].val[0], vdupq_n_f32(qz[j])));
+      vst1q_f32(rows + 4, vaddq_f32(acc[j].val[1], vdupq_n_f32(qz[j])));
       std::copy_n(rows, valid, dst);
-    }
+    });
   }
 }
 #endif  // SNAPKV_KIVI_NEON

@@ -22,6 +22,7 @@
 
 #include "kernels/isa.h"
 #include "kernels/kivi/kivi_kernels.h"
+#include "kernels/unroll.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
@@ -53,12 +54,13 @@ constexpr size_t kBatch = 4;                     // queries per pass (a GQA grou
 constexpr size_t kAheadRows = 128;               // rows between a prefetch and its use
 static_assert(kTile % 16 == 0 && kTile * 15 * 32767 < (size_t{1} << 31), "int32 sums exact");
 
-// acc += vpdpwssd(a, b), in place: the asm keeps the accumulator in its register.
-inline void dpwssd(__m512i& acc, __m512i a, __m512i b) {
+// acc + vpdpwssd(a, b): the asm keeps the accumulator in its register.
+inline __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
 #if defined(__GNUC__)
   __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
 #else
-  acc = _mm512_dpwssd_epi32(acc, a, b);
+  return _mm512_dpwssd_epi32(acc, a, b);
 #endif
 }
 
@@ -178,31 +180,19 @@ void pass(float (*sums)[kMaxHeadDim], size_t sum_at,
           const int32_t (*tab)[kTile / 2 * kMaxGroups + 16], const uint8_t* rows, size_t row_bytes,
           size_t off, size_t nr, const uint8_t* zero_row, size_t n_groups, __m512i widx,
           const __m512* step_v, const KiviParams* par, bool prefetch) {
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0,
-          b3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
+  __m512i acc[NQ][4];  // [query][code vector]
+  unroll<NQ>([&](auto j) { unroll<4>([&](auto i) { acc[j][i] = _mm512_setzero_si512(); }); });
   const __m512i nib = _mm512_set1_epi16(15);
   const auto body = [&](const uint8_t* ra, const uint8_t* rb, size_t p) {
     const __m512i xa = _mm512_loadu_si512(ra + off), xb = _mm512_loadu_si512(rb + off);
     const __m512i x = H == 0 ? _mm512_unpacklo_epi16(xa, xb) : _mm512_unpackhi_epi16(xa, xb);
-    const __m512i k0 = _mm512_and_si512(x, nib);
-    const __m512i k1 = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
-    const __m512i k2 = _mm512_and_si512(_mm512_srli_epi16(x, 8), nib);
-    const __m512i k3 = _mm512_srli_epi16(x, 12);
+    const __m512i k[4] = {_mm512_and_si512(x, nib), _mm512_and_si512(_mm512_srli_epi16(x, 4), nib),
+                          _mm512_and_si512(_mm512_srli_epi16(x, 8), nib), _mm512_srli_epi16(x, 12)};
     const size_t at = p * n_groups;
-    __m512i wq = _mm512_permutexvar_epi32(widx, _mm512_loadu_si512(tab[0] + at));
-    dpwssd(a0, k0, wq), dpwssd(a1, k1, wq), dpwssd(a2, k2, wq), dpwssd(a3, k3, wq);
-    if constexpr (NQ > 1) {
-      wq = _mm512_permutexvar_epi32(widx, _mm512_loadu_si512(tab[1] + at));
-      dpwssd(b0, k0, wq), dpwssd(b1, k1, wq), dpwssd(b2, k2, wq), dpwssd(b3, k3, wq);
-    }
-    if constexpr (NQ > 2) {
-      wq = _mm512_permutexvar_epi32(widx, _mm512_loadu_si512(tab[2] + at));
-      dpwssd(c0, k0, wq), dpwssd(c1, k1, wq), dpwssd(c2, k2, wq), dpwssd(c3, k3, wq);
-    }
-    if constexpr (NQ > 3) {
-      wq = _mm512_permutexvar_epi32(widx, _mm512_loadu_si512(tab[3] + at));
-      dpwssd(d0, k0, wq), dpwssd(d1, k1, wq), dpwssd(d2, k2, wq), dpwssd(d3, k3, wq);
-    }
+    unroll<NQ>([&](auto j) {
+      const __m512i wq = _mm512_permutexvar_epi32(widx, _mm512_loadu_si512(tab[j] + at));
+      unroll<4>([&](auto i) { acc[j][i] = dpwssd(acc[j][i], k[i], wq); });
+    });
   };
   const size_t full = nr / 2;
   // pass h = 0 also prefetches (T2) the codes kAheadRows ahead and the params of the next tile:
@@ -229,18 +219,13 @@ void pass(float (*sums)[kMaxHeadDim], size_t sum_at,
     body(ra, ra + row_bytes, p);
   }
   if (nr % 2 != 0) body(rows + 2 * full * row_bytes, zero_row, full);  // its weight is 0
-  const auto add = [&](int j, __m512i i0, __m512i i1, __m512i i2, __m512i i3) {
+  unroll<NQ>([&](auto j) {
     float* s = sums[j] + sum_at;
-    const __m512i acc[4] = {i0, i1, i2, i3};
-    for (int i = 0; i < 4; ++i) {
-      _mm512_store_ps(s + 16 * i, _mm512_fmadd_ps(step_v[j], _mm512_cvtepi32_ps(acc[i]),
+    unroll<4>([&](auto i) {
+      _mm512_store_ps(s + 16 * i, _mm512_fmadd_ps(step_v[j], _mm512_cvtepi32_ps(acc[j][i]),
                                                   _mm512_load_ps(s + 16 * i)));
-    }
-  };
-  add(0, a0, a1, a2, a3);
-  if constexpr (NQ > 1) add(1, b0, b1, b2, b3);
-  if constexpr (NQ > 2) add(2, c0, c1, c2, c3);
-  if constexpr (NQ > 3) add(3, d0, d1, d2, d3);
+    });
+  });
 }
 
 template <int NQ>

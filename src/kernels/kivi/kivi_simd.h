@@ -5,9 +5,10 @@
 // or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
 // 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
 // queries' FMAs from it, so the decode cost is shared by the query heads of a GQA group
-// (docs/KERNELS.md). The helpers have internal linkage (an anonymous namespace); the tables are one
-// inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy in
-// L1.
+// (docs/KERNELS.md); the queries' accumulators are arrays indexed through unroll<NQ>
+// (kernels/unroll.h). The helpers have internal linkage (an anonymous namespace); the tables are
+// one inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy
+// in L1.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "kernels/isa.h"
 #include "kernels/kivi/kivi_kernels.h"
+#include "kernels/unroll.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
@@ -100,14 +102,6 @@ inline __m256 unpack8(uint32_t word) {
   }
 }
 
-// Up to four accumulators as named members, which stay in registers (an __m256[NQ] array would
-// be kept in memory).
-struct Acc4 {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-         a3 = _mm256_setzero_ps();
-  __m256 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
-};
-
 #endif  // SNAPKV_KIVI_AVX2
 
 // Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
@@ -172,17 +166,11 @@ inline void prefetch_t2(const char* p) {
 #endif
 
 #if SNAPKV_KIVI_AVX2
-// acc.aj += broadcast(coef[j * stride]) * x for j < NQ.
+// acc[j] += broadcast(coef[j * stride]) * x for j < NQ.
 template <int NQ>
-inline void fma_queries(Acc4& acc, const float* coef, size_t stride, __m256 x) {
-  acc.a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef), x, acc.a0);
-  if constexpr (NQ > 1) acc.a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + stride), x, acc.a1);
-  if constexpr (NQ > 2) {
-    acc.a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 2 * stride), x, acc.a2);
-  }
-  if constexpr (NQ > 3) {
-    acc.a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + 3 * stride), x, acc.a3);
-  }
+inline void fma_queries(__m256 (&acc)[NQ], const float* coef, size_t stride, __m256 x) {
+  unroll<NQ>(
+      [&](auto j) { acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + j * stride), x, acc[j]); });
 }
 
 #if SNAPKV_KIVI_AVX512
@@ -207,19 +195,11 @@ inline __m512 unpack16(uint64_t w) {
   }
 }
 
-struct Acc4x16 {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
-         a3 = _mm512_setzero_ps();
-  __m512 get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
-};
-
-// acc.aj += coef[j * stride] * x for j < NQ.
+// acc[j] += coef[j * stride] * x for j < NQ.
 template <int NQ>
-inline void fma16(Acc4x16& acc, const float* coef, size_t stride, __m512 x) {
-  acc.a0 = _mm512_fmadd_ps(_mm512_set1_ps(coef[0]), x, acc.a0);
-  if constexpr (NQ > 1) acc.a1 = _mm512_fmadd_ps(_mm512_set1_ps(coef[stride]), x, acc.a1);
-  if constexpr (NQ > 2) acc.a2 = _mm512_fmadd_ps(_mm512_set1_ps(coef[2 * stride]), x, acc.a2);
-  if constexpr (NQ > 3) acc.a3 = _mm512_fmadd_ps(_mm512_set1_ps(coef[3 * stride]), x, acc.a3);
+inline void fma16(__m512 (&acc)[NQ], const float* coef, size_t stride, __m512 x) {
+  unroll<NQ>(
+      [&](auto j) { acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(coef[j * stride]), x, acc[j]); });
 }
 
 #endif  // SNAPKV_KIVI_AVX512
@@ -239,24 +219,16 @@ inline float32x4x2_t unpack8_neon(uint32_t word) {
            vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
 }
 
-// Up to four queries' accumulators of 8 rows (two registers each), as named members.
-struct Acc4x8 {
-  float32x4x2_t a0{}, a1{}, a2{}, a3{};
-  const float32x4x2_t& get(int j) const { return j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3; }
-};
-
 inline void fma8(float32x4x2_t& acc, float coef, const float32x4x2_t& x) {
   acc.val[0] = vfmaq_n_f32(acc.val[0], x.val[0], coef);
   acc.val[1] = vfmaq_n_f32(acc.val[1], x.val[1], coef);
 }
 
-// acc.aj += coef[j * stride] * x for j < NQ.
+// acc[j] += coef[j * stride] * x for j < NQ; an accumulator is 8 rows in two registers.
 template <int NQ>
-inline void fma_queries8(Acc4x8& acc, const float* coef, size_t stride, const float32x4x2_t& x) {
-  fma8(acc.a0, coef[0], x);
-  if constexpr (NQ > 1) fma8(acc.a1, coef[stride], x);
-  if constexpr (NQ > 2) fma8(acc.a2, coef[2 * stride], x);
-  if constexpr (NQ > 3) fma8(acc.a3, coef[3 * stride], x);
+inline void fma_queries8(float32x4x2_t (&acc)[NQ], const float* coef, size_t stride,
+                         const float32x4x2_t& x) {
+  unroll<NQ>([&](auto j) { fma8(acc[j], coef[j * stride], x); });
 }
 #endif  // SNAPKV_KIVI_NEON
 

@@ -19,21 +19,16 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
   const size_t n_words = head_dim / kKiviOctet;
   const size_t row_bytes = n_words * Bits;
   auto group_of = [&](size_t word) { return std::min(word * kKiviOctet / group, n_groups - 1); };
-  auto load = [&](Acc4& acc, size_t wi) {
-    acc.a0 = _mm256_loadu_ps(out + wi * kKiviOctet);
-    if constexpr (NQ > 1) acc.a1 = _mm256_loadu_ps(out + out_stride + wi * kKiviOctet);
-    if constexpr (NQ > 2) acc.a2 = _mm256_loadu_ps(out + 2 * out_stride + wi * kKiviOctet);
-    if constexpr (NQ > 3) acc.a3 = _mm256_loadu_ps(out + 3 * out_stride + wi * kKiviOctet);
+  auto load = [&](__m256(&acc)[NQ], size_t wi) {
+    unroll<NQ>([&](auto j) { acc[j] = _mm256_loadu_ps(out + j * out_stride + wi * kKiviOctet); });
   };
-  auto store = [&](const Acc4& acc, size_t wi) {
-    for (int j = 0; j < NQ; ++j) {
-      _mm256_storeu_ps(out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet, acc.get(j));
-    }
+  auto store = [&](const __m256(&acc)[NQ], size_t wi) {
+    unroll<NQ>([&](auto j) { _mm256_storeu_ps(out + j * out_stride + wi * kKiviOctet, acc[j]); });
   };
   size_t wi = 0;
   for (; wi + 2 <= n_words; wi += 2) {  // two words (16 channels) x NQ queries in registers
     const size_t g0 = group_of(wi), g1 = group_of(wi + 1);
-    Acc4 acc0, acc1;
+    __m256 acc0[NQ], acc1[NQ];
     load(acc0, wi);
     load(acc1, wi + 1);
     for (size_t r = 0; r < n_rows; ++r) {
@@ -48,7 +43,7 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
   }
   if (wi < n_words) {
     const size_t g0 = group_of(wi);
-    Acc4 acc0;
+    __m256 acc0[NQ];
     load(acc0, wi);
     for (size_t r = 0; r < n_rows; ++r) {
       const __m256 x0 = unpack8<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
@@ -77,21 +72,16 @@ void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uin
   const size_t n_vec = head_dim / 16;
   const size_t row_bytes = head_dim / kKiviOctet * Bits;
   auto group_of = [&](size_t k) { return std::min(k * 16 / group, n_groups - 1); };
-  auto load = [&](Acc4x16& acc, size_t k) {
-    acc.a0 = _mm512_loadu_ps(out + k * 16);
-    if constexpr (NQ > 1) acc.a1 = _mm512_loadu_ps(out + out_stride + k * 16);
-    if constexpr (NQ > 2) acc.a2 = _mm512_loadu_ps(out + 2 * out_stride + k * 16);
-    if constexpr (NQ > 3) acc.a3 = _mm512_loadu_ps(out + 3 * out_stride + k * 16);
+  auto load = [&](__m512(&acc)[NQ], size_t k) {
+    unroll<NQ>([&](auto j) { acc[j] = _mm512_loadu_ps(out + j * out_stride + k * 16); });
   };
-  auto store = [&](const Acc4x16& acc, size_t k) {
-    for (int j = 0; j < NQ; ++j) {
-      _mm512_storeu_ps(out + static_cast<size_t>(j) * out_stride + k * 16, acc.get(j));
-    }
+  auto store = [&](const __m512(&acc)[NQ], size_t k) {
+    unroll<NQ>([&](auto j) { _mm512_storeu_ps(out + j * out_stride + k * 16, acc[j]); });
   };
   size_t k = 0;
   for (; k + 2 <= n_vec; k += 2) {
     const size_t g0 = group_of(k), g1 = group_of(k + 1);
-    Acc4x16 acc0, acc1;
+    __m512 acc0[NQ], acc1[NQ];
     load(acc0, k);
     load(acc1, k + 1);
     for (size_t r = 0; r < n_rows; ++r) {
@@ -106,7 +96,7 @@ void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uin
   }
   if (k < n_vec) {
     const size_t g0 = group_of(k);
-    Acc4x16 acc0;
+    __m512 acc0[NQ];
     load(acc0, k);
     for (size_t r = 0; r < n_rows; ++r) {
       fma16<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
@@ -178,16 +168,13 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
   const __m512i low4 = _mm512_set1_epi32(15);
   for (size_t k = 0; k < head_dim / 32; ++k) {
     const size_t g = std::min(k * 32 / group, n_groups - 1);
-    Acc4x16 ev, od;
-    for (int j = 0; j < NQ; ++j) {
-      const float* o = out + static_cast<size_t>(j) * out_stride + 32 * k;
+    __m512 ev[NQ], od[NQ];
+    unroll<NQ>([&](auto j) {
+      const float* o = out + j * out_stride + 32 * k;
       const __m512 a = _mm512_loadu_ps(o), b = _mm512_loadu_ps(o + 16);
-      const __m512 e = _mm512_permutex2var_ps(a, even, b), d = _mm512_permutex2var_ps(a, odd, b);
-      if (j == 0) ev.a0 = e, od.a0 = d;
-      if (j == 1) ev.a1 = e, od.a1 = d;
-      if (j == 2) ev.a2 = e, od.a2 = d;
-      if (j == 3) ev.a3 = e, od.a3 = d;
-    }
+      ev[j] = _mm512_permutex2var_ps(a, even, b);
+      od[j] = _mm512_permutex2var_ps(a, odd, b);
+    });
     for (size_t r = 0; r < n_rows; ++r) {
       const __m512i x = _mm512_cvtepu8_epi32(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r * row_bytes + 16 * k)));
@@ -195,11 +182,11 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
       fma16<NQ>(ev, cf, 1, _mm512_cvtepi32_ps(_mm512_and_si512(x, low4)));
       fma16<NQ>(od, cf, 1, _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)));
     }
-    for (int j = 0; j < NQ; ++j) {
-      float* o = out + static_cast<size_t>(j) * out_stride + 32 * k;
-      _mm512_storeu_ps(o, _mm512_permutex2var_ps(ev.get(j), first, od.get(j)));
-      _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(ev.get(j), second, od.get(j)));
-    }
+    unroll<NQ>([&](auto j) {
+      float* o = out + j * out_stride + 32 * k;
+      _mm512_storeu_ps(o, _mm512_permutex2var_ps(ev[j], first, od[j]));
+      _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(ev[j], second, od[j]));
+    });
   }
 }
 
@@ -217,21 +204,20 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
   const size_t row_bytes = n_words * Bits;
   for (size_t wi = 0; wi < n_words; ++wi) {
     const size_t g = std::min(wi * kKiviOctet / group, n_groups - 1);
-    Acc4x8 acc;
-    float32x4x2_t* accs[4] = {&acc.a0, &acc.a1, &acc.a2, &acc.a3};
-    for (int j = 0; j < NQ; ++j) {
-      const float* o = out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet;
-      *accs[j] = {{vld1q_f32(o), vld1q_f32(o + 4)}};
-    }
+    float32x4x2_t acc[NQ];
+    unroll<NQ>([&](auto j) {
+      const float* o = out + j * out_stride + wi * kKiviOctet;
+      acc[j] = {{vld1q_f32(o), vld1q_f32(o + 4)}};
+    });
     for (size_t r = 0; r < n_rows; ++r) {
       const float32x4x2_t x = unpack8_neon<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
       fma_queries8<NQ>(acc, coef + (r * n_groups + g) * 4, 1, x);
     }
-    for (int j = 0; j < NQ; ++j) {
-      float* o = out + static_cast<size_t>(j) * out_stride + wi * kKiviOctet;
-      vst1q_f32(o, acc.get(j).val[0]);
-      vst1q_f32(o + 4, acc.get(j).val[1]);
-    }
+    unroll<NQ>([&](auto j) {
+      float* o = out + j * out_stride + wi * kKiviOctet;
+      vst1q_f32(o, acc[j].val[0]);
+      vst1q_f32(o + 4, acc[j].val[1]);
+    });
   }
 }
 #endif  // SNAPKV_KIVI_NEON

@@ -1,7 +1,7 @@
-// RotatedStore: the rotated codecs kivi2r / kivi4r (inner store KIVI 2/4-bit), the values of
-// kivi42r (inner store KIVI 2-bit; its 4-bit keys are a plain KIVI store, made and loaded here) and
-// of zipcacher (inner store zipcache, include/snapkv/kv/codecs/zipcache.h; zipcacher's keys are a
-// plain zipcache store, made and loaded here too). It wraps an inner store that holds the rows
+// RotatedStore: the rotated roles of the rotated codecs (kv/core/codec_spec.h): the keys and values
+// of kivi2r / kivi4r, the values of kivi42r and zipcacher; the codec registry makes the inner
+// store (KIVI or zipcache) and a role that is not rotated plainly. It wraps an inner store that
+// holds the rows
 // turned by the seeded Hadamard rotation R of kv/codecs/rotation.h and keeps the RowStore contract
 // in the original coordinates:
 //   append  rows -> R rows -> inner (rounded to fp16, then quantized as the inner codec does)
@@ -15,6 +15,7 @@
 // 8-byte seed: the signs are derived from it). The .kvc record is KvcRotatedStore (the seed,
 // checked against the config's rotation_seed on load) followed by the inner store's record.
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -108,72 +109,23 @@ class RotatedStore final : public RowStore {
   HadamardRotation rotation_;
 };
 
-CacheConfig inner_config(const CacheConfig& config) {
-  CacheConfig c = config;
-  // The outer codec's defaults (kv/core/config.h), resolved before the codec changes: zipcacher's
-  // residual 32 and salient 0.7 are not zipcache's 128 and 0.2.
-  c.kivi_residual = kivi_residual_of(config);
-  c.zip_salient = zip_salient_of(config);
-  c.kivi_fp16_sinks = kivi_fp16_sinks_of(config);
-  switch (config.codec) {
-    case CodecKind::kivi2r:
-      c.codec = CodecKind::kivi2;
-      break;
-    case CodecKind::kivi4r:
-      c.codec = CodecKind::kivi4;
-      break;
-    case CodecKind::zipcacher:
-      c.codec = CodecKind::zipcache;
-      break;
-    case CodecKind::kivi42r:
-      c.codec = CodecKind::kivi42;
-      break;
-    default:
-      throw_invalid("rotated", "codec is not a rotated codec", std::string(to_string(config.codec)),
-                    "kivi2r|kivi4r|zipcacher|kivi42r");
-  }
-  return c;
-}
-
-std::unique_ptr<RowStore> make_inner(const CacheConfig& inner, RowRole role, size_t head_dim) {
-  if (inner.codec == CodecKind::zipcache) return make_zipcache_row_store(inner, role, head_dim);
-  return make_kivi_row_store(inner, role, head_dim);
-}
-
 }  // namespace
 
-std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowRole role,
-                                                 size_t head_dim) {
-  if (config.codec == CodecKind::zipcacher && role == RowRole::key) {
-    return make_zipcache_row_store(inner_config(config), role, head_dim);
-  }
-  if (config.codec == CodecKind::kivi42r && role == RowRole::key) {
-    return make_kivi_row_store(inner_config(config), role, head_dim);
-  }
-  return std::make_unique<RotatedStore>(make_inner(inner_config(config), role, head_dim),
-                                        config.rotation_seed);
+std::unique_ptr<RowStore> make_rotated_row_store(std::unique_ptr<RowStore> inner,
+                                                 uint64_t rotation_seed) {
+  return std::make_unique<RotatedStore>(std::move(inner), rotation_seed);
 }
 
-std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowRole role,
-                                                 size_t head_dim, std::span<const uint8_t> record) {
-  const CacheConfig inner = inner_config(config);
-  if (config.codec == CodecKind::zipcacher && role == RowRole::key) {
-    return load_zipcache_row_store(inner, role, head_dim, record);
-  }
-  if (config.codec == CodecKind::kivi42r && role == RowRole::key) {
-    return load_kivi_row_store(inner, role, head_dim, record);
-  }
+std::unique_ptr<RowStore> load_rotated_row_store(
+    uint64_t rotation_seed, std::span<const uint8_t> record,
+    const std::function<std::unique_ptr<RowStore>(std::span<const uint8_t>)>& load_inner) {
   kvc::ByteReader in(record);
   const auto h = in.pod<KvcRotatedStore>("rotated store header");
-  if (h.rotation_seed != config.rotation_seed) {
+  if (h.rotation_seed != rotation_seed) {
     throw_runtime("kvc", "rotated store seed differs from the config's rotation_seed",
-                  std::to_string(h.rotation_seed), std::to_string(config.rotation_seed));
+                  std::to_string(h.rotation_seed), std::to_string(rotation_seed));
   }
-  const std::span<const uint8_t> rest = record.subspan(in.position());
-  std::unique_ptr<RowStore> stored = inner.codec == CodecKind::zipcache
-                                         ? load_zipcache_row_store(inner, role, head_dim, rest)
-                                         : load_kivi_row_store(inner, role, head_dim, rest);
-  return std::make_unique<RotatedStore>(std::move(stored), h.rotation_seed);
+  return std::make_unique<RotatedStore>(load_inner(record.subspan(in.position())), h.rotation_seed);
 }
 
 }  // namespace snapkv

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -32,12 +34,16 @@ std::unique_ptr<RowStore> make_kivi_row_store(RowRole role, int bits, size_t hea
 std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim, std::span<const uint8_t> record);
 
-// Rotated KIVI (kivi2r / kivi4r): a KIVI store of Hadamard-rotated rows,
+// A store of Hadamard-rotated rows (kv/codecs/rotation.h) around `inner`, which holds the
+// rotated rows (the rotated roles of kivi2r, kivi4r, kivi42r, zipcacher),
 // kv/codecs/rotated_store.cpp.
-std::unique_ptr<RowStore> make_rotated_row_store(const CacheConfig& config, RowRole role,
-                                                 size_t head_dim);
-std::unique_ptr<RowStore> load_rotated_row_store(const CacheConfig& config, RowRole role,
-                                                 size_t head_dim, std::span<const uint8_t> record);
+std::unique_ptr<RowStore> make_rotated_row_store(std::unique_ptr<RowStore> inner,
+                                                 uint64_t rotation_seed);
+// The same from its .kvc record: the seed (checked against rotation_seed), then the inner store's
+// record, which load_inner reads.
+std::unique_ptr<RowStore> load_rotated_row_store(
+    uint64_t rotation_seed, std::span<const uint8_t> record,
+    const std::function<std::unique_ptr<RowStore>(std::span<const uint8_t>)>& load_inner);
 // GEAR: a KIVI store at config.gear_bits with the corrections of include/snapkv/kv/codecs/gear.h,
 // kv/codecs/kivi/kivi_store.cpp. Validates gear_rank (< head_dim), gear_sparse and the KIVI
 // parameters.

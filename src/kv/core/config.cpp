@@ -69,22 +69,6 @@ constexpr std::array<std::pair<std::string_view, ChunkMode>, 2> kChunkModeNames{
     {"every_chunk", ChunkMode::every_chunk},
     {"end_of_prompt", ChunkMode::end_of_prompt},
 }};
-constexpr std::array<std::pair<std::string_view, CodecKind>, 14> kCodecNames{{
-    {"fp16", CodecKind::fp16},
-    {"kivi2", CodecKind::kivi2},
-    {"kivi4", CodecKind::kivi4},
-    {"kivi2r", CodecKind::kivi2r},
-    {"kivi4r", CodecKind::kivi4r},
-    {"kitty", CodecKind::kitty},
-    {"zipcache", CodecKind::zipcache},
-    {"gear", CodecKind::gear},
-    {"zipcacher", CodecKind::zipcacher},
-    {"kivi42", CodecKind::kivi42},
-    {"kivi24", CodecKind::kivi24},
-    {"kivi42r", CodecKind::kivi42r},
-    {"kivi32", CodecKind::kivi32},
-    {"kivimix", CodecKind::kivimix},
-}};
 
 template <typename Enum, size_t N>
 void check_enum(Enum k, const std::array<std::pair<std::string_view, Enum>, N>& names,
@@ -105,7 +89,10 @@ void check_enum(Enum k, const std::array<std::pair<std::string_view, Enum>, N>& 
 
 void CacheConfig::validate() const {
   check_enum(policy, kPolicyNames, "policy");
-  check_enum(codec, kCodecNames, "codec");
+  if (!codec_is_built(codec)) {
+    throw_invalid("config", "codec is not a known value", std::to_string(static_cast<int>(codec)),
+                  built_codec_names());
+  }
   check_enum(pool, kPoolNames, "pool");
   check_enum(query_source, kQuerySourceNames, "query_source");
   check_enum(chunk_mode, kChunkModeNames, "chunk_mode");
@@ -212,9 +199,6 @@ std::string_view to_string(QuerySource k) {
 std::string_view to_string(ChunkMode k) {
   return enum_name(k, kChunkModeNames);
 }
-std::string_view to_string(CodecKind k) {
-  return enum_name(k, kCodecNames);
-}
 
 std::string_view to_string(HeadAllocation k) {
   return enum_name(k, kHeadAllocationNames);
@@ -251,35 +235,6 @@ bool policy_uses_queries(PolicyKind k) {
   return k == PolicyKind::snapkv || k == PolicyKind::chunkkv || k == PolicyKind::expected_attention;
 }
 
-bool codec_is_rotated(CodecKind k) {
-  return k == CodecKind::kivi2r || k == CodecKind::kivi4r || k == CodecKind::zipcacher ||
-         k == CodecKind::kivi42r;
-}
-
-size_t codec_default_kivi_residual(CodecKind k) {
-  switch (k) {
-    case CodecKind::zipcacher:
-    case CodecKind::kivi42:
-    case CodecKind::kivi42r:
-    case CodecKind::kivi24:
-    case CodecKind::kivi32:
-    case CodecKind::kivimix:
-      return 32;
-    default:
-      return 128;
-  }
-}
-
-double codec_default_zip_salient(CodecKind k) {
-  if (k == CodecKind::zipcacher) return 0.7;
-  if (k == CodecKind::zipcache) return 0.2;
-  return 0.0;
-}
-
-size_t codec_default_kivi_fp16_sinks(CodecKind k) {
-  return k == CodecKind::kivi42 || k == CodecKind::kivi32 || k == CodecKind::kivimix ? 4 : 0;
-}
-
 size_t kivi_fp16_sinks_of(const CacheConfig& c) {
   return c.kivi_fp16_sinks != kCodecDefaultCount ? c.kivi_fp16_sinks
                                                  : codec_default_kivi_fp16_sinks(c.codec);
@@ -292,33 +247,6 @@ size_t kivi_residual_of(const CacheConfig& c) {
 double zip_salient_of(const CacheConfig& c) {
   return c.zip_salient != kCodecDefaultFraction ? c.zip_salient
                                                 : codec_default_zip_salient(c.codec);
-}
-
-int codec_kivi_bits(CodecKind k, bool key_role) {
-  switch (k) {
-    case CodecKind::kivi2:
-    case CodecKind::kivi2r:
-    case CodecKind::kitty:
-    case CodecKind::kivimix:  // keys: 2-bit words, the wide channels' low bits apart
-                              // (kv/codecs/kivi.h)
-      return 2;
-    case CodecKind::kivi4:
-    case CodecKind::kivi4r:
-      return 4;
-    case CodecKind::kivi42:
-    case CodecKind::kivi42r:
-      return key_role ? 4 : 2;
-    case CodecKind::kivi24:
-      return key_role ? 2 : 4;
-    case CodecKind::kivi32:
-      return key_role ? 3 : 2;
-    default:
-      return 0;
-  }
-}
-
-bool codec_routes_rows(CodecKind k) {
-  return k == CodecKind::zipcache || k == CodecKind::zipcacher;
 }
 
 bool policy_scores_rows(PolicyKind k) {
@@ -341,9 +269,6 @@ QuerySource parse_query_source(std::string_view s) {
 }
 ChunkMode parse_chunk_mode(std::string_view s) {
   return parse_enum(s, kChunkModeNames, "chunk mode");
-}
-CodecKind parse_codec(std::string_view s) {
-  return parse_enum(s, kCodecNames, "codec");
 }
 
 }  // namespace snapkv

@@ -15,9 +15,6 @@ constexpr const char* kPolicyNames =
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
-constexpr const char* kCodecNames =
-    "kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42, kivi24, kivi42r, "
-    "kivi32, kivimix";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -67,14 +64,22 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
   return config.head_allocation != HeadAllocation::ada || policy_scores_rows(config.policy);
 }
 
-// Any codec of kv/core/config.h but fp16 (the default of every policy, so not a method name).
+// The codecs a method may name: every built one but fp16 (the default of every policy, so not a
+// method name), by the codec grammar (kv/core/codec_spec.h).
+std::string codec_names() {
+  return std::string(codec_grammar()) + "; built: " + std::string(built_codec_names());
+}
+
+// Applies a codec name to config; false when the codec grammar does not parse it or it names
+// fp16. A well-formed name no store implements is refused by the registry, naming the built ones.
 bool apply_codec(std::string_view name, CacheConfig& config) {
-  CodecKind codec = CodecKind::fp16;
+  CodecSpec spec;
   try {
-    codec = parse_codec(name);
+    spec = parse_codec_spec(name);
   } catch (const std::invalid_argument&) {
     return false;
   }
+  const CodecKind codec = codec_kind(spec);
   if (codec == CodecKind::fp16) return false;
   config.codec = codec;
   return true;
@@ -109,8 +114,8 @@ Method parse_method(std::string_view name, const CacheConfig& knobs) {
   c.decode_budget = fresh.decode_budget;
   c.decode_interval = fresh.decode_interval;
   c.query_source = QuerySource::auto_select;
-  const std::string expected =
-      std::string("a policy (") + kPolicyNames + "), a codec (" + kCodecNames + ") or policy+codec";
+  const std::string expected = std::string("a policy (") + kPolicyNames + "), a codec (" +
+                               codec_names() + ") or policy+codec";
   const size_t plus = m.name.find('+');
   if (plus == std::string::npos) {
     if (!apply_policy(m.name, c)) {
@@ -123,7 +128,7 @@ Method parse_method(std::string_view name, const CacheConfig& knobs) {
       throw_invalid("kv", "unknown policy in method '" + m.name + "'", policy, kPolicyNames);
     }
     if (!apply_codec(codec, c)) {
-      throw_invalid("kv", "unknown codec in method '" + m.name + "'", codec, kCodecNames);
+      throw_invalid("kv", "unknown codec in method '" + m.name + "'", codec, codec_names());
     }
   }
   m.uses_keep = c.policy != PolicyKind::full;

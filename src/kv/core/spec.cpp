@@ -52,8 +52,11 @@ const CacheOption kOptions[] = {
     {"codec", "", "", T::choice, G::method,
      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|kivi32|"
      "kivimix",
-     0, 0, false, 0, "How kept rows are stored (a method name sets it)",
-     SNAPKV_CHOICE_FIELD(codec, parse_codec)},
+     0, 0, false, 0,
+     "How kept rows are stored (a method name sets it): a built codec, named by the codec "
+     "grammar (kivi<K>[<V>][r|rk|rv|rkv], ...; kivi44 is kivi4)",
+     SNAPKV_CHOICE_FIELD(codec, parse_codec),
+     [](std::string_view s) { return std::string(to_string(parse_codec(s))); }},
     {"query_source", "", "", T::choice, G::method, "auto|queries|keys", 0, 0, false, 0,
      "Where the window's queries come from: the real queries, the last keys (proxy) or auto",
      SNAPKV_CHOICE_FIELD(query_source, parse_query_source)},
@@ -243,6 +246,7 @@ OptionValue check_option_value(const CacheOption& o, const OptionValue& value) {
       return value;
     case OptionType::choice: {
       const std::string* s = std::get_if<std::string>(&value);
+      if (s != nullptr && o.canonical != nullptr) return OptionValue{o.canonical(*s)};
       if (s == nullptr || !is_choice(o, *s)) bad_value(o, got, "one of " + std::string(o.choices));
       return value;
     }

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "snapkv/kv/core/codec_spec.h"
+
 namespace snapkv {
 
 // Which rows survive.
@@ -62,67 +64,44 @@ enum class ChunkMode {
   end_of_prompt,  // keep everything until LayerCache::end_prompt(), then compress once (paper)
 };
 
-// How kept rows are stored. fp16 is built in; KIVI codecs register under kivi2/kivi4.
-// kivi2r/kivi4r: KIVI on rows turned by a seeded randomized Hadamard rotation
-// (kv/codecs/rotation.h); kitty: 2-bit KIVI whose largest-magnitude key channels per block stay
-// fp16 (kv/codecs/kivi.h). zipcache: per-row mixed precision routed by the policy's scores
-// (kv/codecs/zipcache.h); gear: KIVI plus a low-rank and a sparse correction of its error
-// (kv/codecs/gear.h). zipcacher: zipcache whose value rows are turned by the rotation of kivi2r
-// before quantization (kv/codecs/rotated_store.cpp); its keys are zipcache's (their per-channel
-// scales already tame outlier channels; rotated keys measured worse,
-// docs/results/codecs-zipcacher/). kivi42: KIVI with 4-bit keys (per channel) and 2-bit values (per
-// token); kivi24 the mirror (2-bit keys, 4-bit values), the measurement that splits a 2-bit cache's
-// loss between keys and values; kivi42r: kivi42 whose value rows are turned by the rotation of
-// kivi2r (keys plain). kivi32: 3-bit keys (per channel), 2-bit values (per token): 2.5 code bits
-// per element on average (docs/results/codecs-25bit/). kivimix: 2.5
-// code bits per element too, spent unevenly on the keys: in every key block the head_dim/2 channels
-// of largest range (max - min over the block) get 4-bit codes, the others 2-bit (3 bits per key
-// element on average), values 2-bit per token (kv/codecs/kivi.h "Mixed key widths";
-// docs/results/codecs-mixed/). Layouts are KIVI's at each role's width (kv/codecs/kivi.h);
-// docs/results/codecs-kivi42/.
-enum class CodecKind {
-  fp16,
-  kivi2,
-  kivi4,
-  kivi2r,
-  kivi4r,
-  kitty,
-  zipcache,
-  gear,
-  zipcacher,
-  kivi42,
-  kivi24,
-  kivi42r,
-  kivi32,
-  kivimix
-};
-// Bits per code of the KIVI store of `role` for the plain and rotated KIVI codecs (kivi2, kivi4,
-// kivi2r, kivi4r, kitty, kivi42, kivi24, kivi42r, kivi32, kivimix: 2 for both roles, its key
-// words being 2-bit with a 2-bit low part for the wide channels); 0 for the others.
+// How kept rows are stored: CodecKind, the tag of a built codec, whose name is composed from
+// parts by the grammar of kv/core/codec_spec.h (its spec: family, key and value bits, rotated
+// roles). The built codecs: fp16; kivi2, kivi4 (KIVI, kv/codecs/kivi.h); kivi2r, kivi4r (KIVI on
+// rows turned by a seeded randomized Hadamard rotation, kv/codecs/rotation.h); kitty (2-bit KIVI
+// whose largest-magnitude key channels per block stay fp16); zipcache (per-row mixed precision
+// routed by the policy's scores, kv/codecs/zipcache.h); zipcacher (zipcache whose value rows are
+// rotated; its keys are zipcache's); gear (KIVI plus a low-rank and a sparse correction of its
+// error, kv/codecs/gear.h); kivi42 (4-bit keys per channel, 2-bit values per token) and kivi24
+// (the mirror); kivi42r (kivi42 whose values are rotated); kivi32 (3-bit keys, 2-bit values: 2.5
+// code bits per element); kivimix (2.5 bits spent unevenly on the keys: in every key block the
+// head_dim/2 channels of largest range get 4-bit codes, the others 2-bit; values 2-bit,
+// kv/codecs/kivi.h "Mixed key widths"). Layouts are KIVI's at each role's width.
+
+// Bits per code of the KIVI store of `role`: the spec's key_bits / value_bits (0 for fp16,
+// zipcache and gear).
 int codec_kivi_bits(CodecKind k, bool key_role);
 
 // True for the codecs that quantize Hadamard-rotated rows (kivi2r, kivi4r; zipcacher and kivi42r
-// their values):
-// they use CacheConfig::rotation_seed.
+// their values): they use CacheConfig::rotation_seed.
 bool codec_is_rotated(CodecKind k);
 // True for the codecs that route rows by saliency (zipcache, zipcacher): they use zip_salient
 // and zip_high_bits, and rank rows with the window's queries when the policy gives no scores.
 bool codec_routes_rows(CodecKind k);
 
-// Per-codec defaults. CacheConfig::kivi_residual == 0 and zip_salient == kCodecDefaultFraction
-// (the field defaults) stand for the codec's own setting, chosen on the dev seed (2) per codec:
-//   kivi_residual: 32 for zipcacher, kivi42, kivi42r, kivi24, kivi32, kivimix (at a 1K prompt 128
-//   fp16 rows are
-//                  12% of the cache; 32 frees those bytes: docs/results/codecs-zipcacher/,
-//                  docs/results/codecs-kivi42/); 128 (KIVI's R) for every other codec.
-//   zip_salient:   0.7 for zipcacher (with residual 32), 0.2 for zipcache, 0 for the rest.
+// Per-codec defaults, listed with each built codec in the registry (kv/codecs/codec_registry.cpp).
+// CacheConfig::kivi_residual == 0, kivi_fp16_sinks == kCodecDefaultCount and zip_salient ==
+// kCodecDefaultFraction (the field defaults) stand for the codec's own setting, chosen on the dev
+// seed (2) per codec:
+//   kivi_residual:   32 for zipcacher, kivi42, kivi42r, kivi24, kivi32, kivimix (at a 1K prompt
+//                    128 fp16 rows are 12% of the cache; 32 frees those bytes:
+//                    docs/results/codecs-zipcacher/, docs/results/codecs-kivi42/); 128 (KIVI's R)
+//                    for every other codec.
+//   zip_salient:     0.7 for zipcacher (with residual 32), 0.2 for zipcache, 0 for the rest.
+//   kivi_fp16_sinks: 4 for kivi42, kivi32, kivimix (the first rows, the attention sinks SnapKV
+//                    always keeps, stay fp16: on the dev seed they carry most of what
+//                    snapkv + kivi42 lost, docs/results/codecs-25bit/); 0 for every other codec.
 // Any explicit value overrides the default. The resolved values are what the stores use and what
 // .kvc files, fork keys and eval reports record.
-//   kivi_fp16_sinks (kCodecDefaultCount = the codec's own): 4 for kivi42, kivi32, kivimix (the
-//   first
-//                  rows, the attention sinks SnapKV always keeps, stay fp16: on the dev seed
-//                  they carry most of what snapkv + kivi42 lost, docs/results/codecs-25bit/);
-//                  0 for every other codec.
 inline constexpr double kCodecDefaultFraction = -1.0;
 inline constexpr size_t kCodecDefaultCount = static_cast<size_t>(-1);
 struct CacheConfig;
@@ -214,7 +193,7 @@ std::string_view to_string(PolicyKind k);
 std::string_view to_string(PoolKind k);
 std::string_view to_string(QuerySource k);
 std::string_view to_string(ChunkMode k);
-std::string_view to_string(CodecKind k);
+std::string_view to_string(CodecKind k);  // the canonical name (kv/core/codec_spec.h)
 std::string_view to_string(HeadAllocation k);
 std::string_view to_string(LayerAllocation k);
 
@@ -224,6 +203,8 @@ PolicyKind parse_policy(std::string_view s);
 PoolKind parse_pool(std::string_view s);
 QuerySource parse_query_source(std::string_view s);
 ChunkMode parse_chunk_mode(std::string_view s);
+// parse_codec goes through the codec grammar (kv/core/codec_spec.h): it accepts every name that
+// parses to a built spec ("kivi44" is kivi4) and refuses a malformed or unbuilt one by name.
 CodecKind parse_codec(std::string_view s);
 HeadAllocation parse_head_allocation(std::string_view s);
 LayerAllocation parse_layer_allocation(std::string_view s);

@@ -50,7 +50,9 @@ struct CacheOption {
   std::string_view flag;     // the command line's long flag without "--" ("" = none)
   OptionType type;
   OptionGroup group;
-  std::string_view choices;  // choice: the accepted names, '|'-separated
+  // choice: the accepted names, '|'-separated; with `canonical`, the canonical ones (a codec name
+  // composed by the grammar of kv/core/codec_spec.h: "codec" lists the built codecs).
+  std::string_view choices;
   // count / real: the inclusive range of a value given from outside. `special` (when has_special)
   // is one more accepted value outside it, meaning "the codec's own default" (kv/core/config.h).
   double min = 0.0;
@@ -60,6 +62,9 @@ struct CacheOption {
   std::string_view help;
   OptionValue (*get)(const CacheConfig&) = nullptr;
   void (*set)(CacheConfig&, const OptionValue&) = nullptr;  // stores a checked value
+  // choice: maps every accepted name to its canonical one (one of `choices`) and refuses the
+  // others with std::invalid_argument; nullptr = `choices` lists every accepted name.
+  std::string (*canonical)(std::string_view) = nullptr;
 };
 
 // Every option, in the order help texts and records list them.

@@ -314,24 +314,24 @@ std::unique_ptr<RowStore> load_kivi_row_store(const CacheConfig& config, RowRole
 
 std::unique_ptr<RowStore> make_kivi_row_store(const CacheConfig& config, RowRole role,
                                               size_t head_dim) {
-  const int bits = codec_kivi_bits(config.codec, role == RowRole::key);
-  const bool plain = config.codec == CodecKind::kivi2 || config.codec == CodecKind::kivi4 ||
-                     config.codec == CodecKind::kitty || config.codec == CodecKind::kivi42 ||
-                     config.codec == CodecKind::kivi24 || config.codec == CodecKind::kivi32 ||
-                     config.codec == CodecKind::kivimix;
+  const CodecSpec& spec = codec_spec(config.codec);
+  const bool plain = (spec.family == CodecFamily::kivi || spec.family == CodecFamily::kitty ||
+                      spec.family == CodecFamily::kivimix) &&
+                     !spec.rotated();
   if (!plain) {
     throw_invalid("kivi", "codec is not a KIVI codec", std::string(to_string(config.codec)),
-                  "kivi2|kivi4|kitty|kivi42|kivi24|kivi32|kivimix");
+                  "kivi<K>[<V>] (no rotation), kitty or kivimix");
   }
+  const int bits = role == RowRole::key ? spec.key_bits : spec.value_bits;
   size_t boost = 0;
-  if (config.codec == CodecKind::kitty) {
+  if (spec.family == CodecFamily::kitty) {
     boost = config.kitty_channels;
     if (boost == 0) {
       throw_invalid("kivi", "kitty_channels must be positive for codec kitty", "0",
                     "1 .. head_dim - 1");
     }
   }
-  const bool mixed = config.codec == CodecKind::kivimix && role == RowRole::key;
+  const bool mixed = spec.family == CodecFamily::kivimix && role == RowRole::key;
   return make_kivi_row_store(role, bits, head_dim, config.kivi_group, kivi_residual_of(config),
                              kivi_fp16_sinks_of(config), boost, mixed);
 }
