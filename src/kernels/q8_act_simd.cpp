@@ -1,5 +1,6 @@
 // The Q8_0 activation quantizer (q8_dot.h, q8_act.cpp holds the reference), compiled once per
-// ISA level (q8_dot_simd.h).
+// ISA level (q8_dot_simd.h): AVX2 at the x86-64 levels, NEON at the arm64 ones, the reference
+// elsewhere.
 #include <cmath>
 #include <limits>
 
@@ -45,6 +46,38 @@ void quantize_act_q8_0(BlockQ8_0* out, const float* x, size_t n) {
     const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, r16),
                                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), bytes);
+  }
+#elif SNAPKV_Q8_NEON
+  // The same steps 4 lanes at a time: vcvtnq rounds to nearest-even, the two narrowing moves
+  // saturate but never act (|q| <= 127).
+  const float32x4_t big = vdupq_n_f32(std::numeric_limits<float>::max());
+  for (size_t b = 0; b < n / kQ8BlockSize; ++b) {
+    const float* xb = x + b * kQ8BlockSize;
+    float32x4_t v[8], amax = vdupq_n_f32(0.0f);
+    uint32x4_t finite = vdupq_n_u32(0xFFFFFFFFu);
+    for (size_t i = 0; i < 8; ++i) {
+      v[i] = vld1q_f32(xb + 4 * i);
+      const float32x4_t a = vabsq_f32(v[i]);
+      finite = vandq_u32(finite, vcleq_f32(a, big));  // false for NaN or infinity
+      amax = vmaxq_f32(amax, a);
+    }
+    const float d = vmaxvq_f32(amax) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (vminvq_u32(finite) == 0 || !std::isfinite(id)) {
+      ops_internal::quantize_act_q8_0_ref(out + b, xb, kQ8BlockSize);
+      continue;
+    }
+    out[b].d = fp32_to_fp16(d);
+    const float32x4_t vid = vdupq_n_f32(id);
+    for (size_t i = 0; i < 8; i += 4) {
+      int16x8_t h[2];
+      for (size_t k = 0; k < 2; ++k) {
+        const int32x4_t lo = vcvtnq_s32_f32(vmulq_f32(v[i + 2 * k], vid));
+        const int32x4_t hi = vcvtnq_s32_f32(vmulq_f32(v[i + 2 * k + 1], vid));
+        h[k] = vcombine_s16(vqmovn_s32(lo), vqmovn_s32(hi));
+      }
+      vst1q_s8(out[b].qs + 4 * i, vcombine_s8(vqmovn_s16(h[0]), vqmovn_s16(h[1])));
+    }
   }
 #else
   ops_internal::quantize_act_q8_0_ref(out, x, n);

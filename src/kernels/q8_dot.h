@@ -26,7 +26,9 @@
 //      K-quants: per super-block the exact int32 sums, then sum = fma(dw * da, sumi, sum) and,
 //        for Q4_K / Q5_K, sum = fma(-(dmin * da), summ, sum) with summ = sum_s m_s * bsum_s.
 //  - Fast paths: AVX2 (maddubs/madd), and AVX-512 VNNI (dpbusd on 256-bit vectors) when the
-//    compiler targets it; both give the same integers. Plain #if guards, a scalar fallback.
+//    compiler targets it; on arm64 NEON (smull + pairwise adds, sdot with the dot product), the
+//    Q8_0 activation quantizer included. All give the same integers. Plain #if guards, a scalar
+//    fallback.
 // Leaves out: Q2_K / Q3_K weights (they stay on gemm.cpp's float path), F16 / BF16 / F32 weights.
 #pragma once
 
