@@ -137,7 +137,11 @@ int run_ask(AskOptions& o) {
       q_tokens = tokenizer.encode(q, false);
     }
     if (q_tokens.empty()) throw_invalid("ask", "empty question", "0 tokens", ">= 1 token");
-    if (loaded.tokens.size() + q_tokens.size() >= n_ctx) {
+    // A re-indexed cache (compressed past the model's context) counts positions, not tokens.
+    const bool fits =
+        loaded.session.next_position() + q_tokens.size() < n_ctx ||
+        (n_ctx == model.config().n_ctx && loaded.session.position_for(q_tokens.size() + 1));
+    if (!fits) {
       throw_invalid("ask", "question does not fit after the document",
                     std::to_string(loaded.tokens.size()) + " + " + std::to_string(q_tokens.size()) +
                         " tokens",

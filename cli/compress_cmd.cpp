@@ -60,7 +60,11 @@ int run_compress(CompressOptions& o) {
   const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
   const std::vector<int32_t> tokens = tokenizer.encode(text);
   if (tokens.empty()) throw_invalid("compress", "empty document", "0 tokens", ">= 1 token");
-  if (tokens.size() >= model.config().n_ctx) {
+  // An evicting cache in every_chunk mode goes past the context (positions re-indexed within
+  // it); the loaded cache then answers from positions inside the context too.
+  const bool long_prompt =
+      prefill_plan(cache_options.config_for(method, model.config().n_ctx)).long_prompt;
+  if (tokens.size() >= model.config().n_ctx && !long_prompt) {
     throw_invalid("compress", "document leaves no room for a question",
                   std::to_string(tokens.size()) + " tokens",
                   "< llama.context_length = " + std::to_string(model.config().n_ctx));

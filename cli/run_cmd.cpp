@@ -100,16 +100,19 @@ int run_generate(RunOptions& o) {
                  mc.n_embd, mc.n_heads, mc.n_kv_heads, mc.head_dim, mc.n_vocab, mc.n_ctx,
                  mib(model.weight_bytes()).c_str(), load_s, mib(rss_after_load).c_str());
   }
-  // A prompt file longer than n_ctx x the longest token's bytes cannot fit: refuse it while
-  // reading instead of tokenizing megabytes first.
+  // An evicting cache in every_chunk mode runs past the model's context (its positions are
+  // re-indexed within it, model/llama.h); the policy and the chunk mode decide, not the budget.
+  const bool long_prompt = prefill_plan(cache_options.config_for(method, mc.n_ctx)).long_prompt;
+  // Otherwise a prompt file longer than n_ctx x the longest token's bytes cannot fit: refuse it
+  // while reading instead of tokenizing megabytes first.
   size_t longest_piece = 1;
   for (const std::string& piece : tokenizer.vocab().tokens) {
     longest_piece = std::max(longest_piece, piece.size());
   }
-  const std::string text =
-      o.prompt_file.empty()
-          ? o.prompt
-          : snapkv::cli::read_text_file("run", o.prompt_file, mc.n_ctx * longest_piece);
+  const size_t max_bytes = long_prompt ? size_t{64} << 20 : mc.n_ctx * longest_piece;
+  const std::string text = o.prompt_file.empty()
+                               ? o.prompt
+                               : snapkv::cli::read_text_file("run", o.prompt_file, max_bytes);
   std::vector<int32_t> prompt;
   if (o.chat) {
     // One user message (after --system) rendered with the model's template and the generation
@@ -132,7 +135,7 @@ int run_generate(RunOptions& o) {
   }
   if (prompt.empty()) throw_invalid("run", "empty prompt", "0 tokens", ">= 1 token");
   const size_t n_ctx = o.gen.context_limit("run", mc.n_ctx, mc.arch_name());
-  if (prompt.size() > n_ctx) {
+  if (prompt.size() > n_ctx && !(long_prompt && n_ctx == mc.n_ctx)) {
     throw_invalid("run", "prompt longer than the context",
                   std::to_string(prompt.size()) + " tokens",
                   "<= " +
@@ -250,7 +253,8 @@ snapkv::cli::RegisterCommand reg{
           "      --method snapkv --keep 0.2 --max-tokens 32\n"
           "Prints the text, then: prompt tokens, kept rows per layer (min/mean/max), KV bytes vs\n"
           "an fp16 cache of every token, prefill and decode tokens/s. A prompt longer than the\n"
-          "model's context is an error. The last prefill chunk always holds the prompt's last\n"
+          "model's context needs an evicting --method with --chunk-mode every_chunk (positions\n"
+          "are then re-indexed within the cache). The last prefill chunk always holds the last\n"
           "--window positions (the SnapKV observation window's real queries).");
       sub.add_option("--model,-m", o->model,
                      "GGUF model file (general.architecture llama, qwen2 or qwen3)")

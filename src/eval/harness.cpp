@@ -2,6 +2,7 @@
 #include "snapkv/eval/harness.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "snapkv/eval/method_loop.h"
 #include "snapkv/eval/run_metrics.h"
 #include "snapkv/eval/scoring.h"
+#include "snapkv/kv/core/prefill_plan.h"
 #include "snapkv/model/sampler.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/text.h"
@@ -103,8 +105,10 @@ PromptTokens tokenize_prompt(const Tokenizer& tokenizer, const Sample& sample) {
 
 namespace {
 
-void check_prompt(const LlamaModel& model, const PromptTokens& prompt,
-                  const RunSettings& settings) {
+// `config`: the cache of a dedicated run, whose plan may allow a prompt past the context
+// (kv/core/prefill_plan.h long_prompt); null for a shared prefill, which holds the whole prompt.
+void check_prompt(const LlamaModel& model, const PromptTokens& prompt, const RunSettings& settings,
+                  const CacheConfig* config) {
   if (prompt.context.empty() || prompt.question.empty()) {
     throw_invalid(
         "eval", "prompt part empty",
@@ -113,7 +117,8 @@ void check_prompt(const LlamaModel& model, const PromptTokens& prompt,
   }
   if (settings.max_new_tokens == 0) throw_invalid("eval", "max_new_tokens", "0", ">= 1");
   const size_t n_ctx = model.config().n_ctx;
-  if (prompt.size() + settings.max_new_tokens > n_ctx) {
+  const bool long_prompt = config != nullptr && prefill_plan(*config).long_prompt;
+  if (prompt.size() + settings.max_new_tokens > n_ctx && !long_prompt) {
     throw_invalid("eval", "prompt + answer longer than the model's context",
                   num(prompt.size()) + " + " + num(settings.max_new_tokens) + " tokens",
                   "<= llama.context_length = " + num(n_ctx));
@@ -132,7 +137,7 @@ std::vector<int32_t> compressed_part(const PromptTokens& prompt, Protocol protoc
 // check_prompt, then compressed_part.
 std::vector<int32_t> checked_part(const LlamaModel& model, const PromptTokens& prompt,
                                   const RunSettings& settings) {
-  check_prompt(model, prompt, settings);
+  check_prompt(model, prompt, settings, nullptr);
   return compressed_part(prompt, settings.protocol);
 }
 
@@ -180,7 +185,7 @@ void finish_run(LlamaSession& session, std::vector<float> logits, Timer& timer,
 SampleRun run_sample(const LlamaModel& model, const Tokenizer& tokenizer,
                      const PromptTokens& prompt, const std::vector<std::string>& answers,
                      const CacheConfig& config, const RunSettings& settings) {
-  check_prompt(model, prompt, settings);
+  check_prompt(model, prompt, settings, &config);
   SampleRun run;
   LlamaSession session(model, config,
                        SessionOptions{settings.prefill_chunk, settings.reconstruction});
@@ -245,7 +250,11 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
   if (options.methods.empty()) throw_invalid("eval", "no methods given", "0", ">= 1 method");
   if (options.keeps.empty()) throw_invalid("eval", "no kept fractions given", "0", ">= 1 keep");
   if (options.n == 0) throw_invalid("eval", "samples per task", "0", ">= 1");
-  if (options.context >= model.config().n_ctx) {  // context + 1 > n_ctx, without overflow
+  // Past the context only when every method's cache can go there (kv/core/prefill_plan.h).
+  const bool long_prompts =
+      std::all_of(options.methods.begin(), options.methods.end(),
+                  [](const Method& m) { return prefill_plan(m.config).long_prompt; });
+  if (options.context >= model.config().n_ctx && !long_prompts) {
     throw_invalid("eval", "--context does not fit the model (BOS + prompt + answer)",
                   num(options.context) + " + 1",
                   "<= llama.context_length = " + num(model.config().n_ctx));
@@ -281,8 +290,11 @@ EvalResults run_eval(const LlamaModel& model, const Tokenizer& tokenizer,
       settings.reconstruction.prompt = repeat_prompt;
       // Reference completion + slack, capped by the room the context leaves after the prompt
       // (BOS + prompt + reference <= context + 1 <= n_ctx by construction of the sample).
+      // Past the context (long_prompts) the room is whatever re-indexing leaves: not capped.
       const size_t n_ctx = model.config().n_ctx;
-      const size_t room = n_ctx > prompt.size() ? n_ctx - prompt.size() : 0;
+      const size_t room = long_prompts            ? SIZE_MAX
+                          : n_ctx > prompt.size() ? n_ctx - prompt.size()
+                                                  : 0;
       settings.max_new_tokens = std::min(
           tokenizer.encode(reference_completion(sample), false).size() + options.answer_slack,
           room);

@@ -142,7 +142,7 @@ std::vector<ChatMessage> ChatSession::feed(std::string_view user, ChatTurn& turn
   if (!session_) {
     turn.fed = tokenize(template_.render(with_user, chat_options_));
     if (turn.fed.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
-    if (turn.fed.size() > n_ctx) {
+    if (turn.fed.size() > n_ctx && !prefill_plan(config_).long_prompt) {
       throw_invalid(kComponent, "first turn longer than the model's context",
                     std::to_string(turn.fed.size()) + " tokens", "<= " + std::to_string(n_ctx));
     }
@@ -150,7 +150,9 @@ std::vector<ChatMessage> ChatSession::feed(std::string_view user, ChatTurn& turn
     logits_ = session_->prefill(turn.fed);
   } else {
     turn.fed = delta_for(with_user, turn.canonical);
-    if (history_.size() + turn.fed.size() > n_ctx) {
+    // Past the context an evicting cache re-indexes its positions (model/llama.h) as long as its
+    // retained rows and the turn fit.
+    if (history_.size() + turn.fed.size() > n_ctx && !session_->position_for(turn.fed.size())) {
       throw_invalid(
           kComponent, "the conversation passed the model's context",
           std::to_string(history_.size()) + " + " + std::to_string(turn.fed.size()) + " tokens",

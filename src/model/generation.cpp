@@ -204,7 +204,10 @@ GenerationResult generate(LlamaSession& session, std::vector<float> logits,
                           const Tokenizer& tokenizer, const GenerationConfig& config,
                           std::span<const int32_t> history, const PieceCallback& on_piece) {
   Generator g(tokenizer, config, session.model().config().n_ctx, history, on_piece);
-  while (const std::optional<int32_t> token = g.step(logits, session.n_past())) {
+  // The context counts the positions the next step would use: past the model's context an
+  // evicting cache re-indexes (LlamaSession::position_for), the full cache stops.
+  while (const std::optional<int32_t> token =
+             g.step(logits, session.position_for(1).value_or(session.model().config().n_ctx))) {
     logits = session.decode(*token);
   }
   return g.finish();

@@ -175,7 +175,7 @@ ReconstructionScores LlamaSession::reconstruction_scores() {
   };
   std::vector<int32_t> tokens;
   for (const ReconstructionChunk& chunk :
-       reconstruction_plan(context.size(), n_past(), c.n_ctx, ro)) {
+       reconstruction_plan(context.size(), next_position(), c.n_ctx, ro)) {
     tokens.assign(ro.prompt.begin(), ro.prompt.end());
     tokens.insert(tokens.end(),
                   context.begin() + static_cast<std::ptrdiff_t>(chunk.begin - chunk.overlap),

@@ -113,6 +113,57 @@ size_t LlamaSession::n_past() const {
   return caches_.front().offset();
 }
 
+size_t LlamaSession::next_position() const {
+  return caches_.front().next_position();
+}
+
+namespace {
+
+// The most rows any KV head of any layer retains: where re-indexing puts the next token.
+size_t most_rows(const std::vector<LayerCache>& caches) {
+  size_t rows = 0;
+  for (const LayerCache& cache : caches) rows = std::max(rows, cache.size());
+  return rows;
+}
+
+}  // namespace
+
+std::optional<size_t> LlamaSession::position_for(size_t s) const {
+  const size_t n_ctx = model_->config().n_ctx;
+  const size_t next = next_position();
+  if (next + s <= n_ctx) return next;
+  if (!plan_.reindex || cache_config_.codec != CodecKind::fp16) return std::nullopt;
+  const size_t rows = most_rows(caches_);
+  if (rows + s > n_ctx) return std::nullopt;
+  return rows;
+}
+
+void LlamaSession::make_room_check(size_t s, const std::string& what) const {
+  const LlamaConfig& c = model_->config();
+  const size_t next = next_position();
+  if (next + s <= c.n_ctx) return;
+  if (!plan_.reindex) {
+    throw_invalid(kComponent, what + " past the context", num(next) + " + " + num(s) + " tokens",
+                  "<= " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx) +
+                      " (an evicting cache can go on past it)");
+  }
+  LayerCache::check_reindexable(cache_config_);
+  const size_t rows = most_rows(caches_);
+  if (rows + s > c.n_ctx) {
+    throw_invalid(kComponent, what + ": context full of retained rows",
+                  num(rows) + " rows + " + num(s) + " tokens",
+                  "<= " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx) +
+                      " (a smaller budget, prefill chunk or decode budget)");
+  }
+}
+
+void LlamaSession::make_room(size_t s, const std::string& what) {
+  make_room_check(s, what);
+  if (next_position() + s <= model_->config().n_ctx) return;
+  const size_t rows = most_rows(caches_);
+  for (LayerCache& cache : caches_) cache.reindex(rows);
+}
+
 std::vector<float> LlamaSession::prefill(std::span<const int32_t> tokens,
                                          std::vector<float>* all_logits) {
   return run_prompt(tokens, all_logits, true);
@@ -170,8 +221,20 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
   }
   if (tokens.empty()) throw_invalid(kComponent, "empty prompt", "0 tokens", ">= 1 token");
   if (tokens.size() > c.n_ctx) {
-    throw_invalid(kComponent, "prompt longer than the context", num(tokens.size()) + " tokens",
-                  "<= " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
+    if (!plan_.long_prompt) {
+      throw_invalid(kComponent, "prompt longer than the context", num(tokens.size()) + " tokens",
+                    "<= " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
+    }
+    LayerCache::check_reindexable(cache_config_);
+    // Rows held between chunks stay within the budget (uniform allocation; AdaKV and PyramidKV
+    // shares are checked chunk by chunk): the budget and one forward must fit the context.
+    const size_t forward_rows = std::max(options_.prefill_chunk, plan_.window_rows);
+    if (cache_config_.budget + forward_rows > c.n_ctx) {
+      throw_invalid(
+          kComponent, "a prompt longer than the context needs room for its chunks",
+          "budget " + num(cache_config_.budget) + " + forward " + num(forward_rows) + " tokens",
+          "<= " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
+    }
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || static_cast<size_t>(tokens[i]) >= c.n_vocab) {
@@ -194,6 +257,7 @@ std::vector<float> LlamaSession::run_prompt(std::span<const int32_t> tokens,
     const size_t s = end - start;
     const size_t window_rows = plan_.window_queries ? std::min(plan_.window_rows, s) : 0;
     const bool is_last = end == n;
+    make_room(s, "prompt");
     if (all_logits != nullptr) {
       forward(tokens.subspan(start, s), UpdateKind::prefill, window_rows,
               all_logits->data() + start * c.n_vocab, true);
@@ -223,7 +287,7 @@ std::vector<float> LlamaSession::decode(int32_t token) {
   const LlamaConfig& c = model_->config();
   if (!prefilled_) throw_invalid(kComponent, "decode before prefill", "no prompt", "prefill first");
   check_not_shared("decode");
-  if (n_past() >= c.n_ctx) {
+  if (!plan_.reindex && next_position() >= c.n_ctx) {
     throw_invalid(kComponent, "context full", num(n_past()) + " tokens",
                   "< " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
   }
@@ -231,6 +295,7 @@ std::vector<float> LlamaSession::decode(int32_t token) {
     throw_invalid(kComponent, "token id out of range", std::to_string(token),
                   "0.." + num(c.n_vocab - 1));
   }
+  make_room(1, "decode");
   std::vector<float> logits(c.n_vocab);
   // With a decode-time budget the step's query joins the cache's recent-query window.
   const size_t window_rows = plan_.decode_query_rows;
@@ -247,7 +312,7 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
   const size_t hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   const size_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
   SNAPKV_CHECK(!first_position || probe_);  // only a probe that stores nothing moves positions
-  const size_t p0 = first_position.value_or(n_past());
+  const size_t p0 = first_position.value_or(next_position());
   SNAPKV_CHECK(p0 + S <= c.n_ctx);  // callers check the context; the kvzip pass plans within it
 
   std::vector<int64_t> positions(S);

@@ -68,7 +68,7 @@ std::vector<float> LlamaSession::decode_batch(std::span<LlamaSession* const> ses
                     "prefill first");
     }
     s->check_not_shared("decode");
-    if (s->n_past() >= c.n_ctx) {
+    if (!s->plan_.reindex && s->next_position() >= c.n_ctx) {
       throw_invalid(kComponent, "batched decode session " + num(b) + " context full",
                     num(s->n_past()) + " tokens",
                     "< " + std::string(c.arch_name()) + ".context_length = " + num(c.n_ctx));
@@ -77,7 +77,10 @@ std::vector<float> LlamaSession::decode_batch(std::span<LlamaSession* const> ses
       throw_invalid(kComponent, "batched decode token id out of range at " + num(b),
                     std::to_string(tokens[b]), "0.." + num(c.n_vocab - 1));
     }
+    s->make_room_check(1, "batched decode session " + num(b));
   }
+  // Every session can step: re-index those at the context, as decode() would.
+  for (size_t b = 0; b < B; ++b) sessions[b]->make_room(1, "batched decode session " + num(b));
 
   const LlamaConfig& c = model->config();
   const LlamaWeights& w = model->weights();
@@ -86,7 +89,7 @@ std::vector<float> LlamaSession::decode_batch(std::span<LlamaSession* const> ses
 
   // Row b is session b's token at its own position: one RoPE table row per session.
   std::vector<int64_t> positions(B);
-  for (size_t b = 0; b < B; ++b) positions[b] = static_cast<int64_t>(sessions[b]->n_past());
+  for (size_t b = 0; b < B; ++b) positions[b] = static_cast<int64_t>(sessions[b]->next_position());
   const RopeTable rope(positions.data(), B, model->rope_params());
 
   std::vector<float> x(B * c.n_embd);  // [B][n_embd] residual stream

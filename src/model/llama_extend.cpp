@@ -16,7 +16,7 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
   if (!prefilled_) throw_invalid("llama", "extend before prefill", "no prompt", "prefill first");
   check_not_shared("extend");
   if (tokens.empty()) throw_invalid("llama", "extend with no tokens", "0 tokens", ">= 1 token");
-  if (n_past() + tokens.size() > c.n_ctx) {
+  if (!plan_.reindex && next_position() + tokens.size() > c.n_ctx) {
     throw_invalid(
         "llama", "extend past the context",
         std::to_string(n_past()) + " + " + std::to_string(tokens.size()) + " tokens",
@@ -39,6 +39,7 @@ std::vector<float> LlamaSession::extend(std::span<const int32_t> tokens,
     const bool is_last = start + s == n;
     // With a decode-time budget the newest queries join the cache's recent-query window.
     const size_t window_rows = std::min(plan_.extend_window, s);
+    make_room(s, "extend");
     if (all_logits != nullptr) {
       forward(tokens.subspan(start, s), UpdateKind::decode, window_rows,
               all_logits->data() + start * c.n_vocab, true);

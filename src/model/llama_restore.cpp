@@ -18,6 +18,7 @@ LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<Laye
   const CacheConfig config = caches.front().config();
   config.validate();
   const size_t offset = caches.front().offset();
+  const size_t next = caches.front().next_position();
   for (size_t l = 0; l < caches.size(); ++l) {
     const LayerCache& cache = caches[l];
     const CacheDims& d = cache.dims();
@@ -27,10 +28,13 @@ LlamaSession LlamaSession::from_caches(const LlamaModel& model, std::vector<Laye
           num(d.n_heads) + "/" + num(d.n_kv_heads) + " heads, head_dim " + num(d.head_dim),
           num(c.n_heads) + "/" + num(c.n_kv_heads) + " heads, head_dim " + num(c.head_dim));
     }
-    if (cache.prompt_open() || cache.offset() != offset || offset == 0 || offset > c.n_ctx) {
+    if (cache.prompt_open() || cache.offset() != offset || offset == 0 ||
+        cache.next_position() != next || next > c.n_ctx) {
       throw_invalid("llama", "cache of layer " + num(l) + " is not a finished prompt",
-                    num(cache.offset()) + " tokens" + (cache.prompt_open() ? ", prompt open" : ""),
-                    "an ended prompt of the same 1.." + num(c.n_ctx) + " tokens in every layer");
+                    num(cache.offset()) + " tokens, next position " + num(cache.next_position()) +
+                        (cache.prompt_open() ? ", prompt open" : ""),
+                    "an ended prompt of the same tokens and next position <= " + num(c.n_ctx) +
+                        " in every layer");
     }
   }
   LlamaSession session(model, config, options, std::move(caches));  // validates the options

@@ -45,7 +45,11 @@ KvcExpect expect_for(const LlamaModel& model, const ModelFingerprint& fingerprin
 PromptCache session_of(const LlamaModel& model, KvcContents contents, SessionOptions options,
                        size_t file_bytes) {
   const LlamaConfig& c = model.config();
-  if (contents.tokens.size() > c.n_ctx) {
+  // A re-indexed cache has seen more tokens than the context and holds positions within it
+  // (LlamaSession::from_caches checks them).
+  const bool reindexed =
+      !contents.caches.empty() && contents.caches.front().next_position() < contents.tokens.size();
+  if (contents.tokens.size() > c.n_ctx && !reindexed) {
     throw KvcError(KvcErrorKind::wrong_model,
                    format_error("prompt_cache", "prompt longer than the model's context",
                                 std::to_string(contents.tokens.size()) + " tokens",
@@ -102,7 +106,6 @@ GreedyAnswer answer_greedy(LlamaSession& session, std::vector<float> logits,
                            const Tokenizer& tokenizer, size_t max_new_tokens, bool stop_at_newline,
                            bool ignore_eos) {
   GreedyAnswer out;
-  const size_t n_ctx = session.model().config().n_ctx;
   for (size_t step = 0; step < max_new_tokens; ++step) {
     const int32_t token = argmax(logits);
     if (token == tokenizer.eos() && !ignore_eos) break;
@@ -110,7 +113,8 @@ GreedyAnswer answer_greedy(LlamaSession& session, std::vector<float> logits,
     out.text += tokenizer.token_to_piece(token);
     if (stop_at_newline && out.text.find('\n') != std::string::npos) break;
     if (step + 1 < max_new_tokens) {
-      if (session.n_past() >= n_ctx) break;  // the context is full: stop rather than throw
+      // The context is full (and cannot be re-indexed): stop rather than throw.
+      if (!session.position_for(1)) break;
       logits = session.decode(token);
       ++out.decode_steps;
     }

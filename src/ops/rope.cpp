@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "snapkv/util/error.h"
 
@@ -113,6 +114,30 @@ void rope_ref(float* x, size_t head_dim, int64_t pos, const RopeParams& params) 
     const double x0 = x[a], x1 = x[b];
     x[a] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
     x[b] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+  }
+}
+
+void rope_turn_rows(float* x, const int64_t* delta, size_t n_rows, size_t head_dim,
+                    const RopeParams& params) {
+  check_params(params);
+  check_head_dim(head_dim, params.n_rot);
+  if (n_rows > 0 && (x == nullptr || delta == nullptr)) {
+    throw_invalid("rope", "null rows or deltas", "null", "[n_rows] rows and deltas");
+  }
+  const size_t half = params.n_rot / 2;
+  std::vector<double> freq(half);
+  for (size_t i = 0; i < half; ++i) freq[i] = inv_freq(params, i);
+  for (size_t r = 0; r < n_rows; ++r) {
+    float* v = x + r * head_dim;
+    const double d = static_cast<double>(delta[r]);
+    for (size_t i = 0; i < half; ++i) {
+      const double theta = d * freq[i];
+      const double c = std::cos(theta), sn = std::sin(theta);
+      const size_t a = first_of(params.kind, i), b = second_of(params.kind, i, half);
+      const double x0 = v[a], x1 = v[b];
+      v[a] = static_cast<float>(x0 * c - x1 * sn);
+      v[b] = static_cast<float>(x0 * sn + x1 * c);
+    }
   }
 }
 

@@ -174,5 +174,41 @@ TEST(Rope, RejectsBadScalingArguments) {
                std::invalid_argument);
 }
 
+TEST(Rope, TurnRowsMovesRotatedRowsToOtherPositionsEitherWay) {
+  // A row rotated at p and turned by d equals the row rotated at p + d (RoPE composes), for
+  // negative d too: within a few fp32 roundings of the pair's norm.
+  const size_t head_dim = 16, n_rot = 12;
+  std::vector<float> factors(n_rot / 2);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i);
+  const std::vector<int64_t> from = {0, 7, 2047, 9000}, delta = {5, -7, -1600, -8990};
+  for (RopeKind kind : {RopeKind::norm, RopeKind::neox}) {
+    const RopeParams p{n_rot, 10000.0, 0.5, kind, factors.data()};
+    const std::vector<float> raw = random_vec(from.size() * head_dim, 21);
+    std::vector<float> x = raw, expected = raw;
+    for (size_t r = 0; r < from.size(); ++r) {
+      rope_ref(x.data() + r * head_dim, head_dim, from[r], p);
+      rope_ref(expected.data() + r * head_dim, head_dim, from[r] + delta[r], p);
+    }
+    rope_turn_rows(x.data(), delta.data(), from.size(), head_dim, p);
+    const size_t half = n_rot / 2;
+    for (size_t r = 0; r < from.size(); ++r) {
+      const float* got = x.data() + r * head_dim;
+      const float* want = expected.data() + r * head_dim;
+      for (size_t i = 0; i < half; ++i) {
+        const size_t a = kind == RopeKind::norm ? 2 * i : i;
+        const size_t b = kind == RopeKind::norm ? 2 * i + 1 : i + half;
+        const double pair_norm = std::hypot(want[a], want[b]);
+        EXPECT_LE(std::fabs(got[a] - want[a]), 4 * kEps * pair_norm) << "row " << r;
+        EXPECT_LE(std::fabs(got[b] - want[b]), 4 * kEps * pair_norm) << "row " << r;
+      }
+      for (size_t d = n_rot; d < head_dim; ++d) EXPECT_EQ(got[d], raw[r * head_dim + d]);
+    }
+  }
+  std::vector<float> row(head_dim);
+  const int64_t d = 1;
+  EXPECT_THROW(rope_turn_rows(row.data(), &d, 1, 8, RopeParams{n_rot, 10000.0, 1.0}),
+               std::invalid_argument);  // head_dim below n_rot
+}
+
 }  // namespace
 }  // namespace snapkv

@@ -109,8 +109,9 @@ using PieceCallback = std::function<bool(const GenerationPiece&)>;
 
 // Generates from `logits` [n_vocab] (the last prompt position's). `history`: the prompt's tokens
 // (for the sampler's penalties; may be empty). Throws std::invalid_argument for a bad config.
-// Is exactly: Generator g(...); while (auto t = g.step(logits, session.n_past()))
-// logits = session.decode(*t); return g.finish();
+// Is exactly: Generator g(...); while (auto t = g.step(logits, session.position_for(1)
+// .value_or(n_ctx))) logits = session.decode(*t); return g.finish(); (an evicting cache goes on
+// past the model's context by re-indexing, LlamaSession::position_for; the full cache stops.)
 GenerationResult generate(LlamaSession& session, std::vector<float> logits,
                           const Tokenizer& tokenizer, const GenerationConfig& config,
                           std::span<const int32_t> history = {},

@@ -18,8 +18,13 @@
 // wants_window_queries: an evicting policy that scores with queries, query_source != keys); the
 // last prefill chunk is always extended backwards so that it holds the prompt's last `window`
 // positions (the SnapKV observation window), so the chunk boundaries depend on the window alone.
-// After the prompt every cache gets end_prompt(). Eviction never shifts positions: RoPE is always
-// applied at the true absolute position.
+// After the prompt every cache gets end_prompt(). Within the model's context eviction never
+// shifts positions: RoPE is applied at the true absolute position. Past it, with an evicting
+// policy (kv/core/prefill_plan.h: reindex, and long_prompt for a prompt longer than the context,
+// chunk_mode every_chunk), a forward of s tokens that would reach position n_ctx first re-indexes
+// every cache (LayerCache::reindex) so that the retained rows end just before position N, the most
+// rows any head of any layer retains, and the forward starts at N (N + s <= n_ctx, else
+// std::invalid_argument): positions by place in the cache, StreamingLLM's rule.
 #pragma once
 
 #include <cstddef>
@@ -147,7 +152,7 @@ class LlamaSession {
   // Runs the whole prompt (at least one token, each in [0, n_vocab)) and returns the logits of its
   // last position [n_vocab]. With all_logits, also fills it with every position's logits
   // [n_tokens][n_vocab]. Only once per session, before any decode(); the prompt must fit in
-  // n_ctx (std::invalid_argument otherwise).
+  // n_ctx (std::invalid_argument otherwise) unless the plan allows a long prompt (see above).
   std::vector<float> prefill(std::span<const int32_t> tokens,
                              std::vector<float>* all_logits = nullptr);
   // Shared prefill: runs the prompt like prefill() but leaves every cache's prompt open (no
@@ -211,6 +216,13 @@ class LlamaSession {
   LlamaSession clone() const;
 
   size_t n_past() const;  // tokens seen (== every cache's offset())
+  // The position the next token is rotated at (every cache's next_position()): n_past() until
+  // the caches are re-indexed.
+  size_t next_position() const;
+  // The position a forward of s tokens would start at: next_position() while that leaves room
+  // (next_position() + s <= n_ctx), else the position re-indexing would give (the most rows any
+  // head of any layer retains) when the plan allows it; nullopt when the forward cannot run.
+  std::optional<size_t> position_for(size_t s) const;
   const std::vector<LayerCache>& caches() const { return caches_; }
   CacheStats cache_stats() const { return total_stats(caches_); }
   const LlamaModel& model() const { return *model_; }
@@ -228,6 +240,11 @@ class LlamaSession {
   std::vector<float> run_prompt(std::span<const int32_t> tokens, std::vector<float>* all_logits,
                                 bool end_prompt);
   void check_not_shared(const char* what) const;
+  // Before a forward of s tokens: re-indexes every cache when next_position() + s would pass
+  // n_ctx and the plan allows it (LayerCache::reindex); throws std::invalid_argument (`what`
+  // names the caller) when the forward cannot fit. make_room_check only throws, changing nothing.
+  void make_room(size_t s, const std::string& what);
+  void make_room_check(size_t s, const std::string& what) const;
   // Policy kvzip: ends the prompt of every cache with the reconstruction pass's scores (computed
   // here when `scores` is null). Defined in src/model/kvzip_pass.cpp.
   void compress_kvzip(const ReconstructionScores* scores);

@@ -51,6 +51,13 @@ class RopeTable {
   std::vector<float> sin_;  // [n_tokens][n_rot / 2]
 };
 
+// Turns rows already rotated at some positions by further delta[r] positions, either sign (RoPE
+// composes: a row rotated at p and turned by p' - p is the row rotated at p'), for re-indexing a
+// cache's stored keys. x [n_rows][head_dim], delta [n_rows]; all arithmetic in double, one
+// rounding to fp32 per value. Throws std::invalid_argument for bad params (named).
+void rope_turn_rows(float* x, const int64_t* delta, size_t n_rows, size_t head_dim,
+                    const RopeParams& params);
+
 // Reference: one vector x [head_dim] at position pos, NORM layout, all arithmetic in double.
 void rope_norm_ref(float* x, size_t head_dim, size_t n_rot, int64_t pos, double freq_base);
 // Reference for any params: one vector x [head_dim] at position pos, all arithmetic in double.

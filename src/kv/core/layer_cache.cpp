@@ -95,6 +95,7 @@ LayerCache LayerCache::clone() const {
   copy.pending_queries_ = pending_queries_;
   copy.pending_window_ = pending_window_;
   copy.tokens_seen_ = tokens_seen_;
+  copy.position_shift_ = position_shift_;
   copy.compressions_ = compressions_;
   copy.prompt_open_ = prompt_open_;
   if (decode_policy_) copy.decode_policy_ = decode_policy_->clone();
@@ -140,6 +141,7 @@ LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const
   copy.positions_ = positions_;
   copy.rope_ = rope_;
   copy.tokens_seen_ = tokens_seen_;
+  copy.position_shift_ = position_shift_;
   copy.prompt_open_ = evicts;  // a full-policy cache never opens a prompt
   if (wants_queries) {
     copy.pending_queries_ = pending_queries_;
@@ -228,7 +230,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
     key_stores_[h]->append(k.data + h * n_new * head_dim, n_new);
     value_stores_[h]->append(v.data + h * n_new * head_dim, n_new);
     for (size_t i = 0; i < n_new; ++i) {
-      positions_[h].push_back(static_cast<int64_t>(tokens_seen_ + i));
+      positions_[h].push_back(static_cast<int64_t>(next_position() + i));
     }
   }
   tokens_seen_ += n_new;
@@ -304,7 +306,7 @@ void LayerCache::end_prompt() {
     recent_queries_ = std::move(rows);
     recent_positions_.clear();
     for (size_t r = 0; r < w; ++r) {
-      recent_positions_.push_back(static_cast<int64_t>(tokens_seen_ - w + r));
+      recent_positions_.push_back(static_cast<int64_t>(next_position() - w + r));
     }
   }
   pending_queries_.clear();

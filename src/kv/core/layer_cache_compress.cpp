@@ -63,7 +63,7 @@ void LayerCache::remember_recent_queries(const Tensor3* q_window) {
       recent_queries_.insert(recent_queries_.end(), src, src + head_dim);
     }
     // q_window holds the chunk's last w rows: the newest positions.
-    recent_positions_.push_back(static_cast<int64_t>(tokens_seen_ - w + r));
+    recent_positions_.push_back(static_cast<int64_t>(next_position() - w + r));
   }
   if (recent_positions_.size() > config_.window) {
     const size_t drop = recent_positions_.size() - config_.window;

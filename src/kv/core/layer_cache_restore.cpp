@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char* kComponent = "layer_cache";
 
-void check_decode_window(const CacheDims& dims, const CacheConfig& config, size_t tokens_seen,
+void check_decode_window(const CacheDims& dims, const CacheConfig& config, size_t next_position,
                          size_t compressions, const LayerCache::DecodeWindow& w) {
   const size_t n = w.positions.size();
   const size_t limit = config.decode_budget > 0 ? config.window : 0;
@@ -23,9 +23,9 @@ void check_decode_window(const CacheDims& dims, const CacheConfig& config, size_
   }
   for (size_t i = 0; i < n; ++i) {
     const int64_t p = w.positions[i];
-    if (p < 0 || static_cast<size_t>(p) >= tokens_seen || (i > 0 && p <= w.positions[i - 1])) {
+    if (p < 0 || static_cast<size_t>(p) >= next_position || (i > 0 && p <= w.positions[i - 1])) {
       throw_invalid(kComponent, "restore decode window position " + num(i), std::to_string(p),
-                    "strictly increasing positions < tokens_seen = " + num(tokens_seen));
+                    "strictly increasing positions < next position = " + num(next_position));
     }
   }
   for (size_t i = 0; i < w.queries.size(); ++i) {
@@ -46,8 +46,14 @@ LayerCache LayerCache::restore(CacheDims dims, const CacheConfig& config, size_t
                                size_t n_layers, size_t tokens_seen, size_t compressions,
                                std::vector<std::vector<int64_t>> positions,
                                std::vector<std::unique_ptr<RowStore>> keys,
-                               std::vector<std::unique_ptr<RowStore>> values, DecodeWindow decode) {
+                               std::vector<std::unique_ptr<RowStore>> values, DecodeWindow decode,
+                               size_t position_shift) {
   LayerCache cache(dims, config, layer_index, n_layers);  // validates dims, config and indices
+  if (position_shift != 0 && position_shift >= tokens_seen) {
+    throw_invalid(kComponent, "restore position shift", num(position_shift),
+                  "< tokens_seen = " + num(tokens_seen) + " (0 unless re-indexed)");
+  }
+  const size_t next_position = tokens_seen - position_shift;
   const size_t n_kv = dims.n_kv_heads;
   if (positions.size() != n_kv || keys.size() != n_kv || values.size() != n_kv) {
     throw_invalid(kComponent, "restore head count",
@@ -65,11 +71,11 @@ LayerCache LayerCache::restore(CacheDims dims, const CacheConfig& config, size_t
                         " rows of KV head 0 (only head_allocation ada has ragged heads)");
     }
     for (size_t i = 0; i < pos.size(); ++i) {
-      const bool in_range = pos[i] >= 0 && static_cast<size_t>(pos[i]) < tokens_seen;
+      const bool in_range = pos[i] >= 0 && static_cast<size_t>(pos[i]) < next_position;
       if (!in_range || (i > 0 && pos[i] <= pos[i - 1])) {
         throw_invalid(kComponent, "restore position " + num(i) + " of KV head " + num(h),
                       std::to_string(pos[i]),
-                      "strictly increasing positions < tokens_seen = " + num(tokens_seen));
+                      "strictly increasing positions < next position = " + num(next_position));
       }
     }
     if (keys[h] == nullptr || values[h] == nullptr || keys[h]->rows() != n_rows ||
@@ -83,11 +89,12 @@ LayerCache LayerCache::restore(CacheDims dims, const CacheConfig& config, size_t
           num(n_rows) + " rows of head_dim " + num(dims.head_dim) + " each");
     }
   }
-  check_decode_window(dims, config, tokens_seen, compressions, decode);
+  check_decode_window(dims, config, next_position, compressions, decode);
   cache.key_stores_ = std::move(keys);
   cache.value_stores_ = std::move(values);
   cache.positions_ = std::move(positions);
   cache.tokens_seen_ = tokens_seen;
+  cache.position_shift_ = position_shift;
   cache.compressions_ = compressions;
   cache.prompt_open_ = false;
   cache.recent_positions_ = std::move(decode.positions);

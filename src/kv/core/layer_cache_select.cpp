@@ -55,7 +55,7 @@ LayerCache::SelectOutcome LayerCache::select_then_store(Tensor3 k, Tensor3 v, co
     // the general path keeps them all
     if (positions_[h].size() + n_new <= budget) return SelectOutcome::chunk_fits;
   }
-  const int64_t first_new = static_cast<int64_t>(tokens_seen_ - n_new);
+  const int64_t first_new = static_cast<int64_t>(next_position() - n_new);
   const bool needs_values = policy_->needs_values();
   std::vector<SelectionResult> results(n_kv);
   std::vector<std::vector<int64_t>> candidates(n_kv);  // [n_kv][n_old + n_new] positions

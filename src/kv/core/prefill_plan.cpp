@@ -15,6 +15,8 @@ PrefillPlan prefill_plan(const CacheConfig& config) {
   plan.decode_query_rows = decode_budget ? 1 : 0;
   if (decode_budget) plan.extend_chunk = config.decode_interval;
   plan.extend_window = decode_budget ? config.window : 0;
+  plan.reindex = config.policy != PolicyKind::full;
+  plan.long_prompt = plan.reindex && config.chunk_mode == ChunkMode::every_chunk;
   return plan;
 }
 

@@ -181,6 +181,10 @@ KvcHeader check_header(std::span<const uint8_t> bytes, bool verify_checksum) {
   for (const uint8_t b : h.reserved) {
     if (b != 0) fail(KvcErrorKind::malformed, "header reserved bytes", "non-zero", "zeros");
   }
+  if (h.position_shift != 0 && h.position_shift >= h.n_tokens) {
+    fail(KvcErrorKind::malformed, "position shift", num(h.position_shift),
+         "0, or < the " + num(h.n_tokens) + " tokens (a re-indexed cache)");
+  }
   return h;
 }
 
@@ -258,10 +262,10 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
     positions[kv] = in.array<int64_t>(static_cast<size_t>(head.n_rows), "positions");
     const std::vector<int64_t>& pos = positions[kv];
     for (size_t i = 0; i < pos.size(); ++i) {
-      if (pos[i] < 0 || static_cast<uint64_t>(pos[i]) >= h.n_tokens ||
+      if (pos[i] < 0 || static_cast<uint64_t>(pos[i]) >= h.n_tokens - h.position_shift ||
           (i > 0 && pos[i] <= pos[i - 1])) {
         fail(KvcErrorKind::malformed, where + " position " + num(i), std::to_string(pos[i]),
-             "strictly increasing positions < " + num(h.n_tokens));
+             "strictly increasing positions < " + num(h.n_tokens - h.position_shift));
       }
     }
     const std::span<const uint8_t> key_record =
@@ -278,7 +282,8 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
   }
   return LayerCache::restore(dims, config, layer, h.n_layers, static_cast<size_t>(rec.tokens_seen),
                              static_cast<size_t>(rec.compressions), std::move(positions),
-                             std::move(keys), std::move(values), std::move(recent));
+                             std::move(keys), std::move(values), std::move(recent),
+                             static_cast<size_t>(h.position_shift));
 }
 
 KvcContents decode_checked(std::span<const uint8_t> bytes, const KvcExpect& expect,

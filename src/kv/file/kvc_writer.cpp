@@ -100,6 +100,10 @@ void check_caches(std::span<const int32_t> tokens, std::span<const LayerCache> c
       throw_invalid(kComponent, "layer " + num(l) + " has an open prompt",
                     "prefill rows not compressed yet", "end_prompt() before writing");
     }
+    if (c.next_position() != caches[0].next_position()) {
+      throw_invalid(kComponent, "layer " + num(l) + " next position", num(c.next_position()),
+                    "layer 0's " + num(caches[0].next_position()) + " (one numbering per model)");
+    }
     if (c.offset() != tokens.size()) {
       throw_invalid(kComponent, "layer " + num(l) + " tokens seen", num(c.offset()),
                     "the " + num(tokens.size()) + " prompt tokens");
@@ -191,6 +195,7 @@ std::vector<uint8_t> encode_kvc(const ModelFingerprint& fingerprint,
   header.n_kv_heads = static_cast<uint32_t>(dims.n_kv_heads);
   header.head_dim = static_cast<uint32_t>(dims.head_dim);
   header.n_tokens = tokens.size();
+  header.position_shift = tokens.size() - caches[0].next_position();
   std::memcpy(out.data(), &header, sizeof header);
   const size_t covered = offsetof(KvcHeader, model_fingerprint);
   const Sha256Digest sum = sha256(std::span<const uint8_t>(out).subspan(covered));

@@ -110,15 +110,18 @@ class LayerCache {
   // and values [n_kv_heads] stores made for `config`, one row per position. layer_index and
   // n_layers as for the constructor (pyramid needs n_layers). `decode` is the decode-time budget's
   // window (empty unless config.decode_budget > 0). The policy is made from config and
-  // layer_index as the constructor does; last_scores() is empty. Throws std::invalid_argument
-  // naming the part that does not fit. Defined in src/kv/core/layer_cache_restore.cpp.
+  // layer_index as the constructor does; last_scores() is empty. `position_shift` is
+  // tokens_seen - next_position() of a re-indexed cache (0 otherwise, < tokens_seen); positions
+  // (and the decode window's) are then < tokens_seen - position_shift. Throws
+  // std::invalid_argument naming the part that does not fit. Defined in
+  // src/kv/core/layer_cache_restore.cpp.
   using DecodeWindow = LayerDecodeWindow;
   static LayerCache restore(CacheDims dims, const CacheConfig& config, size_t layer_index,
                             size_t n_layers, size_t tokens_seen, size_t compressions,
                             std::vector<std::vector<int64_t>> positions,
                             std::vector<std::unique_ptr<RowStore>> keys,
-                            std::vector<std::unique_ptr<RowStore>> values,
-                            DecodeWindow decode = {});
+                            std::vector<std::unique_ptr<RowStore>> values, DecodeWindow decode = {},
+                            size_t position_shift = 0);
   // The decode-time budget's recent-query window as restore() takes it (empty without one).
   DecodeWindow decode_window() const;
   // True between the prefill updates of an end_of_prompt cache and end_prompt() (its rows are not
@@ -175,6 +178,27 @@ class LayerCache {
   const std::optional<RopeParams>& rope() const { return rope_; }
 
   size_t offset() const { return tokens_seen_; }
+  // The position the next token's key is rotated at: offset() until the cache is re-indexed,
+  // then reindex()'s `next` plus the tokens seen since. Every retained position is below it.
+  size_t next_position() const { return tokens_seen_ - position_shift_; }
+
+  // Re-indexing (StreamingLLM's positions within the cache), for an engine that runs past its
+  // model's trained context: row i of the n_h rows of KV head h gets position next - n_h + i (the
+  // rows of every head end just before `next`; heads that hold the same count get the same
+  // positions, 0..n-1 when next == n), each key is turned by RoPE from its old position to the new
+  // one (decoded, rotated by the difference, stored again: one more fp16 rounding), and the next
+  // token takes position `next`. Values, the order of rows and the decode-time window (renumbered
+  // like the rows it matches) are kept; offset() and the accounting still count tokens seen.
+  // Needs set_rope(), a prompt that is not open, size(h) <= next <= next_position() for every
+  // head, and keys stored as plain fp16 rows (codec fp16): quantized keys cannot be turned
+  // without a second quantization, so every other codec throws std::invalid_argument naming it
+  // (check_reindexable). Throws before changing anything. Defined in
+  // src/kv/core/layer_cache_reindex.cpp.
+  void reindex(size_t next);
+  // The codec check of reindex() alone, for an engine that refuses a long prompt before it
+  // starts: std::invalid_argument "[layer_cache] ... keys stored quantized ..." unless config's
+  // keys are plain fp16 rows.
+  static void check_reindexable(const CacheConfig& config);
   // Retained rows of one KV head (heads differ under head_allocation ada).
   size_t size(size_t kv_head) const;
   // The largest size(h) over the KV heads: every head's count under uniform allocation, and
@@ -188,7 +212,8 @@ class LayerCache {
   const CacheDims& dims() const { return dims_; }
   const CacheConfig& config() const { return config_; }
 
-  // Original absolute positions of the retained rows of one KV head, increasing.
+  // Positions of the retained rows of one KV head, increasing: the positions their keys are rotated
+  // at (the original absolute positions unless the cache was re-indexed).
   std::span<const int64_t> positions(size_t kv_head) const;
   const RowStore& keys(size_t kv_head) const;
   const RowStore& values(size_t kv_head) const;
@@ -252,6 +277,7 @@ class LayerCache {
   size_t n_layers_ = 0;             // 0: unknown
   std::optional<RopeParams> rope_;  // set_rope()
   size_t tokens_seen_ = 0;
+  size_t position_shift_ = 0;  // tokens_seen_ - next_position() (reindex())
   size_t compressions_ = 0;
   bool prompt_open_ = false;  // end_of_prompt: prefill rows not yet compressed
   // Decode-time budget (config.decode_budget > 0): the policy built with the re-selection target

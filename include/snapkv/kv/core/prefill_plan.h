@@ -7,7 +7,9 @@
 //   // last prefill chunk extended back to hold plan.window_rows positions; q_window passed when
 //   // plan.window_queries; after the prompt: plan.scoring_pass ? run the pass and hand its scores
 //   // to compress_with_scores : end_prompt(); each decode step passes plan.decode_query_rows
-//   // queries; extend() runs forwards of at most plan.extend_chunk tokens.
+//   // queries; extend() runs forwards of at most plan.extend_chunk tokens; a forward that would
+//   // pass the context re-indexes the caches first when plan.reindex (plan.long_prompt: also
+//   // during the prompt).
 // Leaves out: running anything (the engine does; model/llama.h).
 #pragma once
 
@@ -36,6 +38,13 @@ struct PrefillPlan {
   size_t extend_chunk = static_cast<size_t>(-1);
   // Query rows of an extend forward of s tokens handed to the cache: min(extend_window, s).
   size_t extend_window = 0;
+  // Whether the engine may re-index the cache (LayerCache::reindex) when the next forward would
+  // reach the model's trained context: an evicting policy, whose retained rows stay bounded by
+  // its budget. The full cache never is: it stops at the context.
+  bool reindex = false;
+  // Whether a prompt may be longer than the context: reindex, and the budget enforced at every
+  // prefill chunk (chunk_mode every_chunk), so the rows held during the prompt stay bounded too.
+  bool long_prompt = false;
 };
 
 PrefillPlan prefill_plan(const CacheConfig& config);

@@ -23,7 +23,7 @@
 //         KvcHeadRecord                    rows kept, bytes of the two store records
 //                                          (n_rows may differ between heads only with
 //                                          head_allocation ada: AdaKV's ragged heads)
-//         int64   positions[n_rows]        original positions, strictly increasing, < tokens_seen
+//         int64   positions[n_rows]        strictly increasing, < tokens_seen - position_shift
 //         key store record                 key_bytes bytes   (see "Store records")
 //         value store record               value_bytes bytes
 //   (the payload ends exactly there: trailing bytes are an error)
@@ -115,7 +115,13 @@ struct KvcHeader {
   uint32_t n_kv_heads;
   uint32_t head_dim;
   uint64_t n_tokens;
-  uint8_t reserved[16];  // zero
+  // n_tokens minus the position the next token takes (LayerCache::next_position(), the same in
+  // every layer): 0 unless the cache was re-indexed to run past the model's context
+  // (LayerCache::reindex), and then < n_tokens; every stored position is below
+  // n_tokens - position_shift. Files written before this field existed hold 0 here, which is
+  // what they meant.
+  uint64_t position_shift;
+  uint8_t reserved[8];  // zero
 };
 static_assert(sizeof(KvcHeader) == 128, "KvcHeader is 128 bytes");
 static_assert(offsetof(KvcHeader, checksum) == 24, "checksum follows the sizes");
