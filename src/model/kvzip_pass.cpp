@@ -73,9 +73,13 @@ std::vector<int32_t> kvzip_repeat_prompt(const Tokenizer& tokenizer) {
   return tokenizer.encode(kRepeatInstruction, false);
 }
 
-void reconstruction_max_attention(float* out, const float* cached_keys, size_t n_rows,
-                                  const float* queries, size_t n_group, size_t n_queries,
-                                  const float* own_keys, size_t head_dim) {
+namespace {
+
+// Both forms: out [n_rows] with the max over every query row (query_weight null), or out
+// [n_group][n_rows] with each probability times query_weight[i].
+void max_attention(float* out, const float* cached_keys, size_t n_rows, const float* queries,
+                   size_t n_group, size_t n_queries, const float* own_keys, size_t head_dim,
+                   const float* query_weight) {
   check_sizes(n_rows, n_group, n_queries, head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const size_t n_total = n_group * n_queries;  // query rows, [n_group][n_queries]
@@ -97,15 +101,71 @@ void reconstruction_max_attention(float* out, const float* cached_keys, size_t n
       for (size_t j = 0; j <= i; ++j) o_row[j] = scale * dot(q, own_keys + j * head_dim, head_dim);
       const float shift = std::max(max_value(c_row, n_rows), max_value(o_row, i + 1));
       const float sum = exp_shift_sum(c_row, n_rows, shift) + exp_shift_sum(o_row, i + 1, shift);
-      const float inv = 1.0f / sum;  // >= 1 term equal to 1
-      for (size_t j = 0; j < n_rows; ++j) out[j] = std::max(out[j], c_row[j] * inv);
+      float inv = 1.0f / sum;  // >= 1 term equal to 1
+      float* target = out;
+      if (query_weight != nullptr) {
+        inv *= query_weight[i];
+        target = out + ((r0 + r) / n_queries) * n_rows;
+      }
+      for (size_t j = 0; j < n_rows; ++j) target[j] = std::max(target[j], c_row[j] * inv);
     }
   }
 }
 
+}  // namespace
+
+void reconstruction_max_attention(float* out, const float* cached_keys, size_t n_rows,
+                                  const float* queries, size_t n_group, size_t n_queries,
+                                  const float* own_keys, size_t head_dim) {
+  max_attention(out, cached_keys, n_rows, queries, n_group, n_queries, own_keys, head_dim, nullptr);
+}
+
+void reconstruction_max_weighted_attention(float* out, const float* cached_keys, size_t n_rows,
+                                           const float* queries, size_t n_group, size_t n_queries,
+                                           const float* own_keys, size_t head_dim,
+                                           const float* query_weight) {
+  if (query_weight == nullptr) {
+    throw_invalid(kComponent, "weighted attention without weights", "null", "n_queries weights");
+  }
+  max_attention(out, cached_keys, n_rows, queries, n_group, n_queries, own_keys, head_dim,
+                query_weight);
+}
+
+void value_output_norms(float* out, const float* wo, size_t n_embd, size_t n_heads,
+                        size_t n_kv_heads, size_t head_dim, const float* values, size_t n_rows) {
+  if (n_embd == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 || n_heads % n_kv_heads) {
+    throw_invalid(kComponent, "output-norm sizes",
+                  "n_embd " + num(n_embd) + ", heads " + num(n_heads) + "/" + num(n_kv_heads) +
+                      ", head_dim " + num(head_dim),
+                  "positive, n_heads a multiple of n_kv_heads");
+  }
+  const size_t q_dim = n_heads * head_dim, n_group = n_heads / n_kv_heads;
+  parallel_for(n_heads, [&](size_t h) {
+    // Head h's columns of W_O as rows: wt [head_dim][n_embd]; its Gram g = wt wt^T.
+    std::vector<float> wt(head_dim * n_embd), g(head_dim * head_dim), u(head_dim);
+    for (size_t r = 0; r < n_embd; ++r) {
+      for (size_t d = 0; d < head_dim; ++d) wt[d * n_embd + r] = wo[r * q_dim + h * head_dim + d];
+    }
+    for (size_t d = 0; d < head_dim; ++d) {
+      for (size_t e = 0; e <= d; ++e) {
+        const float v = dot(wt.data() + d * n_embd, wt.data() + e * n_embd, n_embd);
+        g[d * head_dim + e] = v;
+        g[e * head_dim + d] = v;
+      }
+    }
+    const float* vh = values + (h / n_group) * n_rows * head_dim;
+    for (size_t j = 0; j < n_rows; ++j) {
+      const float* v = vh + j * head_dim;
+      for (size_t d = 0; d < head_dim; ++d) u[d] = dot(g.data() + d * head_dim, v, head_dim);
+      out[h * n_rows + j] = std::sqrt(std::max(0.0f, dot(u.data(), v, head_dim)));
+    }
+  });
+}
+
 void reconstruction_max_attention_ref(double* out, const float* cached_keys, size_t n_rows,
                                       const float* queries, size_t n_group, size_t n_queries,
-                                      const float* own_keys, size_t head_dim) {
+                                      const float* own_keys, size_t head_dim,
+                                      const float* query_weight) {
   check_sizes(n_rows, n_group, n_queries, head_dim);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   auto dot_ref = [head_dim](const float* a, const float* b) {
@@ -129,14 +189,16 @@ void reconstruction_max_attention_ref(double* out, const float* cached_keys, siz
       }
       double sum = 0.0;
       for (size_t j = 0; j < n_rows + i + 1; ++j) sum += std::exp(logits[j] - max_logit);
+      const double w = query_weight != nullptr ? query_weight[i] : 1.0;
+      double* target = query_weight != nullptr ? out + g * n_rows : out;
       for (size_t j = 0; j < n_rows; ++j) {
-        out[j] = std::max(out[j], std::exp(logits[j] - max_logit) / sum);
+        target[j] = std::max(target[j], w * std::exp(logits[j] - max_logit) / sum);
       }
     }
   }
 }
 
-ReconstructionScores LlamaSession::reconstruction_scores() {
+ReconstructionScores LlamaSession::reconstruction_scores(bool normalized) {
   if (!prefilled_ || prompt_tokens_.empty()) {
     throw_invalid(kComponent, "reconstruction pass before a prefill", "no prompt",
                   "prefill() or prefill_shared() first");
@@ -151,9 +213,16 @@ ReconstructionScores LlamaSession::reconstruction_scores() {
   }
   Timer timer;
   ReconstructionScores result;
+  result.normalized = normalized;
   result.n_rows = caches_.front().size();
   const size_t n_kv = c.n_kv_heads, hd = c.head_dim, n_group = c.n_heads / c.n_kv_heads;
-  result.layers.assign(c.n_layers, std::vector<float>(n_kv * result.n_rows, 0.0f));
+  const size_t n_rows = result.n_rows;
+  result.layers.assign(c.n_layers, std::vector<float>(n_kv * n_rows, 0.0f));
+  // KVzip+: per layer, the weighted maxima per query head [n_heads][n_rows], and the weights of a
+  // chunk's queries (1 / ||h_i||).
+  std::vector<std::vector<float>> per_head;
+  if (normalized) per_head.assign(c.n_layers, std::vector<float>(c.n_heads * n_rows, 0.0f));
+  std::vector<float> query_weight;
   // The context to reconstruct: the prompt after its first token (BOS, a sink in every policy).
   const std::span<const int32_t> context = std::span<const int32_t>(prompt_tokens_).subspan(1);
 
@@ -161,16 +230,29 @@ ReconstructionScores LlamaSession::reconstruction_scores() {
     LlamaSession* session;
     ~ProbeReset() { session->probe_ = nullptr; }
   } reset{this};
-  probe_ = [&](size_t layer, const Tensor3& q, const Tensor3& k) {
+  probe_ = [&](size_t layer, const Tensor3& q, const Tensor3& k, const float* x) {
     const LayerCache& cache = caches_[layer];
-    const size_t n_rows = cache.size();
-    SNAPKV_CHECK(n_rows == result.n_rows);
+    SNAPKV_CHECK(cache.size() == n_rows);
+    if (normalized) {
+      query_weight.resize(q.dim1);
+      for (size_t i = 0; i < q.dim1; ++i) {
+        const float norm = std::sqrt(dot(x + i * c.n_embd, x + i * c.n_embd, c.n_embd));
+        query_weight[i] = norm > 0.0f ? 1.0f / norm : 0.0f;
+      }
+    }
     parallel_for(n_kv, [&](size_t h) {
       std::vector<float> keys(n_rows * hd);  // [n_rows][hd], as the cache decodes them
       cache.read_keys(h, keys.data());
-      reconstruction_max_attention(result.layers[layer].data() + h * n_rows, keys.data(), n_rows,
-                                   q.data + h * n_group * q.dim1 * hd, n_group, q.dim1,
-                                   k.data + h * k.dim1 * hd, hd);
+      const float* queries = q.data + h * n_group * q.dim1 * hd;
+      const float* own = k.data + h * k.dim1 * hd;
+      if (normalized) {
+        reconstruction_max_weighted_attention(per_head[layer].data() + h * n_group * n_rows,
+                                              keys.data(), n_rows, queries, n_group, q.dim1, own,
+                                              hd, query_weight.data());
+      } else {
+        reconstruction_max_attention(result.layers[layer].data() + h * n_rows, keys.data(), n_rows,
+                                     queries, n_group, q.dim1, own, hd);
+      }
     });
   };
   std::vector<int32_t> tokens;
@@ -182,12 +264,37 @@ ReconstructionScores LlamaSession::reconstruction_scores() {
                   context.begin() + static_cast<std::ptrdiff_t>(chunk.end));
     forward(tokens, UpdateKind::decode, 0, nullptr, false, chunk.first_position);
   }
+  if (normalized) {
+    // score(h, j) = max over the group's query heads g of per_head(g, j) * ||W_O^(g) v_j||.
+    const size_t q_dim = c.n_heads * hd;
+    std::vector<float> wo(c.n_embd * q_dim), values(n_kv * n_rows * hd), norms(c.n_heads * n_rows);
+    for (size_t l = 0; l < c.n_layers; ++l) {
+      dequantize_rows(wo.data(), model_->weights().layers[l].wo, 0, c.n_embd);
+      for (size_t h = 0; h < n_kv; ++h) caches_[l].read_values(h, values.data() + h * n_rows * hd);
+      value_output_norms(norms.data(), wo.data(), c.n_embd, c.n_heads, n_kv, hd, values.data(),
+                         n_rows);
+      for (size_t h = 0; h < n_kv; ++h) {
+        float* out = result.layers[l].data() + h * n_rows;
+        for (size_t g = h * n_group; g < (h + 1) * n_group; ++g) {
+          for (size_t j = 0; j < n_rows; ++j) {
+            out[j] = std::max(out[j], per_head[l][g * n_rows + j] * norms[g * n_rows + j]);
+          }
+        }
+      }
+    }
+  }
   result.seconds = timer.seconds();
   return result;
 }
 
 void LlamaSession::compress_kvzip(const ReconstructionScores* scores) {
-  ReconstructionScores computed = scores == nullptr ? reconstruction_scores() : *scores;
+  const bool normalized = plan_.normalized_scores;
+  if (scores != nullptr && scores->normalized != normalized) {
+    throw_invalid(kComponent, "reconstruction scores of the other kind",
+                  scores->normalized ? "KVzip+ scores" : "KVzip scores",
+                  normalized ? "KVzip+ scores (policy kvzip_plus)" : "KVzip scores (policy kvzip)");
+  }
+  ReconstructionScores computed = scores == nullptr ? reconstruction_scores(normalized) : *scores;
   const size_t n_kv = model_->config().n_kv_heads;
   bool fits = computed.layers.size() == caches_.size();
   for (size_t l = 0; fits && l < caches_.size(); ++l) {

@@ -358,7 +358,7 @@ void LlamaSession::forward(std::span<const int32_t> tokens, UpdateKind kind, siz
     const Tensor3 qt{qh.data(), nh, S, hd}, kt{kh.data(), nkv, S, hd}, vt{vh.data(), nkv, S, hd};
     cache.attend(att_h.data(), qt, kt, vt);
     if (probe_) {
-      probe_(l, qt, kt);  // reconstruction pass: observe, store nothing
+      probe_(l, qt, kt, x.data());  // reconstruction pass: observe, store nothing
     } else if (n_window_rows > 0) {
       for (size_t h = 0; h < nh; ++h) {
         std::memcpy(q_window.data() + h * n_window_rows * hd,

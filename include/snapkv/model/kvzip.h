@@ -10,12 +10,12 @@
 // it receives from any reconstruction query of its KV head's GQA group, in any chunk: softmax(q . k
 // / sqrt(head_dim)) in fp32 over all cached rows plus the chunk's own keys up to the query.
 // LlamaSession::reconstruction_scores() runs the pass; LayerCache::compress_with_scores() selects
-// with the scores (policy kvzip). The pass costs about one prefill of the context (plus the
-// attention over the cache) and does not alter the cache. The scores are attention
-// probabilities, comparable across heads: with head_allocation ada (ada-kvzip) a layer ranks them
-// over all its KV heads, the paper's head-global budget within a layer.
-// Leaves out: the paper's ranking across layers (pyramid-kvzip splits the total over layers by
-// depth instead), the chat-template suffix (plain text prompts).
+// with the scores (policy kvzip; policy kvzip_plus with KVzip+'s normalised scores, below). The
+// pass costs about one prefill of the context (plus the attention over the cache) and does not
+// alter the cache. The scores are attention probabilities, comparable across heads: with
+// head_allocation ada (ada-kvzip) a layer ranks them over all its KV heads, the paper's head-global
+// budget within a layer. Leaves out: the paper's ranking across layers (pyramid-kvzip splits the
+// total over layers by depth instead), the chat-template suffix (plain text prompts).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +34,7 @@ struct ReconstructionOptions {
 };
 
 struct ReconstructionScores {
+  bool normalized = false;                 // KVzip+'s scores (below), else attention probabilities
   size_t n_rows = 0;                       // cached rows per KV head when the pass ran
   std::vector<std::vector<float>> layers;  // [n_layers][n_kv_heads * n_rows], in [0, 1]
   double seconds = 0.0;                    // wall time of the pass
@@ -73,9 +74,27 @@ std::vector<int32_t> kvzip_repeat_prompt(const Tokenizer& tokenizer);
 void reconstruction_max_attention(float* out, const float* cached_keys, size_t n_rows,
                                   const float* queries, size_t n_group, size_t n_queries,
                                   const float* own_keys, size_t head_dim);
-// The same in double precision, plain loops (the tests' reference).
+// KVzip+ (the normalisation kvpress's KVzap is trained on): query (g, i)'s probability on row j is
+// weighted by query_weight[i] = 1 / ||h_i||, the norm of the query token's residual stream
+// entering the layer, and kept per query head: out [n_group][n_rows] (accumulated, not cleared)
+// = max over i of p(g, i, j) * query_weight[i]. The row's score is then max over g of
+// out[g][j] * ||W_O^(g) v_j|| (value_output_norms), the size of what the row adds to the residual
+// stream relative to what is there.
+void reconstruction_max_weighted_attention(float* out, const float* cached_keys, size_t n_rows,
+                                           const float* queries, size_t n_group, size_t n_queries,
+                                           const float* own_keys, size_t head_dim,
+                                           const float* query_weight);
+// out [n_heads][n_rows] = ||W_O^(h) v_j||: wo [n_embd][n_heads * head_dim] in fp32 (the output
+// projection, head h's columns h * head_dim ..), values [n_kv_heads][n_rows][head_dim], head h
+// reading KV head h / (n_heads / n_kv_heads). Through each head's Gram matrix W_O^(h)T W_O^(h).
+void value_output_norms(float* out, const float* wo, size_t n_embd, size_t n_heads,
+                        size_t n_kv_heads, size_t head_dim, const float* values, size_t n_rows);
+
+// The same in double precision, plain loops (the tests' reference); with query_weight, the
+// weighted form: out [n_group][n_rows].
 void reconstruction_max_attention_ref(double* out, const float* cached_keys, size_t n_rows,
                                       const float* queries, size_t n_group, size_t n_queries,
-                                      const float* own_keys, size_t head_dim);
+                                      const float* own_keys, size_t head_dim,
+                                      const float* query_weight = nullptr);
 
 }  // namespace snapkv

@@ -174,8 +174,9 @@ class LlamaSession {
   // KVzip's context-reconstruction pass over the prompt (model/kvzip.h): per layer and KV head,
   // the largest attention each retained row receives. Leaves every cache exactly as it was
   // (rows, positions, offset). Needs a prefill; runs on the rows retained now (a kvzip or
-  // shared-prefill session keeps them all until it compresses).
-  ReconstructionScores reconstruction_scores();
+  // shared-prefill session keeps them all until it compresses). normalized: KVzip+'s scores
+  // (policy kvzip_plus; model/kvzip.h).
+  ReconstructionScores reconstruction_scores(bool normalized = false);
   // The scores a kvzip session compressed its prompt with (computed or handed to fork()); null
   // for other policies or before the prompt ended.
   const ReconstructionScores* reconstruction() const {
@@ -262,8 +263,9 @@ class LlamaSession {
   bool shared_prompt_ = false;  // prefill_shared(): prompt left open for fork()
   std::vector<int32_t> prompt_tokens_;  // [n_prompt] (the reconstruction pass repeats them)
   // Set only during reconstruction_scores(): forward() then calls it per layer with the rotated
-  // queries [n_heads][S][hd] and keys [n_kv_heads][S][hd] instead of updating the cache.
-  std::function<void(size_t, const Tensor3&, const Tensor3&)> probe_;
+  // queries [n_heads][S][hd], keys [n_kv_heads][S][hd] and the residual stream entering the layer
+  // [S][n_embd] instead of updating the cache.
+  std::function<void(size_t, const Tensor3&, const Tensor3&, const float*)> probe_;
   ReconstructionScores reconstruction_;  // see reconstruction()
 };
 

@@ -34,7 +34,7 @@ std::string_view enum_name(Enum k, const std::array<std::pair<std::string_view, 
   return "unknown";
 }
 
-constexpr std::array<std::pair<std::string_view, PolicyKind>, 10> kPolicyNames{{
+constexpr std::array<std::pair<std::string_view, PolicyKind>, 11> kPolicyNames{{
     {"full", PolicyKind::full},
     {"snapkv", PolicyKind::snapkv},
     {"streaming", PolicyKind::streaming},
@@ -45,6 +45,7 @@ constexpr std::array<std::pair<std::string_view, PolicyKind>, 10> kPolicyNames{{
     {"expected_attention", PolicyKind::expected_attention},
     {"kvzip", PolicyKind::kvzip},
     {"kvzap", PolicyKind::kvzap},
+    {"kvzip_plus", PolicyKind::kvzip_plus},
 }};
 constexpr std::array<std::pair<std::string_view, HeadAllocation>, 2> kHeadAllocationNames{{
     {"uniform", HeadAllocation::uniform},
@@ -108,7 +109,7 @@ void CacheConfig::validate() const {
       !policy_scores_rows(policy)) {
     throw_invalid("config", "head_allocation ada needs a policy that scores rows",
                   std::string(to_string(policy)),
-                  "snapkv|knorm|keydiff|expected_attention|kvzip|kvzap");
+                  "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap");
   }
 
   if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
@@ -136,8 +137,9 @@ void CacheConfig::validate() const {
   }
   if (decode_budget > 0) {
     if (policy == PolicyKind::full) {
-      throw_invalid("config", "decode_budget needs an evicting policy", "policy full",
-                    "snapkv|streaming|random|knorm|chunkkv|kvzip|kvzap, or decode_budget 0");
+      throw_invalid(
+          "config", "decode_budget needs an evicting policy", "policy full",
+          "snapkv|streaming|random|knorm|chunkkv|kvzip|kvzip_plus|kvzap, or decode_budget 0");
     }
     if (decode_interval == 0) {
       throw_invalid("config", "decode_interval must be positive", "0", ">= 1");
@@ -255,7 +257,7 @@ bool policy_scores_rows(PolicyKind k) {
 }
 
 bool policy_takes_external_scores(PolicyKind k) {
-  return k == PolicyKind::kvzip || k == PolicyKind::kvzap;
+  return k == PolicyKind::kvzip || k == PolicyKind::kvzap || k == PolicyKind::kvzip_plus;
 }
 
 PolicyKind parse_policy(std::string_view s) {

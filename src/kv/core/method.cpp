@@ -11,7 +11,8 @@ namespace snapkv {
 namespace {
 
 constexpr const char* kPolicyNames =
-    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, kvzap, keydiff, "
+    "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, kvzip_plus, kvzap, "
+    "keydiff, "
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>";
@@ -58,6 +59,8 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
     config.policy = PolicyKind::kvzip;
   } else if (name == "kvzap") {
     config.policy = PolicyKind::kvzap;
+  } else if (name == "kvzip_plus") {
+    config.policy = PolicyKind::kvzip_plus;
   } else {
     return false;
   }

@@ -46,8 +46,9 @@ using G = OptionGroup;
 
 const CacheOption kOptions[] = {
     {"policy", "", "", T::choice, G::method,
-     "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzap", 0, 0,
-     false, 0, "Which rows survive (a method name sets it)",
+     "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzip_plus|"
+     "kvzap",
+     0, 0, false, 0, "Which rows survive (a method name sets it)",
      SNAPKV_CHOICE_FIELD(policy, parse_policy)},
     {"codec", "", "", T::choice, G::method,
      "fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|kivi32|"

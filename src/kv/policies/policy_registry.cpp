@@ -27,16 +27,18 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
       return make_expected_attention_policy(config);
     case PolicyKind::kvzip:
     case PolicyKind::kvzap:
+    case PolicyKind::kvzip_plus:
       return make_kvzip_policy(config);
   }
   throw_invalid(
       "policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
-      "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzap");
+      "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzip_plus|"
+      "kvzap");
 }
 
 std::vector<float> EvictionPolicy::score(const SelectionInput& /*in*/) {
   throw_invalid("policy", "this policy has no per-row scores", std::string(to_string(kind())),
-                "snapkv|knorm|keydiff|expected_attention|kvzip|kvzap");
+                "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap");
 }
 
 }  // namespace snapkv

@@ -26,6 +26,8 @@ enum class PolicyKind {
           // LayerCache::compress_with_scores); needs chunk_mode end_of_prompt
   kvzap,  // KVzap: per-row scores supplied from outside (a learned surrogate of kvzip's scores,
           // computed by the model's scorer from the cached keys); needs chunk_mode end_of_prompt
+  kvzip_plus,  // KVzip+: kvzip's pass with each attention probability weighted by the size of
+               // what the row adds to the query's residual stream, ||W_O v|| / ||h||
 };
 
 // How the rows kept in one layer are shared among its KV heads (kv/core/allocation.h).

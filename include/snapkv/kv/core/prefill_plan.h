@@ -31,6 +31,9 @@ struct PrefillPlan {
   // With scoring_pass: the scores come from the model's learned scorer (policy kvzap, a few
   // operations per cached row) rather than KVzip's context-reconstruction pass.
   bool learned_scores = false;
+  // With scoring_pass and not learned_scores: KVzip+'s normalised reconstruction scores
+  // (policy kvzip_plus) rather than plain attention probabilities.
+  bool normalized_scores = false;
   // Query rows each decode step hands to the cache (a decode-time budget re-selects with them).
   size_t decode_query_rows = 0;
   // Tokens per forward when a continuation is appended (extend); re-selection under a decode-time
