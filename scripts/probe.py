@@ -14,7 +14,13 @@ timeout, and prints a table of outcomes per class:
 Classes: option values (every numeric option of the writing commands with hostile values),
 .kvc corruptions (bit flips, truncations, byte runs), GGUF corruptions (header and metadata
 flips, truncations), output targets (regular, symlink, directory, FIFO without reader, device
-nodes, an input's path), and stdout on /dev/full.
+nodes, an input's path), stdout on /dev/full, and HTTP mutations: requests to one running
+`snapkv serve` with flipped, inserted, deleted or truncated bytes, hostile Content-Length and
+header values, and pipelined copies, sent on a fresh connection that is then half-closed. There
+an outcome is clean when the server answers with HTTP responses or closes the connection, and
+still answers /health; crash when the server process died; hang when the connection stays open
+past the server's deadlines or /health gets no answer; silent when a request that is invalid by
+construction (a bad Content-Length, an unknown HTTP version) gets a 2xx.
 Exit status 1 when any crash, hang, silent or data-loss case is found.
 """
 import argparse
@@ -23,7 +29,9 @@ import concurrent.futures
 import hashlib
 import os
 import random
+import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -252,6 +260,139 @@ def output_cases(rng, n, can_mknod):
     return out
 
 
+# Valid requests the HTTP mutations start from.
+HTTP_SEEDS = [
+    b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 43\r\n\r\n{\"prompt\": \"The pass key\", \"max_tokens\": 2}",
+    b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"content\": \"hello\"}",
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
+]
+BAD_LENGTHS = [b"-1", b"abc", b"18446744073709551616", b"99999999999999999999", b"1e3", b" ",
+               b"0x10", b"4294967296000"]
+
+
+def http_cases(rng, n):
+    cases = []
+    for i in range(n):
+        seed = rng.choice(HTTP_SEEDS)
+        data = bytearray(seed)
+        kind = rng.choice(["flip", "insert", "delete", "truncate", "length", "version",
+                           "pipeline", "junk header", "long header"])
+        invalid = False
+        if kind == "flip":
+            for _ in range(rng.randint(1, 4)):
+                j = rng.randrange(len(data))
+                data[j] ^= 1 << rng.randrange(8)
+        elif kind == "insert":
+            j = rng.randrange(len(data) + 1)
+            data[j:j] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+        elif kind == "delete":
+            j = rng.randrange(len(data))
+            del data[j:j + rng.randint(1, 12)]
+        elif kind == "truncate":
+            del data[rng.randrange(len(data)):]
+        elif kind == "length":
+            value = rng.choice(BAD_LENGTHS)
+            if b"Content-Length: " in data:
+                data = bytearray(re.sub(rb"Content-Length: \d+", b"Content-Length: " + value,
+                                        bytes(data)))
+            else:
+                data = bytearray(bytes(data).replace(b"\r\n\r\n",
+                                                     b"\r\nContent-Length: " + value + b"\r\n\r\n"))
+            invalid = True
+        elif kind == "version":
+            data = bytearray(bytes(data).replace(b"HTTP/1.1", rng.choice(
+                [b"HTTP/2.0", b"HTTP/1.9", b"HTTP/x", b"HTTP/1.1.1", b"HTTP/"]), 1))
+            invalid = True
+        elif kind == "pipeline":
+            data = bytearray(seed * rng.randint(2, 8))
+        elif kind == "junk header":
+            junk = bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 40)))
+            data = bytearray(bytes(data).replace(b"\r\n", b"\r\n" + junk + b"\r\n", 1))
+        else:
+            data = bytearray(bytes(data).replace(
+                b"\r\n", b"\r\nX-Long: " + b"a" * rng.choice([100, 9000, 70000]) + b"\r\n", 1))
+        cases.append({"class": "HTTP mutations", "args": f"{kind} #{i}", "http": bytes(data),
+                      "invalid": invalid})
+    return cases
+
+
+class Server:
+    """One `snapkv serve` on a free loopback port for the HTTP cases."""
+
+    def __init__(self, binary):
+        self.proc = subprocess.Popen(
+            [binary, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "--max-tokens",
+             "4", "--threads", "1", "--head-timeout", "3", "--read-timeout", "2"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.port = None
+        for line in self.proc.stderr:
+            m = re.search(rb"listening on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            raise RuntimeError("snapkv serve did not start")
+        # Keep draining the log so the server never blocks on a full pipe.
+        import threading
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def healthy(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=5) as c:
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                return recv_all(c, 5).startswith(b"HTTP/1.1 200")
+        except OSError:
+            return False
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def recv_all(conn, timeout):
+    conn.settimeout(timeout)
+    out = b""
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+def run_http_case(server, case):
+    if server.proc.poll() is not None:
+        return "crash", case["args"] + f" (server exited with {server.proc.returncode})"
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as c:
+            try:
+                c.sendall(case["http"])
+                c.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the server may refuse and close before all bytes are sent
+            try:
+                reply = recv_all(c, 15)
+            except socket.timeout:
+                return "hang", case["args"] + " (connection open after 15 s)"
+            except ConnectionResetError:
+                reply = b""
+    except OSError as e:
+        return "hang", case["args"] + f" (cannot connect: {e})"
+    if server.proc.poll() is not None:
+        return "crash", case["args"] + f" (server exited with {server.proc.returncode})"
+    if not server.healthy():
+        return "hang", case["args"] + " (/health unanswered afterwards)"
+    if reply and not reply.startswith(b"HTTP/1."):
+        return "crash", case["args"] + f" (not an HTTP response: {reply[:60]!r})"
+    if case["invalid"] and re.match(rb"HTTP/1\.[01] 2\d\d", reply):
+        return "silent", case["args"] + f" ({reply[:40]!r})"
+    return "clean", None
+
+
 def stdout_cases():
     cmds = ["--help", "run --help", "run -m m.gguf --prompt hi --max-tokens 2 --quiet",
             "tokenize -m m.gguf --text hello", "tasks gen --n 1 --context 128",
@@ -281,11 +422,13 @@ def main():
     n = args.cases
     cases = (option_cases(rng, n * 55 // 100) + kvc_cases(rng, base, n * 20 // 100) +
              gguf_cases(rng, base, n * 12 // 100) + output_cases(rng, n * 13 // 100, can_mknod) +
-             stdout_cases())
+             stdout_cases() + http_cases(rng, n * 10 // 100))
     table = collections.OrderedDict()
     bad = []
+    server = Server(binary)
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_case, binary, base, c): c for c in cases}
+        futures = {pool.submit(run_http_case, server, c) if "http" in c else
+                   pool.submit(run_case, binary, base, c): c for c in cases}
         for f in concurrent.futures.as_completed(futures):
             c = futures[f]
             outcome, detail = f.result()
@@ -293,6 +436,7 @@ def main():
             row[outcome] += 1
             if detail:
                 bad.append((c["class"], outcome, detail))
+    server.stop()
     shutil.rmtree(base.dir, ignore_errors=True)
     cols = ["clean", "crash", "hang", "silent", "data loss"]
     print("| class | cases | " + " | ".join(cols) + " |")

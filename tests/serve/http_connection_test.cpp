@@ -100,6 +100,30 @@ TEST(HttpConnection, PipelinedPostsWithLengthAndChunkedBodies) {
   }
 }
 
+// A client that sends its requests and then shuts down its sending side (nc -N, some proxies)
+// gets every complete request answered before the close; an incomplete last one is dropped.
+TEST(HttpConnection, AHalfClosedClientGetsItsCompleteRequestsAnswered) {
+  Running server(ServerOptions{});
+  RawSocket s(server.port());
+  ASSERT_TRUE(s.connected());
+  std::string wire;
+  for (int i = 0; i < 3; ++i) wire += detokenize_request(100 + i, i == 1);
+  wire += "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"tok";
+  ASSERT_TRUE(s.send(wire));
+  ASSERT_EQ(::shutdown(s.fd(), SHUT_WR), 0);
+  bool closed = false;
+  const Clock::time_point t0 = Clock::now();
+  const std::string got = s.read_until("", 1, 20.0, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_LT(seconds_since(t0), 5.0) << "closed at once, not at a deadline";
+  const std::vector<std::string> b = bodies(got);
+  ASSERT_EQ(b.size(), 3u) << got;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(json::parse(b[i])["content"],
+              tiny_model().tokenizer.decode(std::vector<int32_t>{100 + i}));
+  }
+}
+
 TEST(HttpConnection, ATrickledHeadIsClosedAtTheHeadDeadline) {
   ServerOptions o;
   o.head_timeout_s = 2.0;

@@ -26,9 +26,12 @@ bool Connection::read_available(size_t cap, Clock::time_point now) {
       last_byte = now;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;  // 0: the peer closed; < 0: the socket failed
+    if (n == 0) {
+      peer_closed = true;
+      return true;
+    }
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;  // else the socket failed
   }
   return true;
 }

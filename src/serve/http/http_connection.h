@@ -45,9 +45,12 @@ struct Connection {
   Head head;          // the request being read, complete when advance() says ready
   std::optional<ChunkedDecoder> chunked;
   bool continue_due = false;  // Expect: 100-continue to answer before the body is read
+  // The client shut down its sending side: the requests already complete are answered, then the
+  // connection is closed (nothing more can arrive).
+  bool peer_closed = false;
 
-  // Reads what the socket holds (at most `cap` bytes). False when the peer closed or the socket
-  // failed.
+  // Reads what the socket holds (at most `cap` bytes); the end of the client's stream sets
+  // peer_closed. False when the socket failed.
   bool read_available(size_t cap, Clock::time_point now);
   // Parses what is buffered: wait (more bytes needed), ready (head.request complete with its
   // body; the bytes after it stay in `in`) or refused (head.error says why).

@@ -219,9 +219,13 @@ void HttpServer::io_loop() {
   std::vector<ConnPtr> held;
   std::vector<pollfd> fds;
   // Parses what a connection holds: dispatches a complete request or a refusal, keeps the rest.
-  // False when the connection left `held` (dispatched).
+  // False when the connection left `held` (dispatched, or closed after the client half-closed).
   auto step = [&](ConnPtr& c, Clock::time_point now) {
     const Connection::Step s = c->advance(cl, now);
+    if (s == Connection::Step::wait && c->peer_closed) {
+      close_connection(std::move(c));  // an incomplete request can no longer complete
+      return false;
+    }
     if (s == Connection::Step::wait) {
       if (c->continue_due) {
         static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
