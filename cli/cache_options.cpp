@@ -31,7 +31,8 @@ std::map<const CLI::App*, const CacheOptions*>& registry() {
 const char* kMethodHelp =
     "full, snapkv (true window queries), snapkv-proxy (keys as queries), streaming, chunkkv, "
     "knorm, random, keydiff, expected_attention, expected_attention-proxy, kvzip (context "
-    "reconstruction), kvzap (learned kvzip surrogate: snapkv train-scorer), kivi2, kivi4, kivi2r, "
+    "reconstruction), kvzip_plus (KVzip+: kvzip normalised by value and residual norms), kvzap "
+    "(learned kvzip surrogate: snapkv train-scorer), kivi2, kivi4, kivi2r, "
     "kivi4r (Hadamard-rotated), kitty, zipcache, gear, "
     "zipcacher (rotated zipcache), kivi42 (4-bit keys, 2-bit values), kivi24, kivi42r, "
     "kivi32 (3-bit keys, 2-bit values), kivimix (2/4-bit key channels, 2-bit values) (full cache + "

@@ -161,6 +161,7 @@ snapkv::cli::RegisterCommand reg{
           "Methods: full, snapkv (true queries), snapkv-proxy (keys as queries), streaming,\n"
           "chunkkv, knorm, random, kvzip (context reconstruction: one extra forward over the "
           "context),\n"
+          "kvzip_plus (KVzip+: kvzip normalised by value and residual norms),\n"
           "kvzap (kvzip's scores predicted from the keys: snapkv train-scorer),\n"
           "keydiff, expected_attention (true window queries),\n"
           "expected_attention-proxy, kivi2, kivi4, kivi2r, kivi4r (Hadamard-rotated KIVI),\n"
