@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "model/fp32_bounds.h"
 #include "model/golden_util.h"
 #include "snapkv/gguf/fingerprint.h"
 #include "snapkv/model/kvzap.h"
@@ -25,15 +26,8 @@
 namespace snapkv {
 namespace {
 
-constexpr double kU = 1.0 / 16777216.0;  // fp32 unit roundoff 2^-24
-
-std::vector<float> normal(size_t n, uint64_t seed, float scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::kU;
+using test::normal;
 
 KvzapScorer random_scorer(const KvzapDims& d, uint64_t seed, const KvzapFingerprint& fp) {
   std::vector<float> w =

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "model/fp32_bounds.h"
 #include "model/golden_util.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/kvzip.h"
@@ -24,23 +25,12 @@
 namespace snapkv {
 namespace {
 
+using test::gamma;
+using test::kU;
+using test::normal;
+
 using test::golden;
 using test::load_model;
-
-constexpr double kU = 1.0 / 16777216.0;  // fp32 unit roundoff 2^-24
-
-double gamma(size_t n) {
-  const double nu = static_cast<double>(n) * kU;
-  return nu / (1.0 - nu);
-}
-
-std::vector<float> normal(size_t n, uint64_t seed, float scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 TEST(KvzipPlusKernel, WeightedMaximaPerQueryHead) {
   const size_t n_rows = 29, n_group = 3, n_q = 21, hd = 16;

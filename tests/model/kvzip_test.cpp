@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/fp32_bounds.h"
 #include "model/golden_util.h"
 #include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/model/kvzip.h"
@@ -21,23 +22,12 @@
 namespace snapkv {
 namespace {
 
+using test::gamma;
+using test::kU;
+using test::normal;
+
 using test::golden;
 using test::load_model;
-
-constexpr double kU = 1.0 / 16777216.0;  // fp32 unit roundoff 2^-24
-
-double gamma(size_t n) {
-  const double nu = static_cast<double>(n) * kU;
-  return nu / (1.0 - nu);
-}
-
-std::vector<float> normal(size_t n, uint64_t seed, float scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // Relative error bound of one probability: the fp32 logits err by at most
 // gamma(head_dim) * sum|q_d k_d| * scale (absolute), which moves p by a factor e^(2 * that);

@@ -22,12 +22,9 @@ using nlohmann::json;
 using test::post;
 using test::RawSocket;
 using test::Running;
+using test::seconds_since;
 using test::tiny_model;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string detokenize_request(int token, bool chunked, bool close = false) {
   const std::string body = json{{"tokens", {token}}}.dump();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -50,6 +51,11 @@ class Running {
   int port_ = 0;
   std::thread thread_;
 };
+
+// Seconds of the steady clock since t0.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // POSTs `body` and checks the status; returns the parsed JSON body (discarded when not JSON).
 inline json post(httplib::Client& c, const std::string& path, const json& body,

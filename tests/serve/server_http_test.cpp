@@ -32,12 +32,9 @@ using nlohmann::json;
 using test::post;
 using test::RawSocket;
 using test::Running;
+using test::seconds_since;
 using test::tiny_model;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::vector<uint8_t> tiny_model_without_bos() {
   const gguf::File src = gguf::File::open(snapkv::testing::tiny_model_path());
