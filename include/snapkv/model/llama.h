@@ -216,6 +216,14 @@ class LlamaSession {
   // An independent copy (every cache cloned), e.g. one loaded prompt forked per question.
   LlamaSession clone() const;
 
+  // An independent copy holding only the first n tokens (1 <= n <= n_past()): the state a
+  // session with the same config and options reaches after the first n tokens alone, ready for
+  // extend() and decode(); this session is unchanged. Only for caches that keep every row exactly
+  // (LayerCache::truncated: policy full, codec fp16, no decode-time budget) and a prefilled
+  // session that is not a shared prefill; std::invalid_argument otherwise. For reusing the
+  // common prefix of a stored prompt and a new one.
+  LlamaSession truncated(size_t n) const;
+
   size_t n_past() const;  // tokens seen (== every cache's offset())
   // The position the next token is rotated at (every cache's next_position()): n_past() until
   // the caches are re-indexed.

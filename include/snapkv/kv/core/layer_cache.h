@@ -199,6 +199,17 @@ class LayerCache {
   // starts: std::invalid_argument "[layer_cache] ... keys stored quantized ..." unless config's
   // keys are plain fp16 rows.
   static void check_reindexable(const CacheConfig& config);
+  // A copy holding only the first n positions (0 <= n <= offset()): exactly the cache that the
+  // same updates of those n tokens alone would have built, for reusing the common prefix of two
+  // prompts. Only for a cache that keeps every row exactly: policy full, codec fp16 (rows
+  // independent of one another, so a kept row is the row as first stored), no decode-time
+  // budget (such a cache never holds an open prompt and is never re-indexed);
+  // std::invalid_argument naming the condition otherwise. Rows at positions >= n are not copied;
+  // this cache is unchanged. Defined in src/kv/core/layer_cache_truncate.cpp.
+  LayerCache truncated(size_t n) const;
+  // Whether truncated() accepts a cache built with `config` (policy full, codec fp16, no
+  // decode-time budget).
+  static bool truncatable(const CacheConfig& config);
   // Retained rows of one KV head (heads differ under head_allocation ada).
   size_t size(size_t kv_head) const;
   // The largest size(h) over the KV heads: every head's count under uniform allocation, and
