@@ -207,6 +207,10 @@ snapkv::cli::RegisterCommand reg{
                      "Largest value written to the cache store (payloads are chunked)")
           ->capture_default_str();
       sub.add_flag("--no-prompt-reuse", o->no_reuse, "Prefill every prompt, even one seen before");
+      sub.add_option("--prefix-reuse-min", o->server.prefix_reuse_min,
+                     "Shortest common token prefix with a stored uncompressed prompt that is "
+                     "reused instead of prefilled")
+          ->capture_default_str();
       sub.add_option("--max-tokens,-n,--n-predict", o->server.default_max_tokens,
                      "Default max_tokens (shortened to what the context leaves)")
           ->capture_default_str();

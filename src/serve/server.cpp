@@ -295,11 +295,16 @@ std::pair<LlamaSession, std::vector<float>> Server::Impl::start_prompt(
       reuse = {"exact", tokens.size()};
       return {hit->session.clone(), hit->logits};
     }
-    if (const auto prefix = store->find_prefix(tokens, config)) {
-      reuse = {"prefix", prefix->tokens.size()};
-      LlamaSession session = prefix->session.clone();
+    if (const CacheStore::PrefixMatch prefix =
+            store->find_prefix(tokens, config, options.prefix_reuse_min);
+        prefix.entry) {
+      reuse = {"prefix", prefix.tokens};
+      // The stored prompt cut to the common prefix (a copy; the entry stays whole).
+      LlamaSession session = prefix.tokens == prefix.entry->session.n_past()
+                                 ? prefix.entry->session.clone()
+                                 : prefix.entry->session.truncated(prefix.tokens);
       std::vector<float> logits =
-          session.extend(std::span<const int32_t>(tokens).subspan(prefix->tokens.size()));
+          session.extend(std::span<const int32_t>(tokens).subspan(prefix.tokens));
       keep_prompt(tokens, config, method, session, logits, false);
       return {std::move(session), std::move(logits)};
     }

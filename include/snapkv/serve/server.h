@@ -97,7 +97,10 @@ struct ServerOptions {
   // are written there ("" = none: "save" refused).
   std::string cache_dir;
   bool reuse_prompts = true;  // keep prefilled prompts for repeats and (uncompressed) prefixes
-  std::string cache_store;    // "redis://HOST:PORT": a store shared with other replicas
+  // Shortest common token prefix of a new prompt and a stored uncompressed one that is reused
+  // (cut from the stored one) instead of prefilled.
+  size_t prefix_reuse_min = 16;
+  std::string cache_store;  // "redis://HOST:PORT": a store shared with other replicas
   size_t cache_store_chunk_bytes = size_t{64} << 20;  // largest value written to Redis
   size_t prefill_chunk = 512;
   bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)
