@@ -118,7 +118,7 @@ http::ServerLimits http_limits(const ServerOptions& o) {
                                                       std::min(o.max_queue, kMaxModelHandlers)) +
                       8;
   l.keep_alive_max = o.keep_alive_max;
-  l.write_timeout_s = o.read_timeout_s;
+  l.write_timeout_s = o.write_timeout_s == 0.0 ? o.read_timeout_s : o.write_timeout_s;
   return l;
 }
 
@@ -519,7 +519,9 @@ Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOption
       {"request_timeout", options.request_timeout_s},
       {"keep_alive_timeout", options.keep_alive_timeout_s},
       {"head_timeout", options.head_timeout_s},
-      {"body_timeout", options.body_timeout_s}};
+      {"body_timeout", options.body_timeout_s},
+      {"write_timeout",
+       options.write_timeout_s == 0.0 ? options.read_timeout_s : options.write_timeout_s}};
   for (const auto& [name, seconds] : timeouts) {
     // Bounded above so that deadlines (steady_clock + seconds) cannot overflow.
     if (!(seconds > 0.0) || !(seconds <= 1e6)) {

@@ -72,9 +72,10 @@ struct ServerOptions {
   // closed for a new one, or new ones wait in the listen backlog); complete requests go to
   // handler threads. A head or body that sends nothing for read_timeout_s, a head not complete
   // within head_timeout_s or a body within body_timeout_s gets 408 and the close; a response
-  // that the client does not read for read_timeout_s is abandoned.
+  // that the client does not read for write_timeout_s (0: read_timeout_s) is abandoned.
   size_t max_connections = 256;
   double read_timeout_s = 5.0;
+  double write_timeout_s = 0.0;
   double head_timeout_s = 10.0;
   double body_timeout_s = 60.0;
   size_t keep_alive_max = 1000;     // requests per connection
