@@ -1,14 +1,32 @@
 // The float KIVI key kernels (kivi_kernels.h: kivi_key_block_dot), compiled once per ISA level
 // (kivi_simd.h). A key block stores 8 rows of one channel per word; out(8 rows) += (q_c * scale_c)
 // * codes, no horizontal sums; the zero term sum_c q_c * zero_c is added once per row. Levels with
-// AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first. The NEON levels run the same
-// scheme on two 4-lane registers per octet, one octet at a time.
+// AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first. The kernels are written on F8
+// (kernels/vec.h: one octet per vector; at the NEON levels a pair of 4-lane registers), the
+// AVX-512 level adds a 16-row form.
 #include "kernels/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
+#if SNAPKV_VEC
+
+// The q * zero partial sums: 8 lanes summed in order (x86), 4 lanes by pairwise adds (NEON).
 #if SNAPKV_VEC_X86
+using QPart = F8;
+inline float lane_total(F8 v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  float z = 0.0f;
+  for (float x : lanes) z += x;
+  return z;
+}
+#else
+using QPart = F4;
+inline float lane_total(F4 v) {
+  return vaddvq_f32(v);
+}
+#endif
 
 // Writes the 8 row results of one octet (rows past n_rows are dropped): dst[0..valid) = acc + qz.
 [[maybe_unused]] inline void store_octet(float* dst, const F8& acc, float qz, size_t valid) {
@@ -121,32 +139,7 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
 
 #endif  // SNAPKV_VEC_AVX512
 
-#endif  // SNAPKV_VEC_X86
-
-#if SNAPKV_VEC_NEON
-// key_block_dot_nq on NEON: per octet, the 8 rows of each channel's word in two registers and NQ
-// pairs of FMA chains; then dst[0..valid) = acc + qz.
-template <int NQ, int Bits>
-void key_block_dot_nq_neon(float* out, size_t out_stride, const float* qs, size_t qs_stride,
-                           const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
-  const size_t n_oct = ceil_div(n_rows, kKiviOctet);
-  for (size_t oct = 0; oct < n_oct; ++oct) {
-    F8 acc[NQ];
-    unroll<NQ>([&](auto j) { acc[j] = zero<F8>(); });
-    const uint8_t* w0 = words + oct * head_dim * Bits;
-    for (size_t c = 0; c < head_dim; ++c) {
-      fma_bcast<NQ>(acc, qs + c, qs_stride, unpack8_neon<Bits>(load_word<Bits>(w0, c)));
-    }
-    const size_t valid = std::min(kKiviOctet, n_rows - oct * kKiviOctet);
-    unroll<NQ>([&](auto j) {
-      float* dst = out + j * out_stride + oct * kKiviOctet;
-      alignas(16) float rows[kKiviOctet];
-      store(rows, add(acc[j], set1<F8>(qz[j])));
-      std::copy_n(rows, valid, dst);
-    });
-  }
-}
-#endif  // SNAPKV_VEC_NEON
+#endif  // SNAPKV_VEC
 
 }  // namespace
 
@@ -157,23 +150,22 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
                             scratch)) {
     return;  // integer dot products (kivi_q8_simd.cpp)
   }
-#if SNAPKV_VEC_X86
-  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c]
+#if SNAPKV_VEC
+  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c] (partial sums per lane, then
+  // their total)
   float* qs = scratch;
   float* qz = scratch + n_q * head_dim;
+  constexpr size_t kPart = sizeof(QPart) / sizeof(float);
   for (size_t j = 0; j < n_q; ++j) {
     const float* qj = q + j * head_dim;
-    __m256 z8 = _mm256_setzero_ps();
+    QPart zp = zero<QPart>();
     size_t c = 0;
-    for (; c + 8 <= head_dim; c += 8) {
-      const __m256 qv = _mm256_loadu_ps(qj + c);
-      _mm256_storeu_ps(qs + j * head_dim + c, _mm256_mul_ps(qv, _mm256_loadu_ps(scales + c)));
-      z8 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(zeros + c), z8);
+    for (; c + kPart <= head_dim; c += kPart) {
+      const QPart qv = load<QPart>(qj + c);
+      store(qs + j * head_dim + c, mul(qv, load<QPart>(scales + c)));
+      zp = fma(qv, load<QPart>(zeros + c), zp);
     }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, z8);
-    float z = 0.0f;
-    for (float x : lanes) z += x;
+    float z = lane_total(zp);
     for (; c < head_dim; ++c) {
       qs[j * head_dim + c] = qj[c] * scales[c];
       z += qj[c] * zeros[c];
@@ -191,34 +183,6 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
 #else
       key_block_dot_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
 #endif
-    });
-  }
-#elif SNAPKV_VEC_NEON
-  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c] (four partial sums)
-  float* qs = scratch;
-  float* qz = scratch + n_q * head_dim;
-  for (size_t j = 0; j < n_q; ++j) {
-    const float* qj = q + j * head_dim;
-    float32x4_t z4 = vdupq_n_f32(0.0f);
-    size_t c = 0;
-    for (; c + 4 <= head_dim; c += 4) {
-      const float32x4_t qv = vld1q_f32(qj + c);
-      vst1q_f32(qs + j * head_dim + c, vmulq_f32(qv, vld1q_f32(scales + c)));
-      z4 = vfmaq_f32(z4, qv, vld1q_f32(zeros + c));
-    }
-    float z = vaddvq_f32(z4);
-    for (; c < head_dim; ++c) {
-      qs[j * head_dim + c] = qj[c] * scales[c];
-      z += qj[c] * zeros[c];
-    }
-    qz[j] = z;
-  }
-  for (size_t j0 = 0; j0 < n_q; j0 += 4) {
-    const int nq = static_cast<int>(std::min<size_t>(4, n_q - j0));
-    with_nq_bits(nq, bits, [&](auto n, auto b) {
-      constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
-      key_block_dot_nq_neon<kNq, kBits>(out + j0 * out_stride, out_stride, qs + j0 * head_dim,
-                                        head_dim, qz + j0, words, n_rows, head_dim);
     });
   }
 #else

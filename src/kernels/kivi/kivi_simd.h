@@ -1,14 +1,13 @@
 // Shared by the float KIVI attention kernels (kivi_keys_simd.cpp, kivi_values_simd.cpp; see
-// kivi_kernels.h), compiled once per ISA level (kernels/isa.h): which fast path the level takes,
-// the byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
-// (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
-// or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
-// 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
-// queries' FMAs from it, so the decode cost is shared by the query heads of a GQA group
-// (docs/KERNELS.md); the queries' accumulators are arrays indexed through unroll<NQ>
-// (kernels/unroll.h). The helpers have internal linkage (an anonymous namespace); the tables are
-// one inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy
-// in L1.
+// kivi_kernels.h), compiled once per ISA level (kernels/isa.h): the byte -> codes tables and the
+// code unpacking both use. A level without the vector layer (kernels/vec.h: SNAPKV_VEC) runs the
+// scalar twins (kivi_kernels.cpp). The kernels decode one code word (8 codes) into an F8 (8
+// floats: by table lookup at x86, by per-lane shifts at the NEON levels), or 16 codes into an F16
+// by variable shifts at the AVX-512 level, then feed up to 4 queries' FMAs from it, so the decode
+// cost is shared by the query heads of a GQA group (docs/KERNELS.md); the queries' accumulators
+// are arrays indexed through unroll<NQ> (kernels/unroll.h). The helpers have internal linkage (an
+// anonymous namespace); the tables are one inline variable per level (snapkv::SNAPKV_ISA), so the
+// key and value kernels share one copy in L1.
 #pragma once
 
 #include <algorithm>
@@ -82,7 +81,20 @@ inline F8 unpack8(uint32_t word) {
   }
 }
 
-#endif  // SNAPKV_VEC_X86
+#elif SNAPKV_VEC_NEON
+// NEON: a shift per lane, a mask and a convert, into the two registers of an F8.
+template <int Bits>
+inline F8 unpack8(uint32_t word) {
+  constexpr int b = Bits;
+  const int32x4_t lo_shift = {0, -b, -2 * b, -3 * b};
+  const int32x4_t hi_shift = {-4 * b, -5 * b, -6 * b, -7 * b};
+  const uint32x4_t w = vdupq_n_u32(word);
+  const uint32x4_t mask = vdupq_n_u32((1u << Bits) - 1u);
+  return {{vcvtq_f32_u32(vandq_u32(vshlq_u32(w, lo_shift), mask)),
+           vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
+}
+
+#endif
 
 // Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
 // the one place the kernels' runtime shape becomes their template arguments.
@@ -130,22 +142,6 @@ inline F16 unpack16(uint64_t w) {
 }
 
 #endif  // SNAPKV_VEC_AVX512
-
-#if SNAPKV_VEC_NEON
-// The 8 codes of a key word (rows 0..7 of one channel, code k at bits Bits * k) as two vectors of
-// 4 floats (rows 0..3, 4..7): a shift per lane, a mask and a convert.
-template <int Bits>
-inline F8 unpack8_neon(uint32_t word) {
-  constexpr int b = Bits;
-  const int32x4_t lo_shift = {0, -b, -2 * b, -3 * b};
-  const int32x4_t hi_shift = {-4 * b, -5 * b, -6 * b, -7 * b};
-  const uint32x4_t w = vdupq_n_u32(word);
-  const uint32x4_t mask = vdupq_n_u32((1u << Bits) - 1u);
-  return {{vcvtq_f32_u32(vandq_u32(vshlq_u32(w, lo_shift), mask)),
-           vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
-}
-
-#endif  // SNAPKV_VEC_NEON
 
 }  // namespace
 

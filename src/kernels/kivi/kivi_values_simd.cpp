@@ -2,14 +2,15 @@
 // ISA level (kivi_simd.h). A value row stores 8 channels per word; a tile of rows is walked per
 // pair of words with the output in registers; the zero term sum_r w_r * zero_(r,g) is added once
 // per group. Levels with AVX-512 VNNI take the integer kernels of kivi_q8_values_simd.cpp (2-bit)
-// and kivi_q16_values_simd.cpp (4-bit) first. The NEON levels run the same driver with a tile
-// kernel of one word (8 channels, two 4-lane registers per query) at a time.
+// and kivi_q16_values_simd.cpp (4-bit) first. The tile kernel is written on F8 (kernels/vec.h: one
+// word of 8 channels per vector; at the NEON levels a pair of 4-lane registers), the AVX-512 level
+// adds 16- and 32-channel forms.
 #include "kernels/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-#if SNAPKV_VEC_X86
+#if SNAPKV_VEC
 
 // NQ queries (<= 4) over value rows [0, n_rows); coef: [n_rows][n_groups][4] = w * scale.
 // Requires head_dim % 8 == 0 and every word inside one group (group % 8 == 0 or one group).
@@ -192,28 +193,7 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
 
 #endif  // SNAPKV_VEC_AVX512
 
-#endif  // SNAPKV_VEC_X86
-
-#if SNAPKV_VEC_NEON
-// value_tile_nq on NEON: per word of 8 channels, the NQ queries' outputs in registers over the
-// tile's rows; coef: [n_rows][n_groups][4] = w * scale.
-template <int NQ, int Bits>
-void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
-                   size_t n_rows, size_t head_dim, size_t group, size_t n_groups) {
-  const size_t n_words = head_dim / kKiviOctet;
-  const size_t row_bytes = n_words * Bits;
-  for (size_t wi = 0; wi < n_words; ++wi) {
-    const size_t g = std::min(wi * kKiviOctet / group, n_groups - 1);
-    F8 acc[NQ];
-    unroll<NQ>([&](auto j) { acc[j] = load<F8>(out + j * out_stride + wi * kKiviOctet); });
-    for (size_t r = 0; r < n_rows; ++r) {
-      const F8 x = unpack8_neon<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
-      fma_bcast<NQ>(acc, coef + (r * n_groups + g) * 4, 1, x);
-    }
-    unroll<NQ>([&](auto j) { store(out + j * out_stride + wi * kKiviOctet, acc[j]); });
-  }
-}
-#endif  // SNAPKV_VEC_NEON
+#endif  // SNAPKV_VEC
 
 }  // namespace
 
