@@ -3,16 +3,18 @@
 // written once against them and its level picks the instructions.
 //   F4 (4 lanes), F8 (8 lanes) and, at the avx512 level, F16 (16 lanes); VecF is the level's widest
 //   and kLanes its lane count (avx512: F16, 16; avx2: F8, 8; neon / neon_dot: F4, 4). At the NEON
-//   levels F8 is a pair of 4-lane registers (lanes 0-3, 4-7), so a kernel written on F8 runs there
-//   with the same lanes and operations as at avx2, hence the same bits.
+//   levels F8 is a pair of 4-lane registers (lanes 0-3, 4-7), so a kernel written on F8 performs
+//   there the operations it performs at avx2, lane for lane.
 //   load<V>, load_h<V> (binary16 -> fp32, exact), zero<V>, set1<V>, bcast<V> (one float from
 //   memory to every lane), store, add, mul, fma(a, b, c) = a * b + c (fused, one rounding);
 //   fma_bcast<NQ> (acc[j] += coef[j * stride] * x over a group's queries, kernels/unroll.h);
-//   fold (F16 -> F8: lanes l + l+8); hsum (the sum of an F8's lanes, in one fixed order, below);
+//   fold (F16 -> F8: lane l + lane l+8; the identity on F8, and on F4 at NEON); hsum (the sum of
+//   an F8's lanes, in one fixed order, below);
 //   hsum4 (four F8 (x86) or F4 (NEON) vectors to the F4 of their sums); prefetch_t2.
-// SNAPKV_VEC is defined (1) at the levels that have it: AVX2+FMA+F16C, SNAPKV_VEC_AVX512 when the
-// level adds AVX-512 F/BW/DQ/VL, SNAPKV_VEC_NEON at the neon levels; the scalar level has none and
-// runs each kernel's scalar reference. A new level adds its block below (the types, then each
+// SNAPKV_VEC is defined (1) at the levels that have the layer, with SNAPKV_VEC_X86 where the level
+// targets AVX2+FMA+F16C (SNAPKV_VEC_AVX512 too where it adds AVX-512 F/BW/DQ/VL) and
+// SNAPKV_VEC_NEON at the neon levels; the scalar level has none and runs each kernel's scalar
+// reference. A new level adds its block below (the types, then each
 // operation for each type) and its flags in CMakeLists.txt (SNAPKV_ISA_LEVELS).
 // hsum's order, ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)), is the one every AVX2 kernel of
 // the ops family ends with (dot_simd.cpp, gemm_simd.cpp); the NEON levels keep those kernels'
