@@ -22,7 +22,7 @@
 //    (*_ref) that the fast kernel equals bit for bit: the integer part is exact in both, and the
 //    float operations after it are the same ones in the same order, with explicit fma:
 //      Q8_0 / Q4_0: 8 fp32 lanes; lane l of block b gets fma(dw * da, s, lane) with s the integer
-//        dot of elements 4l..4l+3 of the block; the lanes are summed as kernels/hsum.h does.
+//        dot of elements 4l..4l+3 of the block; the lanes are summed as kernels/vec.h (hsum) does.
 //      K-quants: per super-block the exact int32 sums, then sum = fma(dw * da, sumi, sum) and,
 //        for Q4_K / Q5_K, sum = fma(-(dmin * da), summ, sum) with summ = sum_s m_s * bsum_s.
 //  - Fast paths: AVX2 (maddubs/madd), and AVX-512 VNNI (dpbusd on 256-bit vectors) when the

@@ -16,7 +16,7 @@
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-// The lane order of kernels/hsum.h: ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)).
+// The lane order of kernels/vec.h (hsum): ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)).
 float hsum8(const float lanes[8]) {
   return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
          ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));

@@ -21,6 +21,7 @@ namespace {
 
 using nlohmann::json;
 using test::post;
+using test::post_until_ok;
 using test::RawSocket;
 using test::Running;
 using test::seconds_since;
@@ -262,15 +263,8 @@ void expect_unread_stream_dropped(const ServerOptions& o) {
   }
   // The only worker is freed once a write has made no progress for the timeout.
   httplib::Client c = server.client();
-  int status = 0;
-  const auto t0 = Clock::now();
-  while (seconds_since(t0) < 30.0) {
-    const auto res =
-        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
-    status = res ? res->status : -1;
-    if (status == 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const int status = post_until_ok(c, "/v1/completions", R"({"prompt": "hi", "max_tokens": 1})",
+                                   30.0, std::chrono::milliseconds(100));
   EXPECT_EQ(status, 200) << "a client that never reads kept the only worker";
   // The stream was cut, not finished: no [DONE] among what the server had sent.
   while (true) {
