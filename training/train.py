@@ -42,7 +42,8 @@ def log(run_dir, msg):
 def parse_stages(spec):
     """'128:32:600,128/256/512:4:300' -> [((T, ...), batch, steps, weights), ...]. A stage with
     several lengths draws one length per step (uniformly) and scales the batch to
-    batch * max(T) / T, so every step holds the same number of tokens. An optional fourth field
+    batch * max(T) / T, so every step holds the same number of tokens; a length listed twice
+    ('1024/4096/4096') is drawn twice as often. An optional fourth field
     weights the task draw, e.g. '512:8:400:niah_multikey=4+niah_multiquery=2' (unnamed tasks
     weigh 1; without the field every task is equally likely). The pseudo-tasks 'mkq' and 'mkqh'
     (every_key_asked, shared_prefix_values) are drawn only when named."""
@@ -374,6 +375,8 @@ def main():
                     help="start a new run from another run's checkpoint (weights and AdamW state; "
                          "model shape taken from it); steps, stages and the LR schedule are this "
                          "run's own")
+    ap.add_argument("--rope-base", type=float, default=None,
+                    help="RoPE frequency base (default: the --init checkpoint's, else 10000)")
     ap.add_argument("--copy-random", type=float, default=0.0,
                     help="share of copy-task rows made of uniformly random tokens (default 0)")
     args = ap.parse_args()
@@ -393,13 +396,15 @@ def main():
     if init:
         shape = {k: init["config"][k] for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")}
         cfg = Config(sp.get_piece_size(), context_length=max(n_ctx, init["config"]["context_length"]),
-                     **shape)
+                     rope_base=args.rope_base or init["config"].get("rope_base", 10000.0),
+                     rms_eps=init["config"].get("rms_eps", 1e-5), **shape)
         if init["config"]["vocab_size"] != cfg.vocab_size:
             raise SystemExit(f"--init {args.init}: vocabulary of {init['config']['vocab_size']} "
                              f"pieces, the tokenizer has {cfg.vocab_size}")
     else:
         cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
-                     n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx)
+                     n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx,
+                     rope_base=args.rope_base or 10000.0)
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
@@ -460,7 +465,7 @@ def main():
         lengths = stage_lengths(lengths)
         T_max = max(lengths)
         batchers, eval_pools = {}, {}
-        for T in lengths:
+        for T in sorted(set(lengths)):
             if pure_copy:
                 # Induction warm-up: every row is random tokens with a repeated span (loss on the
                 # repeat only); see training/probe_induction.py for why short rows come first.
@@ -471,7 +476,8 @@ def main():
                     f"{stage_start}..{stage_end}")
                 continue
             B = B_max * T_max // T
-            n_pool = min(2000, max(200, (n_steps * B) // (8 * len(lengths))))
+            # a length listed twice is drawn twice as often (and gets twice the pool)
+            n_pool = min(2000, max(200, (n_steps * B * lengths.count(T)) // (8 * len(lengths))))
             seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
             # a task drawn w times as often gets a pool w times as large (as many repeats)
             n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
@@ -513,7 +519,7 @@ def main():
                     f"{lr_at(step, args, total_steps):.2e} {dt:.2f}s/step")
                 run_loss, run_n, t_step = 0.0, 0, time.time()
             if step % (args.eval_every * max(1, T_max // 512)) == 0 or step == stage_end:
-                for T_eval in lengths:
+                for T_eval in sorted(set(lengths)):
                     res = evaluate(model, eval_pools[T_eval], T_eval)
                     res["copy"] = copy_accuracy(model, batchers[T_eval], args.seed)
                     msg = " ".join(f"{k}={a:.2f}/{e:.2f}" for k, (a, e) in res.items())
