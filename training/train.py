@@ -32,6 +32,22 @@ from model import Config, Llama, export_raw  # noqa: E402
 BOS, EOS = 1, 2
 
 
+def keep_freed_memory():
+    """glibc returns every freed block above 32 MiB to the kernel (mmap/munmap), so a 4096-token
+    step, whose attention tensors are 256 MiB each, page-faults its memory in again and again
+    (measured: half the step's CPU time in the kernel). Serve large blocks from the heap and keep
+    them there instead."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
+    libc.mallopt(M_MMAP_MAX, 0)
+    libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+    libc.mallopt(M_TOP_PAD, 256 << 20)
+
+
 def log(run_dir, msg):
     line = time.strftime("%H:%M:%S ") + msg
     print(line, flush=True)
@@ -375,6 +391,9 @@ def main():
                     help="start a new run from another run's checkpoint (weights and AdamW state; "
                          "model shape taken from it); steps, stages and the LR schedule are this "
                          "run's own")
+    ap.add_argument("--stop-step", type=int, default=None,
+                    help="checkpoint and exit after this step (the schedule stays that of the full "
+                         "stages; rerunning without it continues)")
     ap.add_argument("--rope-base", type=float, default=None,
                     help="RoPE frequency base (default: the --init checkpoint's, else 10000)")
     ap.add_argument("--copy-random", type=float, default=0.0,
@@ -382,6 +401,7 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    keep_freed_memory()
     run_dir = os.path.join(args.runs, args.name)
     os.makedirs(run_dir, exist_ok=True)
     tok_dir = args.tokenizer or os.path.join(args.runs, "tok")
@@ -454,6 +474,9 @@ def main():
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
+    if args.stop_step is not None and step >= args.stop_step:
+        log(run_dir, f"at step {step}, --stop-step {args.stop_step} reached: nothing to do")
+        return
     stage_start = 0
     for si, (lengths, B_max, n_steps, weights) in enumerate(stages):
         stage_end = stage_start + n_steps
@@ -524,6 +547,8 @@ def main():
                     res["copy"] = copy_accuracy(model, batchers[T_eval], args.seed)
                     msg = " ".join(f"{k}={a:.2f}/{e:.2f}" for k, (a, e) in res.items())
                     log(run_dir, f"eval step {step} T={T_eval} (token-acc/exact) {msg}")
+            if args.stop_step is not None and step >= args.stop_step:
+                stop["requested"] = True
             if time.time() - last_ckpt > args.ckpt_minutes * 60 or stop["requested"]:
                 save()
                 last_ckpt = time.time()
