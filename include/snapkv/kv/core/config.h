@@ -157,7 +157,10 @@ struct CacheConfig {
   // lowest retrieval score first) that stream, and the recent rows a streaming head keeps after
   // its n_sink sinks (capped by the layer's per-head budget). Read by the engine when it hands
   // the head types to the caches (model/head_types.h), and by the caches' selection.
-  double duo_streaming = 0.5;
+  // Default 0.25: on the dev seed (11, 1K, six tasks, N = 20, shipped model: 2 of its 8 KV heads)
+  // duo-snapkv keeps 49.7 / 68.4 / 72.1 at keep 0.05 / 0.1 / 0.2 (snapkv 46.4 / 68.0 / 73.0);
+  // 0.5 (4 heads, one layer wholly streaming) falls to 47.5 / 57.3 / 57.2 (docs/RESULTS.md).
+  double duo_streaming = 0.25;
   size_t duo_recent = 32;
 
   uint64_t seed = 0;      // random policy
