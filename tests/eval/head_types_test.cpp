@@ -115,7 +115,7 @@ TEST(HeadTypesMeasure, TinyModelIsDeterministic) {
   const LlamaModel model = LlamaModel::load(test::tiny_model_path());
   const Tokenizer tok = Tokenizer::from_gguf(model.file());
   HeadTypesOptions o;
-  o.contexts = {256};
+  o.contexts = {1024};
   o.samples_per_task = 1;
   o.queries = 8;
   o.prefill_chunk = 64;
@@ -128,7 +128,7 @@ TEST(HeadTypesMeasure, TinyModelIsDeterministic) {
     EXPECT_GE(a.scores()[i], 0.0f);
     EXPECT_LE(a.scores()[i], 1.0f);
   }
-  o.recent = 1000;  // the window covers every prompt: nothing is outside it
+  o.recent = 2000;  // the window covers every prompt: nothing is outside it
   const HeadTypes none = find_head_types(model, tok, o);
   for (const float s : none.scores()) EXPECT_EQ(s, 0.0f);
   o.contexts = {4096};

@@ -31,6 +31,7 @@ CacheConfig duo(std::string_view method, size_t budget) {
   knobs.window = 4;
   knobs.n_sink = 2;
   knobs.duo_recent = 3;
+  knobs.duo_streaming = 0.5;  // half of the golden model's 4 KV heads
   return parse_method(method, knobs).config;
 }
 
