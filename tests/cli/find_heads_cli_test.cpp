@@ -42,7 +42,7 @@ TEST(FindHeadsCli, WritesADeterministicSidecarThatDuoUses) {
   const CliResult c = run_cli(compress, dir);
   EXPECT_EQ(c.rc, 0) << c.err;
   const CliResult e = run_cli("eval --model '" + model +
-                                  "' --tasks passkey --n 1 --context 1024 --keep 0.2 "
+                                  "' --tasks passkey --n 1 --context 1000 --keep 0.2 "
                                   "--methods duo-snapkv,duo-ada-snapkv+kivi4 --threads 1 --quiet",
                               dir);
   EXPECT_EQ(e.rc, 0) << e.err;
