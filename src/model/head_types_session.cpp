@@ -5,6 +5,7 @@
 #include <system_error>
 
 #include "snapkv/gguf/fingerprint.h"
+#include "snapkv/kv/core/prefill_plan.h"
 #include "snapkv/model/head_types.h"
 #include "snapkv/model/llama.h"
 #include "snapkv/util/error.h"
@@ -46,7 +47,7 @@ void LlamaModel::set_head_types(HeadTypes types) {
 }
 
 void LlamaSession::check_head_types(const LlamaModel& model, const CacheConfig& config) {
-  if (!head_allocation_duo(config.head_allocation) || config.policy == PolicyKind::full) return;
+  if (!prefill_plan(config).head_types) return;
   if (model.head_types() == nullptr) {
     throw_invalid("kv",
                   "head_allocation " + std::string(to_string(config.head_allocation)) +

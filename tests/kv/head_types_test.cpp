@@ -14,6 +14,7 @@
 #include "snapkv/kv/core/head_types.h"
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/method.h"
+#include "snapkv/kv/core/prefill_plan.h"
 
 namespace snapkv {
 namespace {
@@ -83,6 +84,20 @@ TEST(HeadTypes, MethodGrammarTakesTheDuoPrefix) {
   c.policy = PolicyKind::snapkv;
   c.duo_streaming = 1.5;
   EXPECT_THROW(c.validate(), std::invalid_argument);
+}
+
+// The engine learns from the prefill plan, not from the policy's name, whether to hand the cache
+// the model's head types.
+TEST(HeadTypes, PrefillPlanSaysWhenHeadTypesAreNeeded) {
+  const CacheConfig knobs;
+  EXPECT_TRUE(prefill_plan(parse_method("duo-snapkv", knobs).config).head_types);
+  EXPECT_TRUE(prefill_plan(parse_method("duo-ada-kvzip", knobs).config).head_types);
+  EXPECT_FALSE(prefill_plan(parse_method("snapkv", knobs).config).head_types);
+  EXPECT_FALSE(prefill_plan(parse_method("ada-snapkv", knobs).config).head_types);
+  CacheConfig full;
+  full.policy = PolicyKind::full;
+  full.head_allocation = HeadAllocation::duo;
+  EXPECT_FALSE(prefill_plan(full).head_types);
 }
 
 TEST(HeadTypes, StreamingKeepIsSinksPlusMostRecent) {
