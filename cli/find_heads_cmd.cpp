@@ -6,58 +6,46 @@
 // Deterministic from --seed: the tasks' train split at each --context, full-cache prefills.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "cache_options.h"
 #include "command.h"
+#include "sidecar_command.h"
 #include "snapkv/eval/head_types.h"
 #include "snapkv/model/head_types.h"
-#include "snapkv/model/llama.h"
-#include "snapkv/model/tokenizer.h"
-#include "snapkv/util/output_file.h"
-#include "snapkv/util/timer.h"
 
 namespace {
 
 struct FindHeadsOptions {
-  std::string model;
-  std::string out;  // "" = head_types_sidecar_path(model)
+  snapkv::cli::SidecarCommandOptions sidecar;  // out "" = head_types_sidecar_path(model)
   snapkv::eval::HeadTypesOptions find;
-  bool quiet = false;
 };
 
-int run_find_heads(FindHeadsOptions o) {
+int run_find_heads(const FindHeadsOptions& o) {
   using namespace snapkv;
-  if (o.out.empty()) o.out = head_types_sidecar_path(o.model);
-  cli::check_output("find-heads", {o.out, "--out"}, Seek::required, {{o.model, "--model"}});
-  Timer timer;
-  LlamaModel model = LlamaModel::load(o.model);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
-  const bool log = !o.quiet;
-  const HeadTypes types =
-      eval::find_head_types(model, tokenizer, o.find, [&](size_t done, size_t total) {
-        if (log && (done % 12 == 0 || done == total)) {
-          std::fprintf(stderr, "[find-heads] prompt %zu/%zu, %.1f s\n", done, total,
-                       timer.seconds());
-        }
-      });
-  const std::vector<uint8_t> bytes = types.to_bytes();
-  OutputFile file = OutputFile::open(o.out, "find-heads", "--out file", Seek::required);
-  file.write(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  file.commit();
-  model.load_head_types(o.out);  // what was written must load for this model
-  std::printf("wrote %s: head types, %zu layers x %zu KV heads, %.1f s\n", o.out.c_str(),
-              types.n_layers(), types.n_kv_heads(), timer.seconds());
-  if (log) {
-    for (size_t l = 0; l < types.n_layers(); ++l) {
+  std::optional<HeadTypes> types;
+  cli::SidecarSteps steps;
+  steps.command = "find-heads";
+  steps.default_out = head_types_sidecar_path;
+  steps.log_every = 12;
+  steps.build = [&](const LlamaModel& model, const Tokenizer& tokenizer, const auto& progress) {
+    types.emplace(eval::find_head_types(model, tokenizer, o.find, progress));
+    return types->to_bytes();
+  };
+  steps.load_back = [](LlamaModel& model, const std::string& path) { model.load_head_types(path); };
+  steps.report = [&](const std::string& path, double seconds) {
+    std::printf("wrote %s: head types, %zu layers x %zu KV heads, %.1f s\n", path.c_str(),
+                types->n_layers(), types->n_kv_heads(), seconds);
+    if (o.sidecar.quiet) return;
+    for (size_t l = 0; l < types->n_layers(); ++l) {
       std::printf("layer %zu retrieval scores:", l);
-      for (size_t h = 0; h < types.n_kv_heads(); ++h) {
-        std::printf(" %.3f", static_cast<double>(types.scores()[l * types.n_kv_heads() + h]));
+      for (size_t h = 0; h < types->n_kv_heads(); ++h) {
+        std::printf(" %.3f", static_cast<double>(types->scores()[l * types->n_kv_heads() + h]));
       }
       std::printf("\n");
     }
-  }
-  return 0;
+  };
+  return cli::run_sidecar_command(o.sidecar, steps);
 }
 
 snapkv::cli::RegisterCommand reg{
@@ -74,8 +62,7 @@ snapkv::cli::RegisterCommand reg{
           "path with .gguf replaced by .heads.gguf, where the duo- methods find them), keyed to\n"
           "the model's fingerprint; the methods make the lowest-scoring --duo-streaming\n"
           "fraction of the heads streaming heads.");
-      sub.add_option("--model", o->model, "Model GGUF")->required();
-      sub.add_option("-o,--out", o->out, "Output sidecar (default: <model>.heads.gguf)");
+      snapkv::cli::add_sidecar_options(sub, o->sidecar, ".heads.gguf");
       sub.add_option("--seed", o->find.seed, "Prompt seed (train split)")->capture_default_str();
       sub.add_option("--context", o->find.contexts, "Prompt lengths in tokens, comma-separated")
           ->delimiter(',')
@@ -88,7 +75,7 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--recent", o->find.recent, "Streaming window: most recent positions")
           ->capture_default_str();
-      sub.add_flag("--quiet", o->quiet, "No log lines on stderr and no score table");
+      sub.add_flag("--quiet", o->sidecar.quiet, "No log lines on stderr and no score table");
       return [o] { return run_find_heads(*o); };
     }};
 

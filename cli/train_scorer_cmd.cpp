@@ -7,50 +7,38 @@
 // tasks' train split and generic text, each prompt scored by KVzip's reconstruction pass.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "cache_options.h"
 #include "command.h"
+#include "sidecar_command.h"
 #include "snapkv/eval/kvzap_train.h"
 #include "snapkv/model/kvzap.h"
-#include "snapkv/model/llama.h"
-#include "snapkv/model/tokenizer.h"
-#include "snapkv/util/output_file.h"
-#include "snapkv/util/timer.h"
 
 namespace {
 
 struct TrainScorerOptions {
-  std::string model;
-  std::string out;  // "" = kvzap_sidecar_path(model)
+  snapkv::cli::SidecarCommandOptions sidecar;  // out "" = kvzap_sidecar_path(model)
   snapkv::eval::KvzapTrainOptions train;
-  bool quiet = false;
 };
 
-int run_train_scorer(TrainScorerOptions o) {
+int run_train_scorer(const TrainScorerOptions& o) {
   using namespace snapkv;
-  if (o.out.empty()) o.out = kvzap_sidecar_path(o.model);
-  cli::check_output("train-scorer", {o.out, "--out"}, Seek::required, {{o.model, "--model"}});
-  Timer timer;
-  LlamaModel model = LlamaModel::load(o.model);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(model.file());
-  const bool log = !o.quiet;
-  const KvzapScorer scorer =
-      eval::train_kvzap(model, tokenizer, o.train, [&](size_t done, size_t total) {
-        if (log) {
-          std::fprintf(stderr, "[train-scorer] prompt %zu/%zu, %.1f s\n", done, total,
-                       timer.seconds());
-        }
-      });
-  const std::vector<uint8_t> bytes = scorer.to_bytes();
-  OutputFile file = OutputFile::open(o.out, "train-scorer", "--out file", Seek::required);
-  file.write(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  file.commit();
-  model.load_kvzap(o.out);  // what was written must load for this model
-  std::printf("wrote %s: kvzap scorer, %zu layers x %zu KV heads x %zu features, %.1f s\n",
-              o.out.c_str(), scorer.dims().n_layers, scorer.dims().n_kv_heads,
-              kvzap_n_features(scorer.dims().head_dim), timer.seconds());
-  return 0;
+  std::optional<KvzapScorer> scorer;
+  cli::SidecarSteps steps;
+  steps.command = "train-scorer";
+  steps.default_out = kvzap_sidecar_path;
+  steps.build = [&](const LlamaModel& model, const Tokenizer& tokenizer, const auto& progress) {
+    scorer.emplace(eval::train_kvzap(model, tokenizer, o.train, progress));
+    return scorer->to_bytes();
+  };
+  steps.load_back = [](LlamaModel& model, const std::string& path) { model.load_kvzap(path); };
+  steps.report = [&](const std::string& path, double seconds) {
+    std::printf("wrote %s: kvzap scorer, %zu layers x %zu KV heads x %zu features, %.1f s\n",
+                path.c_str(), scorer->dims().n_layers, scorer->dims().n_kv_heads,
+                kvzap_n_features(scorer->dims().head_dim), seconds);
+  };
+  return cli::run_sidecar_command(o.sidecar, steps);
 }
 
 snapkv::cli::RegisterCommand reg{
@@ -66,8 +54,7 @@ snapkv::cli::RegisterCommand reg{
           "the log of its KVzip score. The weights go to --out (default: the model's path with\n"
           ".gguf replaced by .kvzap.gguf, where method kvzap finds them), keyed to the model's\n"
           "fingerprint: another model refuses them.");
-      sub.add_option("--model", o->model, "Model GGUF")->required();
-      sub.add_option("-o,--out", o->out, "Output sidecar (default: <model>.kvzap.gguf)");
+      snapkv::cli::add_sidecar_options(sub, o->sidecar, ".kvzap.gguf");
       sub.add_option("--seed", o->train.seed, "Training-data seed")->capture_default_str();
       sub.add_option("--context", o->train.context_tokens, "Tokens per training prompt")
           ->capture_default_str();
@@ -77,7 +64,7 @@ snapkv::cli::RegisterCommand reg{
           ->capture_default_str();
       sub.add_option("--ridge", o->train.ridge, "Ridge, relative to the mean feature energy")
           ->capture_default_str();
-      sub.add_flag("--quiet", o->quiet, "No log lines on stderr");
+      sub.add_flag("--quiet", o->sidecar.quiet, "No log lines on stderr");
       return [o] { return run_train_scorer(*o); };
     }};
 

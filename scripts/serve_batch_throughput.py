@@ -24,22 +24,17 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from serve_util import free_port, wait_ready
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = ["Once upon a time", "The capital of France is", "List three colors:",
            "The quick brown fox", "In a small village there lived", "The weather today is",
            "My favourite food is", "Long ago, in a far land"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metric(port, name):
@@ -110,27 +105,13 @@ def round_rate(port, streams, tokens, timeout, snapkv=True):
     return decoded / span if span > 0 else 0.0, (rows / steps if steps else 0.0)
 
 
-def wait_ready(server, port, path):
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", path)
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            sys.exit("the server did not start: " + server.stderr.read().decode()[-2000:])
-        time.sleep(0.2)
-
-
 def measure(cmd, port, counts, a, snapkv):
     """Starts one server, runs every round on it; returns [(streams, rate, mean batch)]."""
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rows = []
     try:
-        wait_ready(server, port, "/metrics" if snapkv else "/health")
+        if not wait_ready(port, "/metrics" if snapkv else "/health", proc=server):
+            sys.exit("the server did not start: " + server.stderr.read().decode()[-2000:])
         stream(port, PROMPTS[0], 4, a.timeout, {})  # warm-up: pages of the model mapped in
         for s in counts:
             best = max((round_rate(port, s, a.tokens, a.timeout, snapkv)

@@ -31,24 +31,19 @@ import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from serve_util import free_port, wait_ready
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ("the river stone garden quiet morning paper window silver market yellow bridge small "
          "north winter letter orange table music forest bright engine harbor lantern valley "
          "candle meadow copper island narrow pocket thunder velvet whisper").split()
 QUESTION = " Question: what is the pass key? Answer: the pass key is"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(port, method, path, body=None, timeout=1200):
@@ -115,19 +110,9 @@ class Proc:
                 self.p.kill()
 
 
-def wait_ready(proc, port, path="/health", limit=300):
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", path)
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        if proc.p.poll() is not None or time.monotonic() > deadline:
-            sys.exit("%s did not start: %s" % (proc.p.args[0], open(proc.log).read()[-2000:]))
-        time.sleep(0.3)
+def wait_for(proc, port):
+    if not wait_ready(port, proc=proc.p, pause=0.3):
+        sys.exit("%s did not start: %s" % (proc.p.args[0], open(proc.log).read()[-2000:]))
 
 
 def snapkv_server(a, tmp, name, extra=()):
@@ -135,7 +120,7 @@ def snapkv_server(a, tmp, name, extra=()):
     cmd = [a.snapkv, "serve", "--model", a.model, "--port", str(port), "--threads",
            str(a.threads), "--quiet-requests", *extra]
     proc = Proc(cmd, os.path.join(tmp, name + ".log"))
-    wait_ready(proc, port)
+    wait_for(proc, port)
     return proc, port
 
 
@@ -174,7 +159,7 @@ def part_repeat(a, tmp, out):
                       "-np", "1", "-c", str(ctx), "--host", "127.0.0.1"],
                      os.path.join(tmp, "llama-server.log"))
         try:
-            wait_ready(lproc, port2)
+            wait_for(lproc, port2)
             body = dict(body, cache_prompt=True)
             lf, _, _ = stream_ttft(port2, body)
             ls, _, _ = stream_ttft(port2, body)

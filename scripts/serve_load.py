@@ -25,12 +25,13 @@ import http.client
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
+
+from serve_util import free_port, wait_ready
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENT = ("The grass is green. The sky is blue. The pass key is 48213. Remember it. The sun is "
@@ -38,12 +39,6 @@ DOCUMENT = ("The grass is green. The sky is blue. The pass key is 48213. Remembe
 PROMPTS = ["Once upon a time", "The capital of France is", "List three colors:",
            "The quick brown fox", "In a small village there lived"]
 QUESTIONS = [" What is the pass key?", " What color is the sky?", " What color is the sun?"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_bytes(pid):
@@ -78,15 +73,11 @@ def request(host, port, method, path, body, timeout):
 
 
 def wait_healthy(host, port, proc, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            sys.exit("serve_load: error: the server exited (%d) before it was healthy"
-                     % proc.returncode)
-        status, _, _ = request(host, port, "GET", "/health", None, 2)
-        if status == 200:
-            return
-        time.sleep(0.2)
+    if wait_ready(port, limit=seconds, host=host, proc=proc):
+        return
+    if proc is not None and proc.poll() is not None:
+        sys.exit("serve_load: error: the server exited (%d) before it was healthy"
+                 % proc.returncode)
     sys.exit("serve_load: error: no healthy server at %s:%d after %ds" % (host, port, seconds))
 
 

@@ -19,24 +19,19 @@ import http.client
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 
+from serve_util import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = ["Once upon a time", "The capital of France is", "List three colors:",
            "The quick brown fox", "In a small village there lived", "The weather today is"]
 WORDS = ("river stone lamp orange window quiet garden paper silver market winter candle "
          "harbor violet engine ladder meadow copper thunder basket").split()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port, path, body, timeout=600):

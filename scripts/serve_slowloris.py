@@ -24,26 +24,9 @@ import threading
 import time
 import urllib.parse
 
+from serve_util import free_port, wait_ready
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(host, port, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        try:
-            c = http.client.HTTPConnection(host, port, timeout=1)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return True
-        except OSError:
-            time.sleep(0.1)
-    return False
 
 
 def pipelined(host, port, n):
@@ -86,7 +69,7 @@ def main():
         server = subprocess.Popen([args.snapkv, "serve", "--model", args.model, "--port", str(port),
                                    "--quiet-requests"], stderr=subprocess.DEVNULL)
     try:
-        if not wait_healthy(host, port, 30):
+        if not wait_ready(port, limit=30, host=host, pause=0.1):
             print("server did not start", file=sys.stderr)
             return 1
         held, stop = [], threading.Event()

@@ -1,9 +1,6 @@
 // Head types inside the engine (model/head_types.h, model/llama.h): the model finds its sidecar,
 // and a session under head_allocation duo hands each layer's cache its streaming mask.
-#include <cstdlib>
-#include <filesystem>
-#include <system_error>
-
+#include "model/sidecar.h"
 #include "snapkv/gguf/fingerprint.h"
 #include "snapkv/kv/core/prefill_plan.h"
 #include "snapkv/model/head_types.h"
@@ -13,21 +10,9 @@
 namespace snapkv {
 
 void LlamaModel::find_head_types_sidecar(const std::string& model_path) {
-  const char* env = std::getenv("SNAPKV_HEADS");
-  const bool from_env = env != nullptr && *env != '\0';
-  const std::string path = from_env ? std::string(env) : head_types_sidecar_path(model_path);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    head_types_status_ =
-        "no head types (" + std::string(from_env ? "SNAPKV_HEADS names " : "") + path + ", absent)";
-    return;
-  }
-  try {
-    load_head_types(path);
-  } catch (const std::exception& e) {
-    // Other methods must still work with this model: the reason is reported when duo is asked.
-    head_types_status_ = e.what();
-  }
+  const std::string why_not = sidecar::find(model_path, sidecar::kHeadTypes,
+                                            [this](const std::string& p) { load_head_types(p); });
+  if (!why_not.empty()) head_types_status_ = why_not;
 }
 
 void LlamaModel::load_head_types(const std::string& path) {

@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "model/sidecar.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/parallel.h"
-#include "snapkv/util/sha256.h"
 #include "snapkv/util/text.h"
 
 namespace snapkv {
@@ -16,7 +15,6 @@ namespace {
 
 constexpr const char* kComponent = "kv";
 constexpr const char* kWeightTensor = "kvzap.weight";
-constexpr uint32_t kVersion = 1;
 
 size_t n_weights(const KvzapDims& d) {
   return d.n_layers * d.n_kv_heads * kvzap_n_features(d.head_dim);
@@ -31,9 +29,14 @@ void check_dims(const KvzapDims& d) {
   }
 }
 
+std::vector<sidecar::Dim> sidecar_dims(const KvzapDims& d) {
+  return {{"n_layers", d.n_layers, "", " layers"},
+          {"n_kv_heads", d.n_kv_heads, "", " KV heads"},
+          {"head_dim", d.head_dim, "head_dim ", ""}};
+}
+
 std::string dims_text(const KvzapDims& d) {
-  return num(d.n_layers) + " layers x " + num(d.n_kv_heads) + " KV heads x head_dim " +
-         num(d.head_dim);
+  return sidecar::dims_text(sidecar_dims(d));
 }
 
 // The second element of every RoPE pair (NORM: 2i + 1, NEOX: i + n_rot / 2), negated in place on
@@ -51,13 +54,18 @@ void negate_second(float* x, size_t n_rows, size_t head_dim, const RopeParams& r
 
 }  // namespace
 
+const sidecar::Kind sidecar::kKvzap = {"kvzap",
+                                       ".kvzap.gguf",
+                                       "kvzap scorer",
+                                       "kvzap sidecar",
+                                       "was trained for another model",
+                                       "retrain with snapkv train-scorer",
+                                       "SNAPKV_KVZAP",
+                                       "no scorer weights",
+                                       1};
+
 std::string kvzap_sidecar_path(const std::string& model_path) {
-  constexpr std::string_view ext = ".gguf";
-  if (model_path.size() > ext.size() &&
-      model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0) {
-    return model_path.substr(0, model_path.size() - ext.size()) + ".kvzap.gguf";
-  }
-  return model_path + ".kvzap.gguf";
+  return sidecar::path_for(model_path, sidecar::kKvzap.suffix);
 }
 
 void kvzap_unrotate(float* keys, const int64_t* positions, size_t n_rows, size_t head_dim,
@@ -107,53 +115,16 @@ KvzapScorer KvzapScorer::load(const std::string& path, const KvzapFingerprint& f
 
 KvzapScorer KvzapScorer::from_file(const gguf::File& file, const std::string& path,
                                    const KvzapFingerprint& fingerprint, KvzapDims dims) {
-  const std::string where = "kvzap scorer " + path;
-  const std::string arch = file.get_string_or("general.architecture", "");
-  if (arch != "kvzap") {
-    throw_runtime(kComponent, where + ": not a kvzap sidecar",
-                  "general.architecture '" + arch + "'", "'kvzap'");
-  }
-  const uint32_t version = file.get_u32("kvzap.version");
-  if (version != kVersion) {
-    throw_runtime(kComponent, where + ": unknown version", num(version), num(kVersion));
-  }
-  const std::string& got = file.get_string("kvzap.model_fingerprint");
-  const std::string want = to_hex(fingerprint);
-  if (got != want) {
-    throw_runtime(kComponent, where + " was trained for another model: fingerprint differs",
-                  got.substr(0, 16) + "...",
-                  want.substr(0, 16) + "... (retrain with snapkv train-scorer)");
-  }
-  const KvzapDims in{file.get_u32("kvzap.n_layers"), file.get_u32("kvzap.n_kv_heads"),
-                     file.get_u32("kvzap.head_dim")};
-  if (in.n_layers != dims.n_layers || in.n_kv_heads != dims.n_kv_heads ||
-      in.head_dim != dims.head_dim) {
-    throw_runtime(kComponent, where + ": dimensions differ from the model's", dims_text(in),
-                  dims_text(dims));
-  }
-  const gguf::TensorInfo& t = file.get_tensor(kWeightTensor);
+  const sidecar::Reader in(file, path, sidecar::kKvzap, fingerprint, sidecar_dims(dims));
   const int64_t f = static_cast<int64_t>(kvzap_n_features(dims.head_dim));
-  const std::vector<int64_t> shape = {f, static_cast<int64_t>(dims.n_kv_heads),
-                                      static_cast<int64_t>(dims.n_layers)};
-  if (t.type != gguf::TensorType::f32) {
-    throw_runtime(kComponent, where + ": tensor " + std::string(kWeightTensor) + " type", "not f32",
-                  "f32");
-  }
-  gguf::check_shape(t, shape);
-  std::vector<float> w(n_weights(dims));
-  std::memcpy(w.data(), t.data, w.size() * sizeof(float));
-  return KvzapScorer(dims, fingerprint, std::move(w));
+  return KvzapScorer(dims, fingerprint,
+                     in.f32(kWeightTensor, {f, static_cast<int64_t>(dims.n_kv_heads),
+                                            static_cast<int64_t>(dims.n_layers)}));
 }
 
 std::vector<uint8_t> KvzapScorer::to_bytes() const {
-  gguf::Writer w;
-  w.set_string("general.architecture", "kvzap");
-  w.set_string("general.name", "kvzap scorer");
-  w.set_u32("kvzap.version", kVersion);
-  w.set_string("kvzap.model_fingerprint", to_hex(fingerprint_));
-  w.set_u32("kvzap.n_layers", static_cast<uint32_t>(dims_.n_layers));
-  w.set_u32("kvzap.n_kv_heads", static_cast<uint32_t>(dims_.n_kv_heads));
-  w.set_u32("kvzap.head_dim", static_cast<uint32_t>(dims_.head_dim));
+  gguf::Writer w =
+      sidecar::header(sidecar::kKvzap, "kvzap scorer", fingerprint_, sidecar_dims(dims_));
   w.set_string("kvzap.features", "key unrotated, key squared, position / prompt length, 1");
   w.set_string("kvzap.target", "log of KVzip's reconstruction score");
   w.add_tensor_f32(kWeightTensor, gguf::TensorType::f32,

@@ -1,9 +1,6 @@
 // Policy kvzap inside the engine (model/kvzap.h, model/llama.h): the model finds its scorer's
 // sidecar, and a session ends its prompt with the scorer's per-row scores.
-#include <cstdlib>
-#include <filesystem>
-#include <system_error>
-
+#include "model/sidecar.h"
 #include "snapkv/gguf/fingerprint.h"
 #include "snapkv/model/kvzap.h"
 #include "snapkv/model/llama.h"
@@ -16,21 +13,9 @@ KvzapDims LlamaModel::kvzap_dims() const {
 }
 
 void LlamaModel::find_kvzap_sidecar(const std::string& model_path) {
-  const char* env = std::getenv("SNAPKV_KVZAP");
-  const bool from_env = env != nullptr && *env != '\0';
-  const std::string path = from_env ? std::string(env) : kvzap_sidecar_path(model_path);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    kvzap_status_ = "no scorer weights (" + std::string(from_env ? "SNAPKV_KVZAP names " : "") +
-                    path + ", absent)";
-    return;
-  }
-  try {
-    load_kvzap(path);
-  } catch (const std::exception& e) {
-    // Other methods must still work with this model: the reason is reported when kvzap is asked.
-    kvzap_status_ = e.what();
-  }
+  const std::string why_not =
+      sidecar::find(model_path, sidecar::kKvzap, [this](const std::string& p) { load_kvzap(p); });
+  if (!why_not.empty()) kvzap_status_ = why_not;
 }
 
 void LlamaModel::load_kvzap(const std::string& path) {

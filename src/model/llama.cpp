@@ -97,8 +97,12 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
                            SessionOptions options)
     : LlamaSession(model, cache_config, options,
                    build_caches(model.config().dims(), cache_config)) {
-  if (plan_.learned_scores) check_kvzap(model);
-  check_head_types(model, cache_config_);
+  check_model_supports(model, cache_config_);
+}
+
+void LlamaSession::check_model_supports(const LlamaModel& model, const CacheConfig& cache_config) {
+  if (prefill_plan(cache_config).learned_scores) check_kvzap(model);
+  check_head_types(model, cache_config);
 }
 
 LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,

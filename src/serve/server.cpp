@@ -227,6 +227,8 @@ CacheConfig Server::Impl::make_config(const CacheOptions& c, size_t n_tokens, st
     config.budget =
         c.budget ? *c.budget : budget_for(c.keep.value_or(options.default_keep), n_tokens, config);
     config.validate();
+    // Refused here, before a response starts: a stream's error would come as a 200's event.
+    LlamaSession::check_model_supports(model, config);
     return config;
   } catch (const std::invalid_argument& e) {
     throw HttpError(400, "invalid_request_error", e.what());

@@ -207,6 +207,87 @@ TEST(CApiModel, DuoDocumentFromTheShippedHeadTypes) {
   snapkv_doc_free(doc);
 }
 
+// duo-snapkv through the ABI gives the C++ loop's tokens with the head types found beside the
+// shipped model; kvzip_plus (KVzip+) compresses a document that round-trips through .kvc.
+TEST(CApiModel, DuoSnapkvAndKvzipPlusFromTheShippedModel) {
+  Model m;
+  ASSERT_NE(m.p, nullptr);
+  snapkv_generation_params params;
+  snapkv_generation_params_default(&params);
+  params.max_tokens = 8;
+  Collected got;
+  snapkv_generation_result r{};
+  const std::string prompt = passkey_prompt();
+  ASSERT_EQ(snapkv_generate(m.p, prompt.c_str(), "method=duo-snapkv keep=0.2", &params, collect,
+                            &got, &r),
+            SNAPKV_OK)
+      << snapkv_last_error();
+  const snapkv::LlamaModel model = snapkv::LlamaModel::load(kModel);
+  ASSERT_NE(model.head_types(), nullptr) << model.head_types_status();
+  const snapkv::Tokenizer tok = snapkv::Tokenizer::from_gguf(model.file());
+  const std::vector<int32_t> tokens = tok.encode(prompt);
+  snapkv::CacheConfig c = snapkv::parse_method("duo-snapkv", snapkv::CacheConfig{}).config;
+  c.budget = snapkv::budget_for(0.2, tokens.size(), c);
+  snapkv::LlamaSession session(model, c);
+  snapkv::GenerationConfig g;
+  g.max_tokens = 8;
+  const snapkv::GenerationResult want =
+      snapkv::generate(session, session.prefill(tokens), tok, g, tokens);
+  EXPECT_EQ(got.text, want.text);
+  EXPECT_EQ(r.cache.bytes_stored, session.cache_stats().bytes_stored);
+  EXPECT_NE(got.text.find("71432"), std::string::npos) << got.text;
+
+  const std::string doc_text = prompt.substr(0, prompt.rfind("What"));
+  snapkv_doc* doc = nullptr;
+  ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), "method=kvzip_plus keep=0.2", &doc),
+            SNAPKV_OK)
+      << snapkv_last_error();
+  std::string answer;
+  expect_kvc_round_trip(m.p, doc, "capi_kvzip_plus", &answer);
+  EXPECT_NE(answer.find("71432"), std::string::npos) << answer;
+  snapkv_doc_free(doc);
+}
+
+// A copy of the shipped model in a directory of its own has neither sidecar beside it: duo- and
+// kvzap methods are refused with a message naming what is missing; other methods still work.
+TEST(CApiModel, ModelWithoutSidecarsRefusesDuoAndKvzapByName) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("snapkv_capi_sidecars_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kModel, dir / "bare.gguf", fs::copy_options::overwrite_existing);
+  snapkv_model* bare = nullptr;
+  ASSERT_EQ(snapkv_model_load((dir / "bare.gguf").c_str(), &bare), SNAPKV_OK)
+      << snapkv_last_error();
+  const std::string prompt = passkey_prompt();
+  snapkv_generation_params params;
+  snapkv_generation_params_default(&params);
+  params.max_tokens = 4;
+  Collected got;
+  EXPECT_EQ(snapkv_generate(bare, prompt.c_str(), "method=duo-snapkv keep=0.2", &params, collect,
+                            &got, nullptr),
+            SNAPKV_INVALID_ARGUMENT);
+  std::string error = snapkv_last_error();
+  EXPECT_NE(error.find("needs head types"), std::string::npos) << error;
+  EXPECT_NE(error.find((dir / "bare.heads.gguf").string()), std::string::npos) << error;
+  EXPECT_NE(error.find("snapkv find-heads"), std::string::npos) << error;
+  snapkv_doc* doc = nullptr;
+  EXPECT_EQ(snapkv_doc_compress(bare, prompt.c_str(), "method=kvzap keep=0.2", &doc),
+            SNAPKV_INVALID_ARGUMENT);
+  EXPECT_EQ(doc, nullptr);
+  error = snapkv_last_error();
+  EXPECT_NE(error.find("needs scorer weights"), std::string::npos) << error;
+  EXPECT_NE(error.find((dir / "bare.kvzap.gguf").string()), std::string::npos) << error;
+  EXPECT_EQ(snapkv_generate(bare, prompt.c_str(), "method=kvzip_plus keep=0.2", &params, collect,
+                            &got, nullptr),
+            SNAPKV_OK)
+      << snapkv_last_error();
+  EXPECT_FALSE(got.text.empty());
+  snapkv_model_free(bare);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 TEST(CApiModel, TokenizeVersionAndMisuse) {
   Model m;
   ASSERT_NE(m.p, nullptr);

@@ -163,6 +163,11 @@ class LlamaSession {
   // the session. Throws std::invalid_argument for a bad config or options.
   LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
                SessionOptions options = {});
+  // What the constructor checks of the model for a config, on its own: throws
+  // std::invalid_argument naming what is missing when the config needs more than the weights
+  // (policy kvzap: the model's scorer; head_allocation duo / duo_ada: its head types). For a
+  // front end that must refuse a request before it answers (the server, before a stream starts).
+  static void check_model_supports(const LlamaModel& model, const CacheConfig& cache_config);
 
   // Runs the whole prompt (at least one token, each in [0, n_vocab)) and returns the logits of its
   // last position [n_vocab]. With all_logits, also fills it with every position's logits

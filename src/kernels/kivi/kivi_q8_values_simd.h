@@ -22,16 +22,9 @@
 
 #include "kernels/isa.h"
 #include "kernels/kivi/kivi_kernels.h"
+#include "kernels/vec.h"  // <immintrin.h> at the x86-64 levels
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#if SNAPKV_VEC_X86 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SNAPKV_KIVI_VNNI 1
 #endif
 
