@@ -9,10 +9,15 @@ Options:
               `full` report under every keep)
   --first N   only samples with index < N (puts a longer run on the samples of a shorter one)
   --merge     read all the files as one run (runs of one task per file)
+  --table     instead: one Markdown row per method, the six-task mean (share of full) at every
+              keep of the file, then the cost: the full cache's prefill tokens/s over the
+              method's (prefill plus scoring, eval's `prefill t/s`, all keeps pooled), a ratio
+              within the one run
 
 Usage (repository root):
   python3 docs/results/means.py docs/results/codecs-25bit/rep_codecs_1k_s3.json.gz
   python3 docs/results/means.py --merge docs/results/codecs-kivi42/n30_1k_s3_*.json.gz
+  python3 docs/results/means.py --table docs/results/quality/tasks_1024.json.gz
 """
 import gzip
 import json
@@ -28,6 +33,39 @@ def load(path):
         return json.load(f)
 
 
+def table(path):
+    """Markdown rows: method | mean (share) per keep | cost, from one run's per-task results."""
+    results = [r for r in load(path)["results"] if r["task"] in TASKS]
+    keeps = sorted({r["keep"] for r in results if not r["keep_independent"]})
+    acc, secs, toks, order = {}, {}, {}, []
+    for r in results:
+        m = r["method"]
+        if m not in order:
+            order.append(m)
+        k = None if r["keep_independent"] else r["keep"]
+        acc.setdefault((m, k), {})[r["task"]] = r["accuracy"]
+        secs[m] = secs.get(m, 0.0) + r["prefill_s"]
+        toks[m] = toks.get(m, 0.0) + r["mean_prompt_tokens"] * r["n"]
+    if "full" not in order:
+        raise SystemExit(f"means.py: {path} has no `full` run, expected one to compare with")
+    full = sum(acc[("full", None)].values()) / len(TASKS)
+    full_rate = toks["full"] / secs["full"]
+    print("| method | " + " | ".join(f"keep {k:g}" for k in keeps) + " | cost |")
+    print("|---|" + "---|" * (len(keeps) + 1))
+    for m in order:
+        cells = []
+        for k in ([None] if (m, None) in acc else keeps):
+            a = acc.get((m, k), {})
+            if len(a) != len(TASKS):
+                cells.append("")
+                continue
+            mean = sum(a.values()) / len(TASKS)
+            cells.append(f"{mean:.1f} ({100.0 * mean / full:.0f}%)")
+        cells += [""] * (len(keeps) - len(cells))
+        cost = full_rate / (toks[m] / secs[m])
+        print(f"| {m} | " + " | ".join(cells) + f" | {cost:.2f}x |")
+
+
 def main(argv):
     keep, first, merge, files = 0.2, None, False, []
     while argv:
@@ -38,6 +76,11 @@ def main(argv):
             first = int(argv.pop(0))
         elif a == "--merge":
             merge = True
+        elif a == "--table":
+            for path in argv:
+                print(f"# {path}")
+                table(path)
+            return 0
         else:
             files.append(a)
     if not files:
