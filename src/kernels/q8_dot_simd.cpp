@@ -192,11 +192,11 @@ float blocks_dot(const Block* w, const BlockQ8_0* a, size_t n) {
 //   maddubs(|w|, a * sign(w)) and a madd per vector.
 
 #if SNAPKV_Q8_VNNI
-constexpr size_t kTileTokens = 8;  // 8 sums + 8 weight vectors of the 32 ymm registers
+// 16 rows in the lanes of a 512-bit vector; 8 sums + 8 weight vectors of the 32 registers
+constexpr size_t kTileRows = 16, kTileTokens = 8;
 #else
-constexpr size_t kTileTokens = 4;  // of 16 registers
+constexpr size_t kTileRows = 8, kTileTokens = 4;  // of 16 ymm registers
 #endif
-constexpr size_t kTileRows = 8;
 constexpr size_t kTokenChunk = 64;  // activation rows that stay in L2 while a row group sweeps them
 
 // Per token and block, computed once per call: corr (see above) and the activation scale. And
@@ -218,6 +218,75 @@ int32_t broadcast_word(const int8_t* p) {
 
 // out [RN][ldo]: out[t * ldo + r] = blocks_dot(rows[r], a + t * nb, 32 * nb) for r < rm,
 // t < RN (rows[r] for r >= rm repeat a live row; their lanes are not stored).
+#if SNAPKV_Q8_VNNI
+// GCC 12 warns (-Wmaybe-uninitialized) inside its own 512-bit intrinsics, whose pass-through
+// operand is a deliberately undefined vector.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// v[i] = rows lo(i) | hi(i) in its 256-bit halves (lo, hi: i, i + 4 for i < 4; i + 4, i + 8
+// beyond) -> v[k] lane r = dword k of row r, r < 16 (two 8 x 8 transposes side by side; that
+// assignment of rows to halves puts the lanes in row order).
+[[gnu::always_inline]] inline void transpose16x8(__m512i v[8]) {
+  __m512i t[8], u[8];
+  SNAPKV_UNROLL for (size_t i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  SNAPKV_UNROLL for (size_t h = 0; h < 2; ++h) {
+    u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  SNAPKV_UNROLL for (size_t k = 0; k < 4; ++k) {
+    v[k] = _mm512_shuffle_i64x2(u[k], u[4 + k], 0x88);
+    v[k + 4] = _mm512_shuffle_i64x2(u[k], u[4 + k], 0xDD);
+  }
+}
+
+template <size_t RN, class Block>
+void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, const BlockQ8_0* a,
+               const ActPrep& prep, size_t nb) {
+  __m512 sum[RN];
+  SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) sum[t] = _mm512_setzero_ps();
+  constexpr size_t kStep = kTileRows * sizeof(Block);  // the group's bytes per block
+  for (size_t b = 0; b < nb; ++b) {
+    if (b * kStep < prep.prefetch_bytes) {
+      SNAPKV_UNROLL for (size_t i = 0; i < (kStep + 63) / 64; ++i) {
+        _mm_prefetch(prep.prefetch + b * kStep + 64 * i, _MM_HINT_T0);
+      }
+    }
+    __m512i wt[8];
+    SNAPKV_UNROLL for (size_t i = 0; i < 8; ++i) {
+      const size_t lo = i < 4 ? i : i + 4, hi = i < 4 ? i + 4 : i + 8;
+      wt[i] = _mm512_inserti64x4(_mm512_castsi256_si512(offset_codes(rows[lo][b])),
+                                 offset_codes(rows[hi][b]), 1);
+    }
+    alignas(32) fp16_t dh[kTileRows];
+    SNAPKV_UNROLL for (size_t r = 0; r < kTileRows; ++r) dh[r] = rows[r][b].d;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+    transpose16x8(wt);
+    SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
+      const int8_t* aq = a[t * nb + b].qs;
+      __m512i acc0 = _mm512_set1_epi32(prep.corr[t * nb + b]), acc1 = _mm512_setzero_si512();
+      SNAPKV_UNROLL for (size_t k = 0; k < 8; k += 2) {
+        acc0 = _mm512_dpbusd_epi32(acc0, wt[k], _mm512_set1_epi32(broadcast_word(aq + 4 * k)));
+        acc1 =
+            _mm512_dpbusd_epi32(acc1, wt[k + 1], _mm512_set1_epi32(broadcast_word(aq + 4 * k + 4)));
+      }
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(prep.da[t * nb + b]));
+      sum[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_add_epi32(acc0, acc1)), sum[t]);
+    }
+  }
+  const __mmask16 live = static_cast<__mmask16>((1u << rm) - 1);
+  SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) _mm512_mask_storeu_ps(out + t * ldo, live, sum[t]);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#else
 template <size_t RN, class Block>
 void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, const BlockQ8_0* a,
                const ActPrep& prep, size_t nb) {
@@ -249,15 +318,6 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
     SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
       const int8_t* aq = a[t * nb + b].qs;
       __m256i s;
-#if SNAPKV_Q8_VNNI
-      __m256i acc0 = _mm256_set1_epi32(prep.corr[t * nb + b]), acc1 = _mm256_setzero_si256();
-      SNAPKV_UNROLL for (size_t k = 0; k < 8; k += 2) {
-        acc0 = _mm256_dpbusd_epi32(acc0, wt[k], _mm256_set1_epi32(broadcast_word(aq + 4 * k)));
-        acc1 =
-            _mm256_dpbusd_epi32(acc1, wt[k + 1], _mm256_set1_epi32(broadcast_word(aq + 4 * k + 4)));
-      }
-      s = _mm256_add_epi32(acc0, acc1);
-#else
       if constexpr (kSignedCodes<Block>) {
         __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
         SNAPKV_UNROLL for (size_t k = 0; k < 8; k += 2) {
@@ -282,7 +342,6 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
         s = _mm256_add_epi32(_mm256_madd_epi16(p, ones16),
                              _mm256_set1_epi32(prep.corr[t * nb + b]));
       }
-#endif
       const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(prep.da[t * nb + b]));
       sum[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), sum[t]);
     }
@@ -297,6 +356,7 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
     }
   }
 }
+#endif
 
 template <class Block>
 void tile_rows_any(size_t rn, float* out, size_t ldo, const Block* const* rows, size_t rm,
