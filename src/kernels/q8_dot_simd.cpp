@@ -198,6 +198,7 @@ constexpr size_t kTileRows = 16, kTileTokens = 8;
 constexpr size_t kTileRows = 8, kTileTokens = 4;  // of 16 ymm registers
 #endif
 constexpr size_t kTokenChunk = 64;  // activation rows that stay in L2 while a row group sweeps them
+constexpr bool kSingleTokenRows8 = true;
 
 // Per token and block, computed once per call: corr (see above) and the activation scale. And
 // the next row group's bytes, prefetched front to back while this group runs (the 8 rows are 8
@@ -286,23 +287,26 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-#else
+#endif
+
+// 8 rows in the lanes of a 256-bit vector: the AVX2 level's tile, and the VNNI level's for a
+// single token (fewer row streams in flight).
 template <size_t RN, class Block>
-void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, const BlockQ8_0* a,
-               const ActPrep& prep, size_t nb) {
+void tile_rows8(float* out, size_t ldo, const Block* const* rows, size_t rm, const BlockQ8_0* a,
+                const ActPrep& prep, size_t nb) {
   __m256 sum[RN];
   SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) sum[t] = _mm256_setzero_ps();
   const __m256i ones16 = _mm256_set1_epi16(1);
   (void)ones16;
-  constexpr size_t kStep = kTileRows * sizeof(Block);  // the group's bytes per block
+  constexpr size_t kStep = 8 * sizeof(Block);  // the group's bytes per block
   for (size_t b = 0; b < nb; ++b) {
     if (b * kStep < prep.prefetch_bytes) {
       SNAPKV_UNROLL for (size_t i = 0; i < (kStep + 63) / 64; ++i) {
         _mm_prefetch(prep.prefetch + b * kStep + 64 * i, _MM_HINT_T0);
       }
     }
-    __m256i wt[kTileRows];
-    SNAPKV_UNROLL for (size_t r = 0; r < kTileRows; ++r) {
+    __m256i wt[8];
+    SNAPKV_UNROLL for (size_t r = 0; r < 8; ++r) {
       if constexpr (kSignedCodes<Block>) {
         wt[r] = codes(rows[r][b]);
       } else {
@@ -318,6 +322,15 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
     SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
       const int8_t* aq = a[t * nb + b].qs;
       __m256i s;
+#if SNAPKV_Q8_VNNI
+      __m256i acc0 = _mm256_set1_epi32(prep.corr[t * nb + b]), acc1 = _mm256_setzero_si256();
+      SNAPKV_UNROLL for (size_t k = 0; k < 8; k += 2) {
+        acc0 = _mm256_dpbusd_epi32(acc0, wt[k], _mm256_set1_epi32(broadcast_word(aq + 4 * k)));
+        acc1 =
+            _mm256_dpbusd_epi32(acc1, wt[k + 1], _mm256_set1_epi32(broadcast_word(aq + 4 * k + 4)));
+      }
+      s = _mm256_add_epi32(acc0, acc1);
+#else
       if constexpr (kSignedCodes<Block>) {
         __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
         SNAPKV_UNROLL for (size_t k = 0; k < 8; k += 2) {
@@ -342,48 +355,86 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
         s = _mm256_add_epi32(_mm256_madd_epi16(p, ones16),
                              _mm256_set1_epi32(prep.corr[t * nb + b]));
       }
+#endif
       const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(prep.da[t * nb + b]));
       sum[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), sum[t]);
     }
   }
   SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) {
-    if (rm == kTileRows) {
+    if (rm == 8) {
       _mm256_storeu_ps(out + t * ldo, sum[t]);
     } else {
-      alignas(32) float lanes[kTileRows];
+      alignas(32) float lanes[8];
       _mm256_store_ps(lanes, sum[t]);
       for (size_t r = 0; r < rm; ++r) out[t * ldo + r] = lanes[r];
     }
   }
 }
-#endif
 
-template <class Block>
+// The tile for rn tokens (1..kTileTokens) of G rows (8, or 16 at the VNNI level).
+template <size_t G, size_t RN, class Block>
+void tile_g(float* out, size_t ldo, const Block* const* rows, size_t rm, const BlockQ8_0* a,
+            const ActPrep& prep, size_t nb) {
+#if SNAPKV_Q8_VNNI
+  if constexpr (G == 16) {
+    tile_rows<RN>(out, ldo, rows, rm, a, prep, nb);
+    return;
+  }
+#endif
+  static_assert(G == 8 || G == 16, "8 or 16 rows");
+  if constexpr (G == 8) tile_rows8<RN>(out, ldo, rows, rm, a, prep, nb);
+}
+
+template <size_t G, class Block>
 void tile_rows_any(size_t rn, float* out, size_t ldo, const Block* const* rows, size_t rm,
                    const BlockQ8_0* a, const ActPrep& prep, size_t nb) {
   static_assert(kTileTokens == 8 || kTileTokens == 4, "the switch below covers 1..8 tokens");
   switch (rn) {
     case 1:
-      return tile_rows<1>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 1>(out, ldo, rows, rm, a, prep, nb);
     case 2:
-      return tile_rows<2>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 2>(out, ldo, rows, rm, a, prep, nb);
     case 3:
-      return tile_rows<3>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 3>(out, ldo, rows, rm, a, prep, nb);
 #if SNAPKV_Q8_VNNI
     case 4:
-      return tile_rows<4>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 4>(out, ldo, rows, rm, a, prep, nb);
     case 5:
-      return tile_rows<5>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 5>(out, ldo, rows, rm, a, prep, nb);
     case 6:
-      return tile_rows<6>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 6>(out, ldo, rows, rm, a, prep, nb);
     case 7:
-      return tile_rows<7>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 7>(out, ldo, rows, rm, a, prep, nb);
     default:
-      return tile_rows<8>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 8>(out, ldo, rows, rm, a, prep, nb);
 #else
     default:
-      return tile_rows<4>(out, ldo, rows, rm, a, prep, nb);
+      return tile_g<G, 4>(out, ldo, rows, rm, a, prep, nb);
 #endif
+  }
+}
+
+// The row groups of G rows over chunks of tokens (ActPrep filled for all n_tokens).
+template <size_t G, class Block>
+void run_groups(float* out, size_t ldo, const Block* w, size_t n_rows, const BlockQ8_0* a,
+                size_t n_tokens, size_t nb, const int32_t* corr, const float* da) {
+  for (size_t c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
+    const size_t c1 = std::min(n_tokens, c0 + kTokenChunk);
+    for (size_t r0 = 0; r0 < n_rows; r0 += G) {
+      const size_t rm = std::min(G, n_rows - r0);
+      const Block* rows[G];
+      for (size_t r = 0; r < G; ++r) rows[r] = w + (r0 + std::min(r, rm - 1)) * nb;
+      const size_t next_rows = r0 + G < n_rows ? n_rows - r0 - G : 0;
+      for (size_t t0 = c0; t0 < c1; t0 += kTileTokens) {
+        ActPrep prep{corr + t0 * nb, da + t0 * nb};
+        if (t0 == c0) {
+          prep.prefetch = reinterpret_cast<const char*>(w + (r0 + G) * nb);
+          prep.prefetch_bytes = std::min(G, next_rows) * nb * sizeof(Block);
+        }
+        tile_rows_any<G>(std::min(kTileTokens, c1 - t0), out + t0 * ldo + r0, ldo, rows, rm,
+                         a + t0 * nb, prep, nb);
+      }
+    }
   }
 }
 
@@ -411,23 +462,11 @@ void gemm_blocks(float* out, size_t ldo, const Block* w, size_t n_rows, const Bl
     scratch.corr[i] = -code_offset(w) * hsum_i32(s);
     scratch.da[i] = half(a[i].d);
   }
-  for (size_t c0 = 0; c0 < n_tokens; c0 += kTokenChunk) {
-    const size_t c1 = std::min(n_tokens, c0 + kTokenChunk);
-    for (size_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
-      const size_t rm = std::min(kTileRows, n_rows - r0);
-      const Block* rows[kTileRows];
-      for (size_t r = 0; r < kTileRows; ++r) rows[r] = w + (r0 + std::min(r, rm - 1)) * nb;
-      const size_t next_rows = r0 + kTileRows < n_rows ? n_rows - r0 - kTileRows : 0;
-      for (size_t t0 = c0; t0 < c1; t0 += kTileTokens) {
-        ActPrep prep{scratch.corr.data() + t0 * nb, scratch.da.data() + t0 * nb};
-        if (t0 == c0) {
-          prep.prefetch = reinterpret_cast<const char*>(w + (r0 + kTileRows) * nb);
-          prep.prefetch_bytes = std::min(kTileRows, next_rows) * nb * sizeof(Block);
-        }
-        tile_rows_any(std::min(kTileTokens, c1 - t0), out + t0 * ldo + r0, ldo, rows, rm,
-                      a + t0 * nb, prep, nb);
-      }
-    }
+  if (n_tokens == 1 && kTileRows > 8 && kSingleTokenRows8) {
+    run_groups<8>(out, ldo, w, n_rows, a, n_tokens, nb, scratch.corr.data(), scratch.da.data());
+  } else {
+    run_groups<kTileRows>(out, ldo, w, n_rows, a, n_tokens, nb, scratch.corr.data(),
+                          scratch.da.data());
   }
 #else
   // Scalar and NEON: the pair dots, a weight row meeting a chunk of token rows in turn
