@@ -179,10 +179,11 @@ float blocks_dot(const Block* w, const BlockQ8_0* a, size_t n) {
 // ---- Several weight rows x several activation rows (decode batches, prefill) ----------------
 //
 // Every (row, token) output gets exactly the float operations of blocks_dot: one running sum,
-// fma(dw * da, s, sum) per block. The integer sums s of 8 weight rows come out in the 8 lanes of
-// one vector, so the scale product, the conversion and the fma are one vector operation per
-// 8 pairs and no lane sums are needed:
-//   per block, the 8 rows' 32-byte codes are transposed (lane r of vector k = bytes 4k..4k+3 of
+// fma(dw * da, s, sum) per block. The integer sums s of a group of G weight rows (16 in 512-bit
+// vectors at the VNNI level, 8 in 256-bit vectors) come out in the lanes of one vector, so the
+// scale product, the conversion and the fma are one vector operation per G pairs and no lane sums
+// are needed:
+//   per block, the G rows' 32-byte codes are transposed (lane r of vector k = bytes 4k..4k+3 of
 //   row r), once for all the tokens of the tile; per token, activation bytes 4k..4k+3 are
 //   broadcast to every lane and dpbusd (VNNI) adds their products with vector k's unsigned codes
 //   (w + offset). Each lane starts from corr = -offset * (sum of the activation block's codes),
@@ -198,10 +199,12 @@ constexpr size_t kTileRows = 16, kTileTokens = 8;
 constexpr size_t kTileRows = 8, kTileTokens = 4;  // of 16 ymm registers
 #endif
 constexpr size_t kTokenChunk = 64;  // activation rows that stay in L2 while a row group sweeps them
+// A single token (decode of one stream) takes groups of 8 rows at the VNNI level too: half the
+// row streams in flight, for the same bytes read.
 constexpr bool kSingleTokenRows8 = true;
 
 // Per token and block, computed once per call: corr (see above) and the activation scale. And
-// the next row group's bytes, prefetched front to back while this group runs (the 8 rows are 8
+// the next row group's bytes, prefetched front to back while this group runs (the G rows are G
 // streams read side by side, which the hardware prefetchers alone leave waiting on DRAM; the
 // prefetch reads the next group as one sequential stream).
 struct ActPrep {
