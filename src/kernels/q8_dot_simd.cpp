@@ -292,11 +292,60 @@ void tile_rows(float* out, size_t ldo, const Block* const* rows, size_t rm, cons
 #endif
 #endif
 
+// 8 rows x one token, without the transpose: per block each row's 32 codes meet the activation
+// block in one vector of 8 int32 partial sums (mul_sum_i8), and a tree of horizontal adds turns the
+// 8 rows' vectors into one vector whose lane r is row r's exact block sum (1.75 shuffles per row
+// and block instead of the transpose's 3 plus the activation broadcasts); then the tile's vector
+// scale product, conversion and fma, so each lane runs blocks_dot's float operations.
+template <class Block>
+void tile_one_token8(float* out, const Block* const* rows, size_t rm, const BlockQ8_0* a,
+                     const ActPrep& prep, size_t nb) {
+  __m256 sum = _mm256_setzero_ps();
+  constexpr size_t kStep = 8 * sizeof(Block);  // the group's bytes per block
+  for (size_t b = 0; b < nb; ++b) {
+    if (b * kStep < prep.prefetch_bytes) {
+      SNAPKV_UNROLL for (size_t i = 0; i < (kStep + 63) / 64; ++i) {
+        _mm_prefetch(prep.prefetch + b * kStep + 64 * i, _MM_HINT_T0);
+      }
+    }
+    const __m256i av = load256(a[b].qs);
+    __m256i p[8];
+    SNAPKV_UNROLL for (size_t r = 0; r < 8; ++r) p[r] = mul_sum_i8(codes(rows[r][b]), av);
+    // hadd(x, y) per 128 bits is x0+x1, x2+x3, y0+y1, y2+y3: two levels leave rows 0..3 (h0) and
+    // 4..7 (h1) with the sums of their low 128 bits in the low half, of their high 128 bits in the
+    // high half.
+    const __m256i h0 =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i h1 =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                       _mm256_permute2x128_si256(h0, h1, 0x31));
+    const __m256 dw = _mm256_cvtph_ps(
+        _mm_setr_epi16(static_cast<int16_t>(rows[0][b].d), static_cast<int16_t>(rows[1][b].d),
+                       static_cast<int16_t>(rows[2][b].d), static_cast<int16_t>(rows[3][b].d),
+                       static_cast<int16_t>(rows[4][b].d), static_cast<int16_t>(rows[5][b].d),
+                       static_cast<int16_t>(rows[6][b].d), static_cast<int16_t>(rows[7][b].d)));
+    const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(prep.da[b]));
+    sum = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), sum);
+  }
+  if (rm == 8) {
+    _mm256_storeu_ps(out, sum);
+  } else {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, sum);
+    for (size_t r = 0; r < rm; ++r) out[r] = lanes[r];
+  }
+}
+
 // 8 rows in the lanes of a 256-bit vector: the AVX2 level's tile, and the VNNI level's for a
 // single token (fewer row streams in flight).
 template <size_t RN, class Block>
 void tile_rows8(float* out, size_t ldo, const Block* const* rows, size_t rm, const BlockQ8_0* a,
                 const ActPrep& prep, size_t nb) {
+  if constexpr (RN == 1) {
+    tile_one_token8(out, rows, rm, a, prep, nb);
+    return;
+  }
   __m256 sum[RN];
   SNAPKV_UNROLL for (size_t t = 0; t < RN; ++t) sum[t] = _mm256_setzero_ps();
   const __m256i ones16 = _mm256_set1_epi16(1);
