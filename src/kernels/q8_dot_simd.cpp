@@ -310,7 +310,14 @@ void tile_one_token8(float* out, const Block* const* rows, size_t rm, const Bloc
     }
     const __m256i av = load256(a[b].qs);
     __m256i p[8];
+#if SNAPKV_Q8_VNNI
+    // the unsigned codes w + offset; the lanes' sum then starts from corr (see above)
+    SNAPKV_UNROLL for (size_t r = 0; r < 8; ++r) {
+      p[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), offset_codes(rows[r][b]), av);
+    }
+#else
     SNAPKV_UNROLL for (size_t r = 0; r < 8; ++r) p[r] = mul_sum_i8(codes(rows[r][b]), av);
+#endif
     // hadd(x, y) per 128 bits is x0+x1, x2+x3, y0+y1, y2+y3: two levels leave rows 0..3 (h0) and
     // 4..7 (h1) with the sums of their low 128 bits in the low half, of their high 128 bits in the
     // high half.
@@ -318,8 +325,11 @@ void tile_one_token8(float* out, const Block* const* rows, size_t rm, const Bloc
         _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
     const __m256i h1 =
         _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
-                                       _mm256_permute2x128_si256(h0, h1, 0x31));
+    __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                 _mm256_permute2x128_si256(h0, h1, 0x31));
+#if SNAPKV_Q8_VNNI
+    s = _mm256_add_epi32(s, _mm256_set1_epi32(prep.corr[b]));
+#endif
     const __m256 dw = _mm256_cvtph_ps(
         _mm_setr_epi16(static_cast<int16_t>(rows[0][b].d), static_cast<int16_t>(rows[1][b].d),
                        static_cast<int16_t>(rows[2][b].d), static_cast<int16_t>(rows[3][b].d),
