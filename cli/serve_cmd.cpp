@@ -159,8 +159,11 @@ snapkv::cli::RegisterCommand reg{
                      "one idle longest is closed, or new ones wait)")
           ->capture_default_str();
       sub.add_option("--read-timeout", o->server.read_timeout_s,
-                     "Seconds a connection may stall while sending a request (408), or while "
-                     "not reading its response")
+                     "Seconds a connection may stall while sending a request (408)")
+          ->capture_default_str();
+      sub.add_option("--write-timeout", o->server.write_timeout_s,
+                     "Seconds a response may wait for its client to read (then abandoned, a "
+                     "stream's generation cancelled; 0: the --read-timeout)")
           ->capture_default_str();
       sub.add_option("--head-timeout", o->server.head_timeout_s,
                      "Seconds for a whole request head, from its first byte (408)")
@@ -207,6 +210,10 @@ snapkv::cli::RegisterCommand reg{
                      "Largest value written to the cache store (payloads are chunked)")
           ->capture_default_str();
       sub.add_flag("--no-prompt-reuse", o->no_reuse, "Prefill every prompt, even one seen before");
+      sub.add_option("--prefix-reuse-min", o->server.prefix_reuse_min,
+                     "Shortest common token prefix with a stored uncompressed prompt that is "
+                     "reused instead of prefilled")
+          ->capture_default_str();
       sub.add_option("--max-tokens,-n,--n-predict", o->server.default_max_tokens,
                      "Default max_tokens (shortened to what the context leaves)")
           ->capture_default_str();

@@ -16,11 +16,13 @@ Classes: option values (every numeric option of the writing commands with hostil
 flips, truncations), output targets (regular, symlink, directory, FIFO without reader, device
 nodes, an input's path), stdout on /dev/full, and HTTP mutations: requests to one running
 `snapkv serve` with flipped, inserted, deleted or truncated bytes, hostile Content-Length and
-header values, and pipelined copies, sent on a fresh connection that is then half-closed. There
+header values, the Host field removed, the method swapped, and pipelined copies, sent on a fresh connection that is then half-closed. There
 an outcome is clean when the server answers with HTTP responses or closes the connection, and
 still answers /health; crash when the server process died; hang when the connection stays open
 past the server's deadlines or /health gets no answer; silent when a request that is invalid by
-construction (a bad Content-Length, an unknown HTTP version) gets a 2xx.
+construction (a bad Content-Length, an unknown HTTP version) gets a 2xx, or when a request
+without its Host field or with a method its path does not take gets another status than 400 or
+405.
 Exit status 1 when any crash, hang, silent or data-loss case is found.
 """
 import argparse
@@ -278,8 +280,9 @@ def http_cases(rng, n):
         seed = rng.choice(HTTP_SEEDS)
         data = bytearray(seed)
         kind = rng.choice(["flip", "insert", "delete", "truncate", "length", "version",
-                           "pipeline", "junk header", "long header"])
+                           "pipeline", "junk header", "long header", "no host", "wrong method"])
         invalid = False
+        expect = None  # the status a case must get, when its mutation fixes one
         if kind == "flip":
             for _ in range(rng.randint(1, 4)):
                 j = rng.randrange(len(data))
@@ -307,6 +310,14 @@ def http_cases(rng, n):
             invalid = True
         elif kind == "pipeline":
             data = bytearray(seed * rng.randint(2, 8))
+        elif kind == "no host":  # HTTP/1.1 needs one Host field
+            data = bytearray(bytes(data).replace(b"Host: x\r\n", b"", 1))
+            invalid, expect = True, b"400"
+        elif kind == "wrong method":  # a known path asked with a method it does not take
+            data = bytearray(re.sub(rb"^(GET|POST) ",
+                                    lambda m: b"POST " if m.group(1) == b"GET" else b"GET ",
+                                    bytes(data), count=1))
+            invalid, expect = True, b"405"
         elif kind == "junk header":
             junk = bytes(rng.randrange(1, 256) for _ in range(rng.randint(1, 40)))
             data = bytearray(bytes(data).replace(b"\r\n", b"\r\n" + junk + b"\r\n", 1))
@@ -314,7 +325,7 @@ def http_cases(rng, n):
             data = bytearray(bytes(data).replace(
                 b"\r\n", b"\r\nX-Long: " + b"a" * rng.choice([100, 9000, 70000]) + b"\r\n", 1))
         cases.append({"class": "HTTP mutations", "args": f"{kind} #{i}", "http": bytes(data),
-                      "invalid": invalid})
+                      "invalid": invalid, "expect": expect})
     return cases
 
 
@@ -390,6 +401,8 @@ def run_http_case(server, case):
         return "crash", case["args"] + f" (not an HTTP response: {reply[:60]!r})"
     if case["invalid"] and re.match(rb"HTTP/1\.[01] 2\d\d", reply):
         return "silent", case["args"] + f" ({reply[:40]!r})"
+    if case.get("expect") and not reply.startswith(b"HTTP/1.1 " + case["expect"] + b" "):
+        return "silent", case["args"] + f" (expected {case['expect'].decode()}: {reply[:40]!r})"
     return "clean", None
 
 

@@ -11,11 +11,14 @@ prompts, greedy, max_tokens --tokens each, stream_options.include_usage) and mea
     snapkv_decode_batch_rows_total / snapkv_decode_steps_total).
 Each round runs --repeat times and the best (highest) aggregate rate is kept, which filters out
 other processes taking the cores for a moment. Prints a Markdown table with the ratio to one
-stream. Timings depend on the machine and its load: the script prints the load average before
+stream. With --llama-server PATH the same rounds then run against llama-server on the same file
+(`-np <most streams>`, the same --threads, continuous batching), and the table gains its rate and
+snapkv / llama-server. Every request sets ignore_eos, so each stream decodes --tokens tokens. Timings depend on the machine and its load: the script prints the load average before
 and after. Python 3 standard library only.
 
   scripts/serve_batch_throughput.py --snapkv build/snapkv --model models/snapkv-tiny4.gguf
   scripts/serve_batch_throughput.py --model big.gguf --threads 2 --streams 1,4,8 --tokens 32
+  scripts/serve_batch_throughput.py --model big.gguf --llama-server /path/to/llama-server
 """
 import argparse
 import http.client
@@ -53,7 +56,7 @@ def metric(port, name):
 def stream(port, prompt, tokens, timeout, out):
     """One streaming completion: out gets (first token time, last token time, tokens) or error."""
     body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}})
+                       "ignore_eos": True, "stream_options": {"include_usage": True}})
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -63,6 +66,7 @@ def stream(port, prompt, tokens, timeout, out):
             return
         first = last = None
         n = None
+        chunks = 0
         for raw in res:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -70,35 +74,75 @@ def stream(port, prompt, tokens, timeout, out):
             j = json.loads(line[6:])
             if j.get("usage"):
                 n = j["usage"]["completion_tokens"]
-            elif any(c.get("text") for c in j.get("choices", [])):
+            if any(c.get("text") for c in j.get("choices", [])):
                 now = time.monotonic()
                 first = first if first is not None else now
                 last = now
+                chunks += 1
         conn.close()
-        out.update(first=first, last=last, tokens=n)
+        # A server that sends no usage chunk streams one token per chunk (llama-server).
+        out.update(first=first, last=last, tokens=n if n is not None else chunks)
     except (OSError, ValueError) as e:
         out["error"] = str(e)
 
 
-def round_rate(port, streams, tokens, timeout):
+def round_rate(port, streams, tokens, timeout, snapkv=True):
     outs = [{} for _ in range(streams)]
     threads = [threading.Thread(target=stream,
                                 args=(port, PROMPTS[i % len(PROMPTS)], tokens, timeout, outs[i]))
                for i in range(streams)]
-    steps0 = metric(port, "snapkv_decode_steps_total")
-    rows0 = metric(port, "snapkv_decode_batch_rows_total")
+    if snapkv:
+        steps0 = metric(port, "snapkv_decode_steps_total")
+        rows0 = metric(port, "snapkv_decode_batch_rows_total")
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    steps = metric(port, "snapkv_decode_steps_total") - steps0
-    rows = metric(port, "snapkv_decode_batch_rows_total") - rows0
+    steps = rows = 0
+    if snapkv:
+        steps = metric(port, "snapkv_decode_steps_total") - steps0
+        rows = metric(port, "snapkv_decode_batch_rows_total") - rows0
     for o in outs:
         if "error" in o or o.get("first") is None or not o.get("tokens"):
             raise RuntimeError("a stream failed: %s" % o)
     decoded = sum(o["tokens"] - 1 for o in outs)
     span = max(o["last"] for o in outs) - min(o["first"] for o in outs)
     return decoded / span if span > 0 else 0.0, (rows / steps if steps else 0.0)
+
+
+def wait_ready(server, port, path):
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            sys.exit("the server did not start: " + server.stderr.read().decode()[-2000:])
+        time.sleep(0.2)
+
+
+def measure(cmd, port, counts, a, snapkv):
+    """Starts one server, runs every round on it; returns [(streams, rate, mean batch)]."""
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    rows = []
+    try:
+        wait_ready(server, port, "/metrics" if snapkv else "/health")
+        stream(port, PROMPTS[0], 4, a.timeout, {})  # warm-up: pages of the model mapped in
+        for s in counts:
+            best = max((round_rate(port, s, a.tokens, a.timeout, snapkv)
+                        for _ in range(a.repeat)), key=lambda r: r[0])
+            rows.append((s, best[0], best[1]))
+            print("%s, %d streams: %.1f tok/s%s" %
+                  (os.path.basename(cmd[0]), s, best[0],
+                   ", mean batch %.2f" % best[1] if snapkv else ""), file=sys.stderr)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return rows
 
 
 def main():
@@ -110,41 +154,36 @@ def main():
     ap.add_argument("--tokens", type=int, default=64, help="max_tokens of each stream")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--llama-server", default=None, help="llama-server binary to compare with")
     a = ap.parse_args()
     counts = [int(s) for s in a.streams.split(",")]
-    port = free_port()
-    cmd = [a.snapkv, "serve", "--model", a.model, "--port", str(port), "--threads",
-           str(a.threads), "--max-concurrent", str(max(counts)), "--quiet-requests"]
     print("load average before: %s" % open("/proc/loadavg").read().strip(), file=sys.stderr)
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                metric(port, "snapkv_decode_steps_total")
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("the server did not start: " + server.stderr.read().decode())
-                time.sleep(0.2)
-        stream(port, PROMPTS[0], 4, a.timeout, {})  # warm-up: pages of the model mapped in
-        rows = []
-        for s in counts:
-            best = max((round_rate(port, s, a.tokens, a.timeout) for _ in range(a.repeat)),
-                       key=lambda r: r[0])
-            rows.append((s, best[0], best[1]))
-            print("%d streams: %.1f tok/s, mean batch %.2f" % (s, best[0], best[1]),
-                  file=sys.stderr)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    port = free_port()
+    rows = measure([a.snapkv, "serve", "--model", a.model, "--port", str(port), "--threads",
+                    str(a.threads), "--max-concurrent", str(max(counts)), "--quiet-requests"],
+                   port, counts, a, True)
+    theirs = None
+    if a.llama_server:
+        port = free_port()
+        # Each of the -np slots gets -c / np positions: a short prompt and --tokens fit 512.
+        theirs = measure([a.llama_server, "-m", a.model, "--port", str(port), "--host",
+                          "127.0.0.1", "-t", str(a.threads), "-np", str(max(counts)), "-c",
+                          str(512 * max(counts))], port, counts, a, False)
     print("load average after: %s" % open("/proc/loadavg").read().strip(), file=sys.stderr)
     base = rows[0][1]
-    print("| streams | aggregate decode tok/s | vs %d stream%s | mean batch |" %
-          (rows[0][0], "" if rows[0][0] == 1 else "s"))
-    print("|---|---|---|---|")
-    for s, rate, batch in rows:
-        print("| %d | %.1f | %.2fx | %.2f |" % (s, rate, rate / base if base else 0.0, batch))
+    head = "| streams | aggregate decode tok/s | vs %d stream%s | mean batch |" % (
+        rows[0][0], "" if rows[0][0] == 1 else "s")
+    if theirs:
+        head += " llama-server tok/s | llama-server vs %d | snapkv / llama-server |" % rows[0][0]
+    print(head)
+    print("|---" * (4 + (3 if theirs else 0)) + "|")
+    for i, (s, rate, batch) in enumerate(rows):
+        line = "| %d | %.1f | %.2fx | %.2f |" % (s, rate, rate / base if base else 0.0, batch)
+        if theirs:
+            t = theirs[i][1]
+            line += " %.1f | %.2fx | %.2fx |" % (t, t / theirs[0][1] if theirs[0][1] else 0.0,
+                                                rate / t if t else 0.0)
+        print(line)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ mix of plain completions (/v1/completions with a prompt) and questions about the
 (the same with cache_id), in a fixed seeded order. Bounded in count and in time: every request
 has a timeout, and the run stops sending after --max-seconds. Reports the failures (transport
 errors, non-200 answers, bodies that are not a completion), latency percentiles (p50/p90/p99,
-nearest-rank) per kind and overall, and the server's resident memory (VmRSS of its process) at
-start (after the document was compressed) and at the end. Exit status 1 when anything failed.
+nearest-rank) per kind and overall, and the server's resident memory (VmRSS of its process):
+after the document was compressed ("cold"), after --warmup requests of the same mix sent first
+and not counted ("start"; the allocator's arenas and the threads' stacks are then in place), and
+at the end. Exit status 1 when anything failed.
 
 The server runs with its default workers and queue (--workers sets --max-concurrent): requests
 beyond the workers wait in its queue, and a 503 counts as a failure.
@@ -112,6 +114,8 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=600.0, help="stop sending after this")
     ap.add_argument("--threads", type=int, default=0, help="server --threads (0 = all cores)")
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=50,
+                    help="requests sent (and not counted) before the start RSS is read")
     ap.add_argument("--json", help="write the summary as JSON to this file")
     args = ap.parse_args()
     if args.requests < 1 or args.clients < 1:
@@ -135,47 +139,29 @@ def main():
         if status != 200 or not created or "id" not in created:
             sys.exit("serve_load: error: cache creation failed: %s %s" % (status, err or created))
         cache_id = created["id"]
-        rss_start = rss_bytes(proc.pid) if proc else None
+        rss_cold = rss_bytes(proc.pid) if proc else None
 
         rng = random.Random(args.seed)
-        jobs = []
-        for i in range(args.requests):
-            if rng.random() < args.cached_share:
-                jobs.append(("cached", {"prompt": rng.choice(QUESTIONS), "cache_id": cache_id,
-                                        "max_tokens": args.max_tokens}))
-            else:
-                jobs.append(("plain", {"prompt": rng.choice(PROMPTS),
-                                       "max_tokens": args.max_tokens}))
-        lock = threading.Lock()
-        next_job = [0]
+
+        def make_jobs(n):
+            jobs = []
+            for i in range(n):
+                if rng.random() < args.cached_share:
+                    jobs.append(("cached", {"prompt": rng.choice(QUESTIONS),
+                                            "cache_id": cache_id,
+                                            "max_tokens": args.max_tokens}))
+                else:
+                    jobs.append(("plain", {"prompt": rng.choice(PROMPTS),
+                                           "max_tokens": args.max_tokens}))
+            return jobs
+
+        warm_results = []
+        run_clients(host, port, args, make_jobs(args.warmup), warm_results)
+        warm_failures = [r for r in warm_results if r[2] is not None]
+        rss_start = rss_bytes(proc.pid) if proc else None
+        jobs = make_jobs(args.requests)
         results = []  # (kind, seconds, failure text or None)
-        t0 = time.time()
-
-        def client():
-            while True:
-                with lock:
-                    if next_job[0] >= len(jobs) or time.time() - t0 > args.max_seconds:
-                        return
-                    kind, body = jobs[next_job[0]]
-                    next_job[0] += 1
-                start = time.time()
-                status, parsed, err = request(host, port, "POST", "/v1/completions", body,
-                                              args.timeout)
-                seconds = time.time() - start
-                failure = err
-                if failure is None and status != 200:
-                    failure = "HTTP %s: %s" % (status, (parsed or {}).get("error", parsed))
-                if failure is None and not (parsed and parsed.get("choices")):
-                    failure = "no choices in the answer"
-                with lock:
-                    results.append((kind, seconds, failure))
-
-        threads = [threading.Thread(target=client) for _ in range(args.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.time() - t0
+        wall = run_clients(host, port, args, jobs, results)
         rss_end = rss_bytes(proc.pid) if proc else None
         request(host, port, "DELETE", "/v1/caches/" + cache_id, None, args.timeout)
     finally:
@@ -187,10 +173,48 @@ def main():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 _, server_log = proc.communicate()
-    failures = [r for r in results if r[2] is not None]
+    failures = warm_failures + [r for r in results if r[2] is not None]
     summary = {"requests_planned": len(jobs), "requests_sent": len(results),
                "failures": len(failures), "clients": args.clients, "wall_s": wall,
+               "warmup_requests": args.warmup, "rss_cold_bytes": rss_cold,
                "rss_start_bytes": rss_start, "rss_end_bytes": rss_end, "latency_s": {}}
+    return report(summary, results, failures, server_log, args)
+
+
+def run_clients(host, port, args, jobs, results):
+    """Sends `jobs` from args.clients threads; appends (kind, seconds, failure) to results."""
+    lock = threading.Lock()
+    next_job = [0]
+    t0 = time.time()
+
+    def client():
+        while True:
+            with lock:
+                if next_job[0] >= len(jobs) or time.time() - t0 > args.max_seconds:
+                    return
+                kind, body = jobs[next_job[0]]
+                next_job[0] += 1
+            start = time.time()
+            status, parsed, err = request(host, port, "POST", "/v1/completions", body,
+                                          args.timeout)
+            seconds = time.time() - start
+            failure = err
+            if failure is None and status != 200:
+                failure = "HTTP %s: %s" % (status, (parsed or {}).get("error", parsed))
+            if failure is None and not (parsed and parsed.get("choices")):
+                failure = "no choices in the answer"
+            with lock:
+                results.append((kind, seconds, failure))
+
+    threads = [threading.Thread(target=client) for _ in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.time() - t0
+
+
+def report(summary, results, failures, server_log, args):
     for kind in ("plain", "cached", "all"):
         lat = sorted(r[1] for r in results if kind == "all" or r[0] == kind)
         summary["latency_s"][kind] = {"n": len(lat), "p50": percentile(lat, 50),
@@ -201,14 +225,17 @@ def main():
         print("[serve_load] server stderr (tail):\n" + server_log[-2000:], file=sys.stderr)
     print("requests sent %d of %d, failures %d, %d clients, wall %.1f s" % (
         summary["requests_sent"], summary["requests_planned"], summary["failures"],
-        args.clients, wall))
+        args.clients, summary["wall_s"]))
     for kind, lat in summary["latency_s"].items():
         if lat["n"]:
             print("  %-6s n=%-4d p50 %.3f s  p90 %.3f s  p99 %.3f s" % (
                 kind, lat["n"], lat["p50"], lat["p90"], lat["p99"]))
-    if rss_start is not None:
-        print("  server RSS: start %.1f MiB, end %.1f MiB" % (rss_start / 2**20,
-                                                             (rss_end or 0) / 2**20))
+    if summary["rss_start_bytes"] is not None:
+        mib = [(summary[k] or 0) / 2**20 for k in ("rss_cold_bytes", "rss_start_bytes",
+                                                     "rss_end_bytes")]
+        print("  server RSS: cold %.1f MiB, start (after %d warm-up requests) %.1f MiB, end %.1f "
+              "MiB (end / start %.3f)" % (mib[0], summary["warmup_requests"], mib[1], mib[2],
+                                          mib[2] / mib[1] if mib[1] else 0.0))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)

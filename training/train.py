@@ -32,6 +32,22 @@ from model import Config, Llama, export_raw  # noqa: E402
 BOS, EOS = 1, 2
 
 
+def keep_freed_memory():
+    """glibc returns every freed block above 32 MiB to the kernel (mmap/munmap), so a 4096-token
+    step, whose attention tensors are 256 MiB each, page-faults its memory in again and again
+    (measured: half the step's CPU time in the kernel). Serve large blocks from the heap and keep
+    them there instead."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
+    libc.mallopt(M_MMAP_MAX, 0)
+    libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+    libc.mallopt(M_TOP_PAD, 256 << 20)
+
+
 def log(run_dir, msg):
     line = time.strftime("%H:%M:%S ") + msg
     print(line, flush=True)
@@ -42,7 +58,8 @@ def log(run_dir, msg):
 def parse_stages(spec):
     """'128:32:600,128/256/512:4:300' -> [((T, ...), batch, steps, weights), ...]. A stage with
     several lengths draws one length per step (uniformly) and scales the batch to
-    batch * max(T) / T, so every step holds the same number of tokens. An optional fourth field
+    batch * max(T) / T, so every step holds the same number of tokens; a length listed twice
+    ('1024/4096/4096') is drawn twice as often. An optional fourth field
     weights the task draw, e.g. '512:8:400:niah_multikey=4+niah_multiquery=2' (unnamed tasks
     weigh 1; without the field every task is equally likely). The pseudo-tasks 'mkq' and 'mkqh'
     (every_key_asked, shared_prefix_values) are drawn only when named."""
@@ -374,11 +391,17 @@ def main():
                     help="start a new run from another run's checkpoint (weights and AdamW state; "
                          "model shape taken from it); steps, stages and the LR schedule are this "
                          "run's own")
+    ap.add_argument("--stop-step", type=int, default=None,
+                    help="checkpoint and exit after this step (the schedule stays that of the full "
+                         "stages; rerunning without it continues)")
+    ap.add_argument("--rope-base", type=float, default=None,
+                    help="RoPE frequency base (default: the --init checkpoint's, else 10000)")
     ap.add_argument("--copy-random", type=float, default=0.0,
                     help="share of copy-task rows made of uniformly random tokens (default 0)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    keep_freed_memory()
     run_dir = os.path.join(args.runs, args.name)
     os.makedirs(run_dir, exist_ok=True)
     tok_dir = args.tokenizer or os.path.join(args.runs, "tok")
@@ -393,13 +416,15 @@ def main():
     if init:
         shape = {k: init["config"][k] for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")}
         cfg = Config(sp.get_piece_size(), context_length=max(n_ctx, init["config"]["context_length"]),
-                     **shape)
+                     rope_base=args.rope_base or init["config"].get("rope_base", 10000.0),
+                     rms_eps=init["config"].get("rms_eps", 1e-5), **shape)
         if init["config"]["vocab_size"] != cfg.vocab_size:
             raise SystemExit(f"--init {args.init}: vocabulary of {init['config']['vocab_size']} "
                              f"pieces, the tokenizer has {cfg.vocab_size}")
     else:
         cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
-                     n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx)
+                     n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx,
+                     rope_base=args.rope_base or 10000.0)
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
@@ -449,6 +474,9 @@ def main():
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
+    if args.stop_step is not None and step >= args.stop_step:
+        log(run_dir, f"at step {step}, --stop-step {args.stop_step} reached: nothing to do")
+        return
     stage_start = 0
     for si, (lengths, B_max, n_steps, weights) in enumerate(stages):
         stage_end = stage_start + n_steps
@@ -460,7 +488,7 @@ def main():
         lengths = stage_lengths(lengths)
         T_max = max(lengths)
         batchers, eval_pools = {}, {}
-        for T in lengths:
+        for T in sorted(set(lengths)):
             if pure_copy:
                 # Induction warm-up: every row is random tokens with a repeated span (loss on the
                 # repeat only); see training/probe_induction.py for why short rows come first.
@@ -471,7 +499,8 @@ def main():
                     f"{stage_start}..{stage_end}")
                 continue
             B = B_max * T_max // T
-            n_pool = min(2000, max(200, (n_steps * B) // (8 * len(lengths))))
+            # a length listed twice is drawn twice as often (and gets twice the pool)
+            n_pool = min(2000, max(200, (n_steps * B * lengths.count(T)) // (8 * len(lengths))))
             seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
             # a task drawn w times as often gets a pool w times as large (as many repeats)
             n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
@@ -513,11 +542,13 @@ def main():
                     f"{lr_at(step, args, total_steps):.2e} {dt:.2f}s/step")
                 run_loss, run_n, t_step = 0.0, 0, time.time()
             if step % (args.eval_every * max(1, T_max // 512)) == 0 or step == stage_end:
-                for T_eval in lengths:
+                for T_eval in sorted(set(lengths)):
                     res = evaluate(model, eval_pools[T_eval], T_eval)
                     res["copy"] = copy_accuracy(model, batchers[T_eval], args.seed)
                     msg = " ".join(f"{k}={a:.2f}/{e:.2f}" for k, (a, e) in res.items())
                     log(run_dir, f"eval step {step} T={T_eval} (token-acc/exact) {msg}")
+            if args.stop_step is not None and step >= args.stop_step:
+                stop["requested"] = True
             if time.time() - last_ckpt > args.ckpt_minutes * 60 or stop["requested"]:
                 save()
                 last_ckpt = time.time()

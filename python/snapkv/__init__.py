@@ -99,7 +99,8 @@ method: the command line's --method grammar: full, snapkv (true window queries),
     (keys as queries), streaming, chunkkv, knorm, random, keydiff, expected_attention[-proxy],
     kvzip, kvzap (model-level calls; the model's snapkv train-scorer sidecar), the codecs (kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42,
     kivi24, kivi42r, kivi32, kivimix), <policy>+<codec> (snapkv+kivi2); prefixes ada-, pyramid-,
-    ada-pyramid-.
+    ada-pyramid-, and duo- before them (head types: duo-snapkv, duo-ada-kvzip; model-level calls;
+    the model's snapkv find-heads sidecar).
 keep: kept fraction of the prompt in (0, 1] (budget = max(ceil(keep * T), floor)), or
 budget: rows kept per KV head (default {_snapkv.CacheBuilder().config()['budget']} when neither is given).
 

@@ -2,9 +2,9 @@
 // binary16 rows) when the level targets them, NEON at the arm64 levels in the AVX2 kernels' order
 // (the same lanes, fused multiply-adds and final sum: the same bits), plain loops otherwise. The
 // scalar references live in dot.cpp.
-#include "kernels/hsum.h"
 #include "kernels/isa.h"
 #include "kernels/ops_kernels.h"
+#include "kernels/vec.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -54,14 +54,14 @@ float dot_f16(const float* a, const fp16_t* b, size_t n) {
 #if defined(SNAPKV_NEON_KERNELS)
   Acc16 acc;
   for (; i + 16 <= n; i += 16) {
-    const float32x4x2_t b0 = load_f16x8(b + i), b1 = load_f16x8(b + i + 8);
+    const F8 b0 = load_h<F8>(b + i), b1 = load_h<F8>(b + i + 8);
     acc.v[0] = vfmaq_f32(acc.v[0], vld1q_f32(a + i), b0.val[0]);
     acc.v[1] = vfmaq_f32(acc.v[1], vld1q_f32(a + i + 4), b0.val[1]);
     acc.v[2] = vfmaq_f32(acc.v[2], vld1q_f32(a + i + 8), b1.val[0]);
     acc.v[3] = vfmaq_f32(acc.v[3], vld1q_f32(a + i + 12), b1.val[1]);
   }
   for (; i + 8 <= n; i += 8) {
-    const float32x4x2_t b0 = load_f16x8(b + i);
+    const F8 b0 = load_h<F8>(b + i);
     acc.v[0] = vfmaq_f32(acc.v[0], vld1q_f32(a + i), b0.val[0]);
     acc.v[1] = vfmaq_f32(acc.v[1], vld1q_f32(a + i + 4), b0.val[1]);
   }
@@ -109,7 +109,7 @@ void axpy_f16(float* y, float alpha, const fp16_t* x, size_t n) {
 #if defined(SNAPKV_NEON_KERNELS)
   const float32x4_t va = vdupq_n_f32(alpha);
   for (; i + 8 <= n; i += 8) {
-    const float32x4x2_t xv = load_f16x8(x + i);
+    const F8 xv = load_h<F8>(x + i);
     vst1q_f32(y + i, vfmaq_f32(vld1q_f32(y + i), va, xv.val[0]));
     vst1q_f32(y + i + 4, vfmaq_f32(vld1q_f32(y + i + 4), va, xv.val[1]));
   }

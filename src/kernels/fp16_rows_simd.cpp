@@ -15,129 +15,20 @@
 #include "kernels/fp16_rows.h"
 #include "kernels/isa.h"
 #include "kernels/unroll.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define SNAPKV_FP16_ROWS_SIMD 1
-#elif defined(SNAPKV_NEON_KERNELS)
-#include <arm_neon.h>
-#define SNAPKV_FP16_ROWS_SIMD 1
-#endif
+#include "kernels/vec.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-#if SNAPKV_FP16_ROWS_SIMD
-
-#if defined(SNAPKV_NEON_KERNELS)
-using VecF = float32x4_t;
-constexpr size_t kLanes = 4;
-inline VecF load_h(const fp16_t* p) {
-  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
-}
-inline VecF load_f(const float* p) {
-  return vld1q_f32(p);
-}
-inline void store_f(float* p, VecF v) {
-  vst1q_f32(p, v);
-}
-inline VecF zero_f() {
-  return vdupq_n_f32(0.0f);
-}
-inline VecF bcast(const float* p) {
-  return vld1q_dup_f32(p);
-}
-inline VecF fma_f(VecF a, VecF b, VecF c) {
-  return vfmaq_f32(c, a, b);
-}
-inline VecF fold(VecF v) {
-  return v;
-}
-// [sum(a), sum(b), sum(c), sum(d)] of four 4-lane vectors.
-inline float32x4_t hsum4(VecF a, VecF b, VecF c, VecF d) {
-  return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
-}
-inline void store4(float* p, float32x4_t v) {
-  vst1q_f32(p, v);
-}
-inline void prefetch_line(uintptr_t address) {
-  __builtin_prefetch(reinterpret_cast<const void*>(address), 0, 1);
-}
-#elif defined(__AVX512F__) && defined(__AVX512DQ__)
-using VecF = __m512;
-constexpr size_t kLanes = 16;
-inline VecF load_h(const fp16_t* p) {
-  // the zero-masked forms: GCC 12's unmasked ones start from _mm512_undefined_ps, which
-  // -Wmaybe-uninitialized reports
-  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-inline VecF load_f(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-inline void store_f(float* p, VecF v) {
-  _mm512_storeu_ps(p, v);
-}
-inline VecF zero_f() {
-  return _mm512_setzero_ps();
-}
-inline VecF bcast(const float* p) {
-  return _mm512_set1_ps(*p);
-}
-inline VecF fma_f(VecF a, VecF b, VecF c) {
-  return _mm512_fmadd_ps(a, b, c);
-}
-inline __m256 fold(VecF v) {
-  const __m256d lo = _mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 0);
-  const __m256d hi = _mm512_maskz_extractf64x4_pd(0xFF, _mm512_castps_pd(v), 1);
-  return _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
-}
-#else
-using VecF = __m256;
-constexpr size_t kLanes = 8;
-inline VecF load_h(const fp16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline VecF load_f(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-inline void store_f(float* p, VecF v) {
-  _mm256_storeu_ps(p, v);
-}
-inline VecF zero_f() {
-  return _mm256_setzero_ps();
-}
-inline VecF bcast(const float* p) {
-  return _mm256_broadcast_ss(p);
-}
-inline VecF fma_f(VecF a, VecF b, VecF c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-inline __m256 fold(VecF v) {
-  return v;
-}
-#endif
-
-#if !defined(SNAPKV_NEON_KERNELS)
-// [sum(a), sum(b), sum(c), sum(d)] of four 8-lane vectors.
-inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-inline void store4(float* p, __m128 v) {
-  _mm_store_ps(p, v);
-}
-inline void prefetch_line(uintptr_t address) {
-  _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T2);
-}
-#endif
+#if SNAPKV_VEC
 
 // The queries' accumulators are arrays VecF acc[NQ], every loop over them unroll<NQ>
 // (kernels/unroll.h).
 
 // acc[j] += q[j * q_stride] * x for j < NQ.
 template <int NQ>
-inline void fma4(VecF (&acc)[NQ], const float* q, size_t q_stride, VecF x) {
-  unroll<NQ>([&](auto j) { acc[j] = fma_f(load_f(q + j * q_stride), x, acc[j]); });
+inline void fma_rows(VecF (&acc)[NQ], const float* q, size_t q_stride, VecF x) {
+  unroll<NQ>([&](auto j) { acc[j] = fma(load<VecF>(q + j * q_stride), x, acc[j]); });
 }
 
 // out[j * stride] = the sum of acc[j]'s lanes for j < NQ (the four sums in one pass, a query past
@@ -148,13 +39,13 @@ inline void store_row_sums(float* out, size_t stride, const VecF (&acc)[NQ]) {
     if constexpr (j < NQ) {
       return fold(acc[j]);
     } else {
-      return fold(zero_f());
+      return fold(zero<VecF>());
     }
   };
   alignas(16) float sums[4];
-  store4(sums,
-         hsum4(folded(std::integral_constant<int, 0>{}), folded(std::integral_constant<int, 1>{}),
-               folded(std::integral_constant<int, 2>{}), folded(std::integral_constant<int, 3>{})));
+  store(sums,
+        hsum4(folded(std::integral_constant<int, 0>{}), folded(std::integral_constant<int, 1>{}),
+              folded(std::integral_constant<int, 2>{}), folded(std::integral_constant<int, 3>{})));
   unroll<NQ>([&](auto j) { out[j * stride] = sums[j]; });
 }
 
@@ -164,7 +55,7 @@ inline void store_row_sums(float* out, size_t stride, const VecF (&acc)[NQ]) {
 inline void prefetch_lines(const fp16_t* p, size_t bytes, size_t ahead) {
   // integer arithmetic: the address may lie past the end of the rows' array
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) + ahead;
-  for (size_t b = 0; b < bytes; b += 64) prefetch_line(first + b);
+  for (size_t b = 0; b < bytes; b += 64) prefetch_t2(reinterpret_cast<const void*>(first + b));
 }
 
 // NQ (<= 4) queries q: [NQ][head_dim] against rows [0, n); head_dim % kLanes == 0.
@@ -177,13 +68,13 @@ void dot_nq(float* out, size_t stride, const float* q, const fp16_t* data, size_
     const fp16_t* r1 = r0 + head_dim;
     if (prefetch != 0) prefetch_lines(r0, 2 * head_dim * sizeof(fp16_t), prefetch);
     VecF s0[NQ], s1[NQ];
-    unroll<NQ>([&](auto j) { s0[j] = s1[j] = zero_f(); });
+    unroll<NQ>([&](auto j) { s0[j] = s1[j] = zero<VecF>(); });
     for (size_t c = 0; c < head_dim; c += kLanes) {
-      const VecF x0 = load_h(r0 + c), x1 = load_h(r1 + c);
+      const VecF x0 = load_h<VecF>(r0 + c), x1 = load_h<VecF>(r1 + c);
       unroll<NQ>([&](auto j) {
-        const VecF qv = load_f(q + j * head_dim + c);
-        s0[j] = fma_f(qv, x0, s0[j]);
-        s1[j] = fma_f(qv, x1, s1[j]);
+        const VecF qv = load<VecF>(q + j * head_dim + c);
+        s0[j] = fma(qv, x0, s0[j]);
+        s1[j] = fma(qv, x1, s1[j]);
       });
     }
     store_row_sums<NQ>(out + i, stride, s0);
@@ -191,9 +82,11 @@ void dot_nq(float* out, size_t stride, const float* q, const fp16_t* data, size_
   }
   if (i < n) {
     VecF s0[NQ];
-    unroll<NQ>([&](auto j) { s0[j] = zero_f(); });
+    unroll<NQ>([&](auto j) { s0[j] = zero<VecF>(); });
     const fp16_t* r0 = data + i * head_dim;
-    for (size_t c = 0; c < head_dim; c += kLanes) fma4<NQ>(s0, q + c, head_dim, load_h(r0 + c));
+    for (size_t c = 0; c < head_dim; c += kLanes) {
+      fma_rows<NQ>(s0, q + c, head_dim, load_h<VecF>(r0 + c));
+    }
     store_row_sums<NQ>(out + i, stride, s0);
   }
 }
@@ -203,16 +96,11 @@ constexpr size_t kTileRows = 32;
 
 template <int NQ>
 inline void load_acc(VecF (&acc)[NQ], const float* out, size_t head_dim) {
-  unroll<NQ>([&](auto j) { acc[j] = load_f(out + j * head_dim); });
+  unroll<NQ>([&](auto j) { acc[j] = load<VecF>(out + j * head_dim); });
 }
 template <int NQ>
 inline void store_acc(float* out, size_t head_dim, const VecF (&acc)[NQ]) {
-  unroll<NQ>([&](auto j) { store_f(out + j * head_dim, acc[j]); });
-}
-// acc[j] += w[j * stride] * x for j < NQ.
-template <int NQ>
-inline void axpy4(VecF (&acc)[NQ], const float* w, size_t stride, VecF x) {
-  unroll<NQ>([&](auto j) { acc[j] = fma_f(bcast(w + j * stride), x, acc[j]); });
+  unroll<NQ>([&](auto j) { store(out + j * head_dim, acc[j]); });
 }
 
 // out: [NQ][head_dim] += sum over rows [0, n) of w[j * stride + i] * row i; head_dim % kLanes == 0.
@@ -231,11 +119,11 @@ void accumulate_nq(float* out, const float* w, size_t stride, const fp16_t* data
       load_acc<NQ>(hi, out + c + kLanes, head_dim);
       for (size_t i = i0; i < i1; ++i) {
         const fp16_t* row = data + i * head_dim + c;
-        const VecF x0 = load_h(row), x1 = load_h(row + kLanes);
+        const VecF x0 = load_h<VecF>(row), x1 = load_h<VecF>(row + kLanes);
         unroll<NQ>([&](auto j) {
-          const VecF b = bcast(w + j * stride + i);
-          lo[j] = fma_f(b, x0, lo[j]);
-          hi[j] = fma_f(b, x1, hi[j]);
+          const VecF b = bcast<VecF>(w + j * stride + i);
+          lo[j] = fma(b, x0, lo[j]);
+          hi[j] = fma(b, x1, hi[j]);
         });
       }
       store_acc<NQ>(out + c, head_dim, lo);
@@ -245,7 +133,7 @@ void accumulate_nq(float* out, const float* w, size_t stride, const fp16_t* data
       VecF lo[NQ];
       load_acc<NQ>(lo, out + c, head_dim);
       for (size_t i = i0; i < i1; ++i)
-        axpy4<NQ>(lo, w + i, stride, load_h(data + i * head_dim + c));
+        fma_bcast<NQ>(lo, w + i, stride, load_h<VecF>(data + i * head_dim + c));
       store_acc<NQ>(out + c, head_dim, lo);
     }
   }
@@ -270,13 +158,13 @@ void for_query_groups(size_t n_q, F&& f) {
   }
 }
 
-#endif  // SNAPKV_FP16_ROWS_SIMD
+#endif  // SNAPKV_VEC
 
 }  // namespace
 
 void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const fp16_t* data,
                    size_t n, size_t head_dim, size_t prefetch) {
-#if SNAPKV_FP16_ROWS_SIMD
+#if SNAPKV_VEC
   if (head_dim % kLanes == 0) {
     for_query_groups(n_q, [&](size_t j0, auto nq) {
       dot_nq<decltype(nq)::value>(out + j0 * stride, stride, q + j0 * head_dim, data, n, head_dim,
@@ -291,7 +179,7 @@ void fp16_rows_dot(float* out, size_t stride, const float* q, size_t n_q, const 
 
 void fp16_rows_accumulate(float* out, const float* w, size_t stride, size_t n_q, const fp16_t* data,
                           size_t n, size_t head_dim, size_t prefetch) {
-#if SNAPKV_FP16_ROWS_SIMD
+#if SNAPKV_VEC
   if (head_dim % kLanes == 0) {
     for_query_groups(n_q, [&](size_t j0, auto nq) {
       accumulate_nq<decltype(nq)::value>(out + j0 * head_dim, w + j0 * stride, stride, data, n,

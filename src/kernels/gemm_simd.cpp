@@ -1,7 +1,7 @@
 // The inner loops of gemm.h's GEMV and dequantization, compiled once per ISA level (kernels/isa.h):
 // F32, F16, BF16, Q8_0, Q4_0 and Q2_K..Q6_K rows decoded inside the kernels, one AVX2+F16C path
 // per inner loop when the level targets it (at the NEON levels the same lanes and operations on
-// pairs of 4-lane registers, kernels/hsum.h: the AVX2 bits), a scalar loop otherwise. The F16
+// pairs of 4-lane registers, kernels/vec.h (hsum): the AVX2 bits), a scalar loop otherwise. The F16
 // schedules other than per_row are AVX2 / AVX-512 only (the NEON levels run per_row for all). Q4_0
 // and the K-quants decode one block at a time (this level's decode_block) into a stack buffer and
 // dot it with x. The validation, threading and BLAS calls are in gemm.cpp.
@@ -14,7 +14,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include "kernels/hsum.h"
+#include "kernels/vec.h"
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 #define SNAPKV_GEMM_AVX2 1

@@ -13,7 +13,7 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-#include "kernels/hsum.h"
+#include "kernels/vec.h"
 #define SNAPKV_Q8_AVX2 1
 #endif
 #if SNAPKV_Q8_AVX2 && defined(__AVX512VNNI__) && defined(__AVX512VL__)

@@ -4,7 +4,7 @@
 // j = 0, 1, ..., NQ - 1 as std::integral_constant values, in that order. Every index into the
 // array is then a compile-time constant, so the compiler keeps each element in a register of its
 // own (an array indexed by a run-time loop variable may be kept in memory).
-// Leaves out: the vector types and their operations (each kernel file uses its ISA's intrinsics).
+// Leaves out: the vector types and their operations (kernels/vec.h).
 #pragma once
 
 #include <type_traits>

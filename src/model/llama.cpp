@@ -62,6 +62,7 @@ LlamaModel LlamaModel::load(const std::string& path) {
 LlamaModel LlamaModel::load(const std::string& path, gguf::File::Storage storage) {
   LlamaModel model(gguf::File::open(path, storage));
   model.find_kvzap_sidecar(path);
+  model.find_head_types_sidecar(path);
   return model;
 }
 
@@ -97,6 +98,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
     : LlamaSession(model, cache_config, options,
                    build_caches(model.config().dims(), cache_config)) {
   if (plan_.learned_scores) check_kvzap(model);
+  check_head_types(model, cache_config_);
 }
 
 LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_config,
@@ -107,6 +109,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
   }
   for (LayerCache& cache : caches_) cache.set_rope(model.rope_params());
   plan_ = prefill_plan(cache_config_);
+  apply_head_types();
 }
 
 size_t LlamaSession::n_past() const {
@@ -189,6 +192,7 @@ LlamaSession LlamaSession::fork(const CacheConfig& config,
                   "prefill_shared() first");
   }
   config.validate();
+  check_head_types(*model_, config);
   std::vector<LayerCache> forked;
   forked.reserve(caches_.size());
   for (size_t l = 0; l < caches_.size(); ++l) forked.push_back(caches_[l].fork(config, l));

@@ -1,5 +1,7 @@
-// LlamaSession::from_caches and clone: sessions that start from caches built elsewhere (a loaded
-// .kvc file) or from another session. Kept apart from llama.cpp, like llama_extend.cpp.
+// LlamaSession::from_caches, clone and truncated: sessions that start from caches built elsewhere
+// (a loaded .kvc file) or from another session (all of it, or its first tokens). Kept apart from
+// llama.cpp, like llama_extend.cpp.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -50,6 +52,27 @@ LlamaSession LlamaSession::clone() const {
   copy.prefilled_ = prefilled_;
   copy.plan_ = plan_;
   copy.shared_prompt_ = shared_prompt_;
+  return copy;
+}
+
+LlamaSession LlamaSession::truncated(size_t n) const {
+  if (!prefilled_ || shared_prompt_) {
+    throw_invalid("llama", "truncate a session",
+                  prefilled_ ? "a shared prefill" : "no prompt run yet",
+                  "a prefilled session (not a shared prefill)");
+  }
+  if (n == 0 || n > n_past()) {
+    throw_invalid("llama", "truncate length", num(n), "1 .. n_past() = " + num(n_past()));
+  }
+  std::vector<LayerCache> cut;
+  cut.reserve(caches_.size());
+  for (const LayerCache& cache : caches_) cut.push_back(cache.truncated(n));
+  LlamaSession copy(*model_, cache_config_, options_, std::move(cut));
+  copy.prefilled_ = true;
+  copy.plan_ = plan_;
+  copy.prompt_tokens_.assign(
+      prompt_tokens_.begin(),
+      prompt_tokens_.begin() + static_cast<std::ptrdiff_t>(std::min(n, prompt_tokens_.size())));
   return copy;
 }
 

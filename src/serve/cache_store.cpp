@@ -216,22 +216,26 @@ std::shared_ptr<const StoredPrompt> CacheStore::get(const std::string& id) {
   return loaded;
 }
 
-std::shared_ptr<const StoredPrompt> CacheStore::find_prefix(std::span<const int32_t> tokens,
-                                                            const CacheConfig& config) {
-  if (!prefix_extendable(config)) return nullptr;
+CacheStore::PrefixMatch CacheStore::find_prefix(std::span<const int32_t> tokens,
+                                                const CacheConfig& config, size_t min_tokens) {
+  PrefixMatch best;
+  if (!prefix_extendable(config) || tokens.size() < 2) return best;
+  const size_t lowest = std::max<size_t>(min_tokens, 1);
   const std::string want = config_text(config, false);
   std::lock_guard<std::mutex> lock(mutex_);
-  std::shared_ptr<const StoredPrompt> best;
   for (const auto& [id, held] : memory_) {
     const StoredPrompt& e = *held.entry;
-    if (e.tokens.size() >= tokens.size() || (best && e.tokens.size() <= best->tokens.size())) {
-      continue;
-    }
     if (!prefix_extendable(e.config) || config_text(e.config, false) != want) continue;
-    if (!std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) continue;
-    best = held.entry;
+    const size_t n = std::min(e.tokens.size(), tokens.size() - 1);
+    const size_t common = static_cast<size_t>(
+        std::mismatch(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(n),
+                      tokens.begin())
+            .first -
+        e.tokens.begin());
+    if (common < lowest || common <= best.tokens) continue;
+    best = {held.entry, common};
   }
-  if (best) touch(best->id);
+  if (best.entry) touch(best.entry->id);
   return best;
 }
 

@@ -118,7 +118,7 @@ http::ServerLimits http_limits(const ServerOptions& o) {
                                                       std::min(o.max_queue, kMaxModelHandlers)) +
                       8;
   l.keep_alive_max = o.keep_alive_max;
-  l.write_timeout_s = o.read_timeout_s;
+  l.write_timeout_s = o.write_timeout_s == 0.0 ? o.read_timeout_s : o.write_timeout_s;
   return l;
 }
 
@@ -295,11 +295,16 @@ std::pair<LlamaSession, std::vector<float>> Server::Impl::start_prompt(
       reuse = {"exact", tokens.size()};
       return {hit->session.clone(), hit->logits};
     }
-    if (const auto prefix = store->find_prefix(tokens, config)) {
-      reuse = {"prefix", prefix->tokens.size()};
-      LlamaSession session = prefix->session.clone();
+    if (const CacheStore::PrefixMatch prefix =
+            store->find_prefix(tokens, config, options.prefix_reuse_min);
+        prefix.entry) {
+      reuse = {"prefix", prefix.tokens};
+      // The stored prompt cut to the common prefix (a copy; the entry stays whole).
+      LlamaSession session = prefix.tokens == prefix.entry->session.n_past()
+                                 ? prefix.entry->session.clone()
+                                 : prefix.entry->session.truncated(prefix.tokens);
       std::vector<float> logits =
-          session.extend(std::span<const int32_t>(tokens).subspan(prefix->tokens.size()));
+          session.extend(std::span<const int32_t>(tokens).subspan(prefix.tokens));
       keep_prompt(tokens, config, method, session, logits, false);
       return {std::move(session), std::move(logits)};
     }
@@ -514,7 +519,9 @@ Server::Server(const LlamaModel& model, const Tokenizer& tokenizer, ServerOption
       {"request_timeout", options.request_timeout_s},
       {"keep_alive_timeout", options.keep_alive_timeout_s},
       {"head_timeout", options.head_timeout_s},
-      {"body_timeout", options.body_timeout_s}};
+      {"body_timeout", options.body_timeout_s},
+      {"write_timeout",
+       options.write_timeout_s == 0.0 ? options.read_timeout_s : options.write_timeout_s}};
   for (const auto& [name, seconds] : timeouts) {
     // Bounded above so that deadlines (steady_clock + seconds) cannot overflow.
     if (!(seconds > 0.0) || !(seconds <= 1e6)) {

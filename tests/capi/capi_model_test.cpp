@@ -189,6 +189,24 @@ TEST(CApiModel, KvzapDocumentFromTheShippedScorer) {
   snapkv_doc_free(doc);
 }
 
+// The shipped model's head types (models/snapkv-tiny4.heads.gguf) are found beside it: a duo-
+// method compresses a document (streaming heads keep sinks + recent rows), which round-trips
+// through .kvc and answers as before.
+TEST(CApiModel, DuoDocumentFromTheShippedHeadTypes) {
+  Model m;
+  ASSERT_NE(m.p, nullptr);
+  std::string prompt = passkey_prompt();
+  const std::string doc_text = prompt.substr(0, prompt.rfind("What"));
+  snapkv_doc* doc = nullptr;
+  ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), "method=duo-ada-kvzap keep=0.2", &doc),
+            SNAPKV_OK)
+      << snapkv_last_error();
+  std::string answer;
+  expect_kvc_round_trip(m.p, doc, "capi_duo", &answer);
+  EXPECT_NE(answer.find("71432"), std::string::npos) << answer;
+  snapkv_doc_free(doc);
+}
+
 TEST(CApiModel, TokenizeVersionAndMisuse) {
   Model m;
   ASSERT_NE(m.p, nullptr);

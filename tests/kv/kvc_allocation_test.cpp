@@ -1,8 +1,8 @@
 // .kvc files for the caches that version 2 of the format added (kv/file/kvc_format.h): AdaKV's
-// ragged heads, PyramidKV's per-layer budgets and the decode-time budget's query window all come
-// back bit for bit (positions, decoded rows, the bytes written again, attention and appends after),
-// on fp16 and KIVI stores; a version-1 file still reads as the same caches; versions outside the
-// known range are named errors.
+// and head types' (duo-) ragged heads, PyramidKV's per-layer budgets and the decode-time budget's
+// query window all come back bit for bit (positions, decoded rows, the bytes written again,
+// attention and appends after), on fp16 and KIVI stores; a version-1 file still reads as the same
+// caches; versions outside the known range are named errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,6 +41,7 @@ CacheConfig make_config(std::string_view method, CodecKind codec) {
   c.kivi_group = 4;
   c.kivi_residual = 8;
   c.pyramid_beta = 4.0;
+  c.duo_recent = 6;
   return c;
 }
 
@@ -51,6 +52,10 @@ std::vector<LayerCache> prefilled(const CacheConfig& config, uint64_t seed) {
   std::vector<LayerCache> caches;
   for (size_t l = 0; l < kLayers; ++l) {
     LayerCache cache(CacheDims{kHeads, kKv, kD}, config, l, kLayers);
+    // Head types (duo-): one streaming head, which one alternating with the layer.
+    if (head_allocation_duo(config.head_allocation)) {
+      cache.set_head_types(l % 2 == 0 ? std::vector<uint8_t>{1, 0} : std::vector<uint8_t>{0, 1});
+    }
     auto k = random_normal(kKv * kS * kD, seed + 10 * l, 0.3f);
     const auto v = random_normal(kKv * kS * kD, seed + 10 * l + 1);
     auto q = random_normal(kHeads * kW * kD, seed + 10 * l + 2, 0.3f);
@@ -146,19 +151,20 @@ void expect_round_trip(const CacheConfig& config, const std::string& what) {
 
 TEST(KvcAllocation, RaggedAndPyramidCachesRoundTripExactly) {
   for (const char* method :
-       {"ada-snapkv", "pyramid-kvzip", "ada-pyramid-snapkv", "ada-kvzap", "pyramid-kvzap"}) {
+       {"ada-snapkv", "pyramid-kvzip", "ada-pyramid-snapkv", "ada-kvzap", "pyramid-kvzap",
+        "duo-snapkv", "duo-ada-kvzip", "duo-pyramid-kvzap", "duo-ada-pyramid-snapkv"}) {
     for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2}) {
       const CacheConfig config = make_config(method, codec);
       const std::string what = std::string(method) + "+" + std::string(to_string(codec));
       // The saved caches are what the test is about: ragged heads, different layer budgets.
       const std::vector<LayerCache> probe = prefilled(config, 300);
-      if (config.head_allocation == HeadAllocation::ada) {
+      if (config.head_allocation != HeadAllocation::uniform) {
         bool ragged = false;
         for (const LayerCache& c : probe) ragged = ragged || c.size(0) != c.size(1);
         ASSERT_TRUE(ragged) << what << ": no layer has heads of different sizes";
       }
       if (config.layer_allocation == LayerAllocation::pyramid) {
-        ASSERT_GT(probe.front().size(0), probe.back().size(0)) << what;
+        ASSERT_GT(probe.front().stats().rows_kept, probe.back().stats().rows_kept) << what;
       }
       expect_round_trip(config, what);
     }

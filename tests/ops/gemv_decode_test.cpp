@@ -40,7 +40,7 @@ class ThreadsGuard {
 
 // row_acc8's order (kernels/gemm_simd.cpp dot_f16_row_acc8), emulated with std::fma: lane l of
 // accumulator k takes columns 64m + 8k + l; lo = (acc0 + acc4) + (acc2 + acc6), hi = (acc1 +
-// acc5) + (acc3 + acc7); the lanes of lo + hi summed as kernels/hsum.h does. n % 64 == 0.
+// acc5) + (acc3 + acc7); the lanes of lo + hi summed as kernels/vec.h (hsum) does. n % 64 == 0.
 float dot_acc8_order(const float* x, const fp16_t* w, size_t n) {
   float acc[8][8] = {};
   for (size_t i = 0; i < n; i += 64) {

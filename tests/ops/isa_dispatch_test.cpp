@@ -25,7 +25,7 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   return v;
 }
 
-// The AVX2 dot's order (kernels/dot_simd.cpp, kernels/hsum.h): lane l of accumulator 0 takes
+// The AVX2 dot's order (kernels/dot_simd.cpp, kernels/vec.h (hsum)): lane l of accumulator 0 takes
 // elements 16k + l and, after the 16-wide loop, one 8-wide step; accumulator 1 takes 16k + 8 + l;
 // each product is fused into its lane (FMA); the lanes are summed as
 // ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7)) of acc0 + acc1; the tail is added in order.

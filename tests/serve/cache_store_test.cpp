@@ -1,7 +1,8 @@
 // The store of prefilled prompts on its own: LRU eviction by entries and by bytes (the most
 // recently used survive, an entry alone over the byte limit is not held), content ids that
-// change with any token or option, and the shared-store payload: encoded and decoded bit for bit,
-// every damage (magic, sizes, metadata, logits count, cache bytes, trailing bytes) refused.
+// change with any token or option, the longest common prefix found for prefix reuse, and the
+// shared-store payload: encoded and decoded bit for bit, every damage (magic, sizes, metadata,
+// logits count, cache bytes, trailing bytes) refused.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -61,6 +62,42 @@ TEST(CacheStore, EvictsTheLeastRecentlyUsedByCountAndBytes) {
   tiny.put(a);
   EXPECT_EQ(tiny.memory_entries(), 0u);
   EXPECT_EQ(tiny.memory_bytes(), 0u);
+}
+
+// find_prefix: the entry sharing the longest common token prefix wins, whether it is a strict
+// prefix of the new prompt or diverges after it; the prefix must reach min_tokens and leave at
+// least one token to run; a compressed entry or another config never matches.
+TEST(CacheStore, FindPrefixTakesTheLongestCommonPrefix) {
+  const std::string doc = "The grass is green and the sky is blue. The pass key is 48213.";
+  const auto strict = prefilled(doc, "full", false);
+  const auto diverging = prefilled(doc + " Boats float on the water of the lake.", "full", false);
+  const auto compressed =
+      prefilled(doc + " Boats float on the water, said the man.", "snapkv", false);
+  CacheStore store(tiny_model().model, {}, StoreLimits{}, "", nullptr);
+  for (const auto& e : {strict, diverging, compressed}) store.put(e);
+  const std::vector<int32_t> asked =
+      tiny_model().tokenizer.encode(doc + " Boats float on the water, said the woman.", true);
+  size_t common = 0;
+  while (common < asked.size() && common < diverging->tokens.size() &&
+         asked[common] == diverging->tokens[common]) {
+    ++common;
+  }
+  ASSERT_GT(common, strict->tokens.size()) << "the test needs a longer diverging match";
+  ASSERT_LT(common, diverging->tokens.size());
+
+  const CacheStore::PrefixMatch m = store.find_prefix(asked, strict->config, 1);
+  EXPECT_EQ(m.entry, diverging);
+  EXPECT_EQ(m.tokens, common);
+  // A minimum above the longest common prefix: nothing.
+  EXPECT_EQ(store.find_prefix(asked, strict->config, common + 1).entry, nullptr);
+  // The stored prompt itself, asked again: all but its last token (one is always left to run).
+  const CacheStore::PrefixMatch self = store.find_prefix(diverging->tokens, strict->config, 1);
+  EXPECT_EQ(self.tokens, diverging->tokens.size() - 1);
+  // A compressed config is never served by a prefix, nor is a full one by a compressed entry.
+  EXPECT_EQ(store.find_prefix(asked, compressed->config, 1).entry, nullptr);
+  CacheStore only_compressed(tiny_model().model, {}, StoreLimits{}, "", nullptr);
+  only_compressed.put(compressed);
+  EXPECT_EQ(only_compressed.find_prefix(asked, strict->config, 1).entry, nullptr);
 }
 
 TEST(CacheStore, ContentIdsChangeWithTokensAndOptions) {

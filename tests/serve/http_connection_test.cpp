@@ -1,8 +1,9 @@
 // The server's HTTP/1.1 connection layer (src/serve/http/) through raw sockets on loopback:
 // pipelined requests answered in order (GETs, POSTs with Content-Length and chunked bodies), the
 // whole-head and body deadlines with other clients served meanwhile, 200 idle connections, the
-// bound on held connections, a stream nobody reads dropped at the write timeout, HEAD, malformed
-// and oversized heads and bodies, bad Content-Length values, Expect: 100-continue, HTTP/1.0.
+// bound on held connections, a stream nobody reads dropped at the write timeout (--read-timeout's
+// by default), HEAD, a known path with another method (405 + Allow), malformed and oversized
+// heads and bodies, bad Content-Length values, a missing Host, Expect: 100-continue, HTTP/1.0.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@ namespace {
 
 using nlohmann::json;
 using test::post;
+using test::post_until_ok;
 using test::RawSocket;
 using test::Running;
 using test::seconds_since;
@@ -179,7 +181,7 @@ TEST(HttpConnection, TwoHundredIdleConnectionsAndARequestServedAtOnce) {
     ASSERT_TRUE(idle.back()->connected()) << i;
     if (i % 3 == 1) idle.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
     if (i % 3 == 2)
-      idle.back()->send("POST /v1/completions HTTP/1.1\r\nContent-Length: 50\r\n\r\n{");
+      idle.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{");
   }
   const auto t0 = Clock::now();
   httplib::Client c = server.client();
@@ -227,12 +229,8 @@ TEST(HttpConnection, HeadGetsTheHeadersOnlyAndUnknownRoutesA404) {
   EXPECT_NE(got.find("no route GET /nowhere"), std::string::npos) << got;
 }
 
-TEST(HttpConnection, AStreamNobodyReadsIsDroppedAtTheWriteTimeout) {
-  ServerOptions o;
-  o.max_concurrent = 1;
-  o.max_queue = 0;
-  o.read_timeout_s = 1.0;  // also the write timeout
-  o.max_n = 128;
+// A client that stops reading a long stream: the only worker is freed at the write timeout.
+void expect_unread_stream_dropped(const ServerOptions& o) {
   Running server(o);
   // A client with a small receive window that sends a request for a long stream (128 choices
   // with 20 log-probabilities per token: more events than the sockets' buffers hold) and then
@@ -265,15 +263,8 @@ TEST(HttpConnection, AStreamNobodyReadsIsDroppedAtTheWriteTimeout) {
   }
   // The only worker is freed once a write has made no progress for the timeout.
   httplib::Client c = server.client();
-  int status = 0;
-  const auto t0 = Clock::now();
-  while (seconds_since(t0) < 30.0) {
-    const auto res =
-        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
-    status = res ? res->status : -1;
-    if (status == 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const int status = post_until_ok(c, "/v1/completions", R"({"prompt": "hi", "max_tokens": 1})",
+                                   30.0, std::chrono::milliseconds(100));
   EXPECT_EQ(status, 200) << "a client that never reads kept the only worker";
   // The stream was cut, not finished: no [DONE] among what the server had sent.
   while (true) {
@@ -286,6 +277,62 @@ TEST(HttpConnection, AStreamNobodyReadsIsDroppedAtTheWriteTimeout) {
   ::close(fd);
   EXPECT_EQ(got.find("server_error"), std::string::npos) << "the generation failed instead";
   EXPECT_EQ(got.find("data: [DONE]"), std::string::npos) << "the stream ran to its end";
+}
+
+TEST(HttpConnection, AStreamNobodyReadsIsDroppedAtTheWriteTimeout) {
+  ServerOptions o;
+  o.max_concurrent = 1;
+  o.max_queue = 0;
+  o.max_n = 128;
+  {
+    SCOPED_TRACE("no --write-timeout: the read timeout");
+    o.read_timeout_s = 1.0;
+    expect_unread_stream_dropped(o);
+  }
+  {
+    SCOPED_TRACE("--write-timeout 1 under a read timeout the test outlasts");
+    o.read_timeout_s = 120.0;
+    o.write_timeout_s = 1.0;
+    expect_unread_stream_dropped(o);
+  }
+}
+
+TEST(HttpConnection, AKnownPathWithAnotherMethodGets405AndAllow) {
+  Running server(ServerOptions{});
+  httplib::Client c = server.client();
+  struct Case {
+    const char* method;
+    const char* path;
+    const char* allow;
+  };
+  const std::vector<Case> cases = {
+      {"GET", "/v1/completions", "POST"},
+      {"POST", "/health", "GET, HEAD"},
+      {"PUT", "/v1/models", "GET, HEAD"},
+      {"DELETE", "/v1/caches", "POST, GET, HEAD"},
+      {"POST", "/v1/caches/abc", "GET, HEAD, DELETE"},
+      {"GET", "/tokenize", "POST"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(k.method) + " " + k.path);
+    httplib::Request req;
+    req.method = k.method;
+    req.path = k.path;
+    const auto res = c.send(req);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 405) << res->body;
+    EXPECT_EQ(res->get_header_value("Allow"), k.allow);
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << res->body;
+    EXPECT_EQ(j["error"]["code"], 405);
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(k.allow), std::string::npos);
+  }
+  // An unknown path is still a 404, and the connection goes on after a 405.
+  const auto res = c.Get("/nowhere");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(c.Get("/health")->status, 200);
 }
 
 struct Refusal {
@@ -302,24 +349,33 @@ TEST(HttpConnection, MalformedHeadsAndBodiesGetJsonErrorsAndTheClose) {
       {"malformed request line", "GARBAGE\r\n\r\n", 400},
       {"no version", "GET /health\r\n\r\n", 400},
       {"HTTP/2.0", "GET /health HTTP/2.0\r\n\r\n", 505},
-      {"oversized head", "GET /health HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n",
-       431},
-      {"oversized request line", "GET /" + std::string(10000, 'a') + " HTTP/1.1\r\n\r\n", 414},
+      {"oversized head",
+       "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", 431},
+      {"oversized request line", "GET /" + std::string(10000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n",
+       414},
       {"body over --max-body",
-       "POST /detokenize HTTP/1.1\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, ' '), 413},
-      {"negative Content-Length", "POST /detokenize HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400},
-      {"Content-Length not a number", "POST /detokenize HTTP/1.1\r\nContent-Length: ten\r\n\r\n",
-       400},
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" +
+           std::string(5000, ' '),
+       413},
+      {"negative Content-Length",
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400},
+      {"Content-Length not a number",
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", 400},
       {"Content-Length overflowing",
-       "POST /detokenize HTTP/1.1\r\nContent-Length: 184467440737095516160\r\n\r\n", 413},
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 184467440737095516160\r\n\r\n",
+       413},
       {"chunked body over --max-body",
-       "POST /detokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1001\r\n" +
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1001\r\n" +
            std::string(4097, ' ') + "\r\n0\r\n\r\n",
        413},
-      {"bad chunk size", "POST /detokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-       400},
-      {"gzip transfer coding", "POST /detokenize HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
-      {"unknown expectation", "POST /detokenize HTTP/1.1\r\nExpect: 200-ok\r\n\r\n", 417},
+      {"bad chunk size",
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
+      {"gzip transfer coding",
+       "POST /detokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+      {"unknown expectation", "POST /detokenize HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n",
+       417},
+      {"HTTP/1.1 without Host", "GET /health HTTP/1.1\r\n\r\n", 400},
+      {"two Host fields", "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
   };
   for (const Refusal& r : cases) {
     RawSocket s(server.port());

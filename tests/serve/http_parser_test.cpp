@@ -1,5 +1,6 @@
 // The HTTP layer's request parsing (src/serve/http/http_parser.h) without sockets: a table of
-// heads and the status each is answered with (0: accepted) and what was read from it, the end of
+// heads and the status each is answered with (0: accepted; an HTTP/1.1 head without one Host
+// field: 400) and what was read from it, the end of
 // a head found across reads, partial heads over the limits, chunked bodies fed in pieces, and the
 // connection's phases over pipelined bytes (serve/http/http_connection.h).
 #include <gtest/gtest.h>
@@ -32,21 +33,31 @@ TEST(HttpParser, HeadTable) {
   const std::vector<HeadCase> cases = {
       {"plain GET", "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 0},
       {"bare LF line ends", "GET / HTTP/1.1\nHost: x\n\n", 0},
-      {"POST with a length", "POST /v1/completions HTTP/1.1\r\nContent-Length: 12\r\n\r\n", 0,
+      {"POST with a length",
+       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n", 0,
        BodyKind::length, 12},
-      {"zero length", "POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 0, BodyKind::none, 0},
+      {"zero length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 0, BodyKind::none,
+       0},
       {"repeated equal lengths",
-       "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-length: 5\r\n\r\n", 0, BodyKind::length, 5},
-      {"chunked", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 0, BodyKind::chunked},
+       "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-length: 5\r\n\r\n", 0,
+       BodyKind::length, 5},
+      {"chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 0,
+       BodyKind::chunked},
       {"HTTP/1.0 closes", "GET / HTTP/1.0\r\n\r\n", 0, BodyKind::none, 0, false},
       {"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", 0, BodyKind::none,
        0, true},
-      {"Connection: close", "GET / HTTP/1.1\r\nConnection: foo, close\r\n\r\n", 0, BodyKind::none,
-       0, false},
-      {"absolute-form target", "GET http://example.com/health HTTP/1.1\r\n\r\n", 0},
+      {"Connection: close", "GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n", 0,
+       BodyKind::none, 0, false},
+      {"absolute-form target",
+       "GET http://example.com/health HTTP/1.1\r\nHost: example.com\r\n\r\n", 0},
       {"Expect: 100-continue",
-       "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n", 0, BodyKind::length,
-       3},
+       "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n", 0,
+       BodyKind::length, 3},
+      {"HTTP/1.1 without Host", "GET /health HTTP/1.1\r\n\r\n", 400},
+      {"HTTP/1.1 POST without Host", "POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\n", 400},
+      {"two Host fields", "GET / HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n", 400},
+      {"two Host fields on HTTP/1.0", "GET / HTTP/1.0\r\nHost: x\r\nHost: x\r\n\r\n", 400},
+      {"HTTP/1.0 with Host", "GET / HTTP/1.0\r\nHost: x\r\n\r\n", 0, BodyKind::none, 0, false},
       {"empty request line", "\r\n\r\n", 400},
       {"two fields in the request line", "GET /\r\n\r\n", 400},
       {"four fields in the request line", "GET / HTTP/1.1 x\r\n\r\n", 400},
@@ -95,7 +106,7 @@ TEST(HttpParser, HeadTable) {
 
 TEST(HttpParser, RequestFields) {
   const Head h = parse_head(
-      "DELETE /v1/caches/a%2Fb%zz?x=1&y=2 HTTP/1.1\r\nAuthorization:  Bearer k "
+      "DELETE /v1/caches/a%2Fb%zz?x=1&y=2 HTTP/1.1\r\nHost: x\r\nAuthorization:  Bearer k "
       "\r\nX-Empty:\r\n\r\n",
       HeadLimits{});
   ASSERT_EQ(h.error.status, 0) << h.error.message;
@@ -107,7 +118,8 @@ TEST(HttpParser, RequestFields) {
   EXPECT_TRUE(h.request.has_header("X-EMPTY"));
   EXPECT_EQ(h.request.get_header_value("X-Empty"), "");
   EXPECT_FALSE(h.request.has_header("Cookie"));
-  EXPECT_TRUE(parse_head("POST / HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n", {}).expect_continue);
+  EXPECT_TRUE(
+      parse_head("POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\n\r\n", {}).expect_continue);
 }
 
 TEST(HttpParser, HeadEndFoundAcrossReads) {
@@ -190,8 +202,9 @@ TEST(HttpConnection, PipelinedRequestsComeOutOneByOne) {
   const Clock::time_point t = Clock::now();
   Connection c(-1, 0, t);
   c.in =
-      "\r\nGET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 3\r\n\r\nxyz"
-      "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\nGET /d";
+      "\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nContent-Length: "
+      "3\r\n\r\nxyz"
+      "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\nGET /d";
   ASSERT_EQ(c.advance(limits, t), Connection::Step::ready);
   EXPECT_EQ(c.head.request.path, "/a");
   c.next_request(t);
@@ -205,7 +218,7 @@ TEST(HttpConnection, PipelinedRequestsComeOutOneByOne) {
   c.next_request(t);
   EXPECT_EQ(c.advance(limits, t), Connection::Step::wait);  // "GET /d" is not a whole head
   EXPECT_EQ(c.phase, Connection::Phase::head);
-  c.in += " HTTP/1.1\r\n\r\n";
+  c.in += " HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_EQ(c.advance(limits, t), Connection::Step::ready);
   EXPECT_EQ(c.head.request.path, "/d");
   EXPECT_EQ(c.served, 3u);
@@ -223,7 +236,7 @@ TEST(HttpConnection, DeadlinesOfEachPhase) {
   };
   Connection c(-1, 0, t0);
   EXPECT_EQ(c.deadline(limits), at(5));  // idle
-  c.in = "GET / HTTP/1.1\r\n";
+  c.in = "GET / HTTP/1.1\r\nHost: x\r\n";
   c.last_byte = at(0.5);
   ASSERT_EQ(c.advance(limits, at(0.5)), Connection::Step::wait);
   EXPECT_EQ(c.deadline(limits), at(1.5));  // the read timeout after the last byte

@@ -1,13 +1,17 @@
 // The server's store of prefilled prompts through real HTTP on loopback: a repeated prompt is
 // answered from the store (exact reuse, the same answer), an uncompressed prompt's prefix is
-// extended (the same answer as a fresh prefill), a compressed one is not, documents are
-// content-addressed, memory is bounded with evicted documents kept in --cache-dir, and .kvc files
-// found there at start-up are listed and served by id (names checked, other models skipped).
+// extended (the same answer as a fresh prefill), the longest common prefix of a stored
+// uncompressed prompt and a new one is cut from a copy of the stored one, a compressed one is not,
+// documents are content-addressed, memory is bounded with evicted documents kept in --cache-dir,
+// and .kvc files found there at start-up are listed and served by id (names checked, other models
+// skipped).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -15,6 +19,7 @@
 
 #include "eval/tiny_model.h"
 #include "model/chat_model_util.h"
+#include "model/golden_util.h"
 #include "serve/running_server.h"
 #include "snapkv/kv/core/method.h"
 #include "snapkv/model/prompt_cache.h"
@@ -113,6 +118,106 @@ TEST(ServeReuse, UncompressedPrefixIsExtendedCompressedIsNot) {
     }
     EXPECT_EQ(longer["choices"][0]["text"].get<std::string>(), fresh(method, 0.2, tb, 8));
   }
+}
+
+// Tokens two token lists share at their start.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  return static_cast<size_t>(
+      std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+      a.begin());
+}
+
+TEST(ServeReuse, LongestCommonPrefixIsCutFromAStoredPrompt) {
+  Running server(ServerOptions{});
+  ServerOptions cold_options;
+  cold_options.reuse_prompts = false;
+  Running cold(cold_options);
+  httplib::Client c = server.client(), cc = cold.client();
+  const Tokenizer& tok = tiny_model().tokenizer;
+  const std::string doc = kDocument;
+  const std::string a = doc + " Tell me about the sky, please, and about the sun.";
+  const std::string b = doc + " What is the pass key? The pass key is";
+  const std::string d = doc + " What is the pass key? Say it twice, the key is";
+  const std::vector<int32_t> ta = tok.encode(a, true), tb = tok.encode(b, true),
+                             td = tok.encode(d, true);
+  const size_t l_ab = common_prefix(ta, tb), l_bd = common_prefix(tb, td);
+  ASSERT_GE(l_ab, ServerOptions{}.prefix_reuse_min) << "the test needs a long common prefix";
+  ASSERT_LT(l_ab, std::min(ta.size(), tb.size())) << "the test needs prompts that diverge";
+  ASSERT_GT(l_bd, common_prefix(ta, td)) << "d must share more with b than with a";
+  ASSERT_LT(l_bd, std::min(tb.size(), td.size()));
+
+  auto ask = [](httplib::Client& client, const std::string& prompt, const std::string& method) {
+    return post(client, "/v1/completions",
+                {{"prompt", prompt}, {"max_tokens", 8}, {"method", method}, {"logprobs", 3}});
+  };
+  // The same greedy tokens, top alternatives and log-probabilities as a server that prefilled
+  // the prompt cold. The rows below L are the same computation either way, but a cold prefill's
+  // last forward reads the window's own keys and values in fp32 where the reused cache holds
+  // them in fp16: both are evaluations of the network with an fp16 cache, each within
+  // max_diff_kv16 + tol32 of the float64 logits (model/golden_test.cpp; the serve tests' model
+  // is the golden one), so logits differ by at most twice that and log-probabilities (a logit
+  // minus the log-sum-exp of all) by at most four times.
+  const double tolerance = 4.0 * (snapkv::test::golden().max_diff_kv16 +
+                                  2.0 * 128 * std::numeric_limits<float>::epsilon() *
+                                      snapkv::test::golden().max_abs_logit);
+  auto expect_cold_answer = [&](const json& got, const std::string& prompt,
+                                const std::string& method) {
+    const json want = ask(cc, prompt, method);
+    EXPECT_EQ(want["snapkv"]["reuse"], "none");
+    EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]);
+    const json& g = got["choices"][0]["logprobs"];
+    const json& w = want["choices"][0]["logprobs"];
+    EXPECT_EQ(g["tokens"], w["tokens"]);
+    ASSERT_EQ(g["token_logprobs"].size(), w["token_logprobs"].size());
+    for (size_t i = 0; i < w["token_logprobs"].size(); ++i) {
+      EXPECT_NEAR(g["token_logprobs"][i].get<double>(), w["token_logprobs"][i].get<double>(),
+                  tolerance)
+          << i;
+      ASSERT_EQ(g["top_logprobs"][i].size(), w["top_logprobs"][i].size()) << i;
+      for (const auto& [token, logprob] : w["top_logprobs"][i].items()) {
+        ASSERT_TRUE(g["top_logprobs"][i].contains(token)) << i << " " << token;
+        EXPECT_NEAR(g["top_logprobs"][i][token].get<double>(), logprob.get<double>(), tolerance)
+            << i << " " << token;
+      }
+    }
+  };
+
+  const json first_a = ask(c, a, "full");
+  EXPECT_EQ(first_a["snapkv"]["reuse"], "none");
+  const json got_b = ask(c, b, "full");
+  EXPECT_EQ(got_b["snapkv"]["reuse"], "prefix");
+  EXPECT_EQ(got_b["snapkv"]["reused_tokens"].get<size_t>(), l_ab);
+  expect_cold_answer(got_b, b, "full");
+  // The longest common prefix wins: d shares more with b (stored now) than with a.
+  const json got_d = ask(c, d, "full");
+  EXPECT_EQ(got_d["snapkv"]["reuse"], "prefix");
+  EXPECT_EQ(got_d["snapkv"]["reused_tokens"].get<size_t>(), l_bd);
+  expect_cold_answer(got_d, d, "full");
+  // The stored prompts were copied, not cut: each still answers exactly as it first did.
+  const json again_a = ask(c, a, "full");
+  EXPECT_EQ(again_a["snapkv"]["reuse"], "exact");
+  EXPECT_EQ(again_a["choices"][0]["text"], first_a["choices"][0]["text"]);
+  EXPECT_EQ(again_a["choices"][0]["logprobs"], first_a["choices"][0]["logprobs"]);
+  const json again_b = ask(c, b, "full");
+  EXPECT_EQ(again_b["snapkv"]["reuse"], "exact");
+  EXPECT_EQ(again_b["choices"][0]["logprobs"], got_b["choices"][0]["logprobs"]);
+
+  // A compressed cache is never cut: its rows were chosen for its own prompt.
+  EXPECT_EQ(ask(c, a, "snapkv")["snapkv"]["reuse"], "none");
+  const json compressed_b = ask(c, b, "snapkv");
+  EXPECT_EQ(compressed_b["snapkv"]["reuse"], "none");
+  EXPECT_EQ(compressed_b["choices"][0]["text"].get<std::string>(), fresh("snapkv", 0.2, tb, 8));
+  // Nor is an uncompressed one for a compressed request (another config).
+  EXPECT_EQ(ask(c, d + " Twice.", "snapkv")["snapkv"]["reuse"], "none");
+
+  // A common prefix shorter than --prefix-reuse-min is prefilled.
+  ServerOptions strict;
+  strict.prefix_reuse_min = l_ab + 1;
+  Running picky(strict);
+  httplib::Client pc = picky.client();
+  ask(pc, a, "full");
+  EXPECT_EQ(ask(pc, b, "full")["snapkv"]["reuse"], "none");
 }
 
 TEST(ServeReuse, DocumentsAreContentAddressedAndEvictedToTheDirectory) {

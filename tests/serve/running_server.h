@@ -67,4 +67,20 @@ inline json post(httplib::Client& c, const std::string& path, const json& body,
   return json::parse(res->body, nullptr, false);
 }
 
+// POSTs the JSON text `body` to `path` until the answer is 200 or `limit_s` seconds have passed,
+// `pause` between tries; returns the last status (-1: no answer). For a test waiting for a worker
+// to be freed.
+inline int post_until_ok(httplib::Client& c, const std::string& path, const std::string& body,
+                         double limit_s, std::chrono::milliseconds pause) {
+  int status = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (seconds_since(t0) < limit_s) {
+    const auto res = c.Post(path, body, "application/json");
+    status = res ? res->status : -1;
+    if (status == 200) break;
+    std::this_thread::sleep_for(pause);
+  }
+  return status;
+}
+
 }  // namespace snapkv::serve::test

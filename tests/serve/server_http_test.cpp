@@ -30,6 +30,7 @@ namespace {
 
 using nlohmann::json;
 using test::post;
+using test::post_until_ok;
 using test::RawSocket;
 using test::Running;
 using test::seconds_since;
@@ -278,15 +279,8 @@ TEST(ServeHttp, AClientLeavingAStreamFreesItsWorker) {
     ASSERT_NE(first.find("data: "), std::string::npos) << first;
   }  // closed mid-stream
   httplib::Client c = server.client();
-  int status = 0;
-  const auto t0 = Clock::now();
-  while (seconds_since(t0) < 5.0) {
-    const auto res =
-        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 1})", "application/json");
-    status = res ? res->status : -1;
-    if (status == 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const int status = post_until_ok(c, "/v1/completions", R"({"prompt": "hi", "max_tokens": 1})",
+                                   5.0, std::chrono::milliseconds(20));
   EXPECT_EQ(status, 200) << "the abandoned stream kept the only worker";
 }
 

@@ -41,6 +41,7 @@
 #include "snapkv/kv/core/config.h"
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/prefill_plan.h"
+#include "snapkv/model/head_types.h"
 #include "snapkv/model/kvzap.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/model/model_config.h"
@@ -120,7 +121,19 @@ class LlamaModel {
   void set_kvzap(KvzapScorer scorer);
   KvzapDims kvzap_dims() const;
 
+  // Head types for head_allocation duo / duo_ada (model/head_types.h), found as kvzap's scorer
+  // is: head_types_sidecar_path(path), or the file SNAPKV_HEADS names when set and not empty; null
+  // otherwise, and head_types_status() says why.
+  const HeadTypes* head_types() const { return head_types_.get(); }
+  const std::string& head_types_status() const { return head_types_status_; }
+  // Reads head types from another path; throws snapkv::RuntimeError when unreadable or measured
+  // on another model (the model keeps its previous ones then).
+  void load_head_types(const std::string& path);
+  void set_head_types(HeadTypes types);
+
  private:
+  // Tries head_types_sidecar_path(model_path); records why not in head_types_status_.
+  void find_head_types_sidecar(const std::string& model_path);
   // Tries kvzap_sidecar_path(model_path); records why not in kvzap_status_.
   void find_kvzap_sidecar(const std::string& model_path);
 
@@ -130,6 +143,8 @@ class LlamaModel {
   size_t weight_bytes_ = 0;
   std::shared_ptr<const KvzapScorer> kvzap_;
   std::string kvzap_status_ = "no scorer weights (a model not loaded from a file)";
+  std::shared_ptr<const HeadTypes> head_types_;
+  std::string head_types_status_ = "no head types (a model not loaded from a file)";
 };
 
 struct SessionOptions {
@@ -216,6 +231,14 @@ class LlamaSession {
   // An independent copy (every cache cloned), e.g. one loaded prompt forked per question.
   LlamaSession clone() const;
 
+  // An independent copy holding only the first n tokens (1 <= n <= n_past()): the state a
+  // session with the same config and options reaches after the first n tokens alone, ready for
+  // extend() and decode(); this session is unchanged. Only for caches that keep every row exactly
+  // (LayerCache::truncated: policy full, codec fp16, no decode-time budget) and a prefilled
+  // session that is not a shared prefill; std::invalid_argument otherwise. For reusing the
+  // common prefix of a stored prompt and a new one.
+  LlamaSession truncated(size_t n) const;
+
   size_t n_past() const;  // tokens seen (== every cache's offset())
   // The position the next token is rotated at (every cache's next_position()): n_past() until
   // the caches are re-indexed.
@@ -253,6 +276,11 @@ class LlamaSession {
   // src/model/kvzap_session.cpp); check_kvzap throws when the model has no scorer.
   void compress_kvzap();
   static void check_kvzap(const LlamaModel& model);
+  // head_allocation duo / duo_ada with an evicting policy: check_head_types throws when the model
+  // has no head types; apply_head_types hands each cache its layer's streaming mask (defined in
+  // src/model/head_types_session.cpp).
+  static void check_head_types(const LlamaModel& model, const CacheConfig& config);
+  void apply_head_types();
 
   const LlamaModel* model_;
   CacheConfig cache_config_;

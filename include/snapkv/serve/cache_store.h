@@ -8,10 +8,12 @@
 // model name the same prompt and config alike; a .kvc file of the directory is named by its stem.
 // Names are [A-Za-z0-9._-]{1,128}, not starting with '.': no path separators, no "..".
 //
-// Reuse rules (find_prefix): the longest stored prompt that is a strict prefix of a new prompt is
-// extended by the rest only when both configs keep every row exactly (policy full, codec fp16,
-// no decode-time budget) and agree on every other option: such a cache after a prefix holds
-// exactly the rows a prefill of the longer prompt computes for those positions. A compressed
+// Reuse rules (find_prefix): the stored prompt that shares the longest common token prefix (L
+// tokens) with a new prompt is cut to those L tokens (LlamaSession::truncated; the entry itself
+// is untouched) and extended by the rest only when both configs keep every row exactly (policy
+// full, codec fp16, no decode-time budget) and agree on every other option: such a cache after
+// a prefix holds exactly the rows a prefill of the longer prompt computes for those positions. A
+// compressed
 // cache cannot be extended by a prefix match in general: its policy chose rows using the prefix's
 // own last queries and budget, which a prefill of the longer prompt would choose differently;
 // compressed prompts are reused only on an exact match (same tokens, same config).
@@ -84,10 +86,16 @@ class CacheStore {
   // The entry named `id`: memory, then <dir>/<id>.kvc, then the shared store; null when none has
   // it. Throws StoreError / KvcError for an entry that is there but unreadable.
   std::shared_ptr<const StoredPrompt> get(const std::string& id);
-  // The longest memory entry whose tokens are a strict prefix of `tokens`, with a config
-  // find_prefix may extend to `config` (see the file comment); null when none.
-  std::shared_ptr<const StoredPrompt> find_prefix(std::span<const int32_t> tokens,
-                                                  const CacheConfig& config);
+  // The memory entry with a config find_prefix may extend to `config` (see the file comment)
+  // whose tokens share the longest common prefix with `tokens`, and that prefix's length L, with
+  // min_tokens <= L < tokens.size() (at least one token is left to run, so its logits are
+  // fresh); {null, 0} when none. The entry may be longer than L (it diverges after L).
+  struct PrefixMatch {
+    std::shared_ptr<const StoredPrompt> entry;
+    size_t tokens = 0;
+  };
+  PrefixMatch find_prefix(std::span<const int32_t> tokens, const CacheConfig& config,
+                          size_t min_tokens = 1);
   // Adds (or replaces) an entry: memory, evicting the least recently used, and the shared store.
   // A shared store that fails is reported by a StoreError after the entry is in memory.
   void put(std::shared_ptr<const StoredPrompt> entry);

@@ -72,9 +72,10 @@ struct ServerOptions {
   // closed for a new one, or new ones wait in the listen backlog); complete requests go to
   // handler threads. A head or body that sends nothing for read_timeout_s, a head not complete
   // within head_timeout_s or a body within body_timeout_s gets 408 and the close; a response
-  // that the client does not read for read_timeout_s is abandoned.
+  // that the client does not read for write_timeout_s (0: read_timeout_s) is abandoned.
   size_t max_connections = 256;
   double read_timeout_s = 5.0;
+  double write_timeout_s = 0.0;
   double head_timeout_s = 10.0;
   double body_timeout_s = 60.0;
   size_t keep_alive_max = 1000;     // requests per connection
@@ -97,7 +98,10 @@ struct ServerOptions {
   // are written there ("" = none: "save" refused).
   std::string cache_dir;
   bool reuse_prompts = true;  // keep prefilled prompts for repeats and (uncompressed) prefixes
-  std::string cache_store;    // "redis://HOST:PORT": a store shared with other replicas
+  // Shortest common token prefix of a new prompt and a stored uncompressed one that is reused
+  // (cut from the stored one) instead of prefilled.
+  size_t prefix_reuse_min = 16;
+  std::string cache_store;  // "redis://HOST:PORT": a store shared with other replicas
   size_t cache_store_chunk_bytes = size_t{64} << 20;  // largest value written to Redis
   size_t prefill_chunk = 512;
   bool chat_template = true;  // false: chat messages as plain text, one per line (--no-chat)

@@ -1,35 +1,52 @@
 // The float KIVI key kernels (kivi_kernels.h: kivi_key_block_dot), compiled once per ISA level
 // (kivi_simd.h). A key block stores 8 rows of one channel per word; out(8 rows) += (q_c * scale_c)
 // * codes, no horizontal sums; the zero term sum_c q_c * zero_c is added once per row. Levels with
-// AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first. The NEON levels run the same
-// scheme on two 4-lane registers per octet, one octet at a time.
+// AVX-512 VNNI take the integer kernels of kivi_q8_simd.cpp first. The kernels are written on F8
+// (kernels/vec.h: one octet per vector; at the NEON levels a pair of 4-lane registers), the
+// AVX-512 level adds a 16-row form.
 #include "kernels/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-#if SNAPKV_KIVI_AVX2
+#if SNAPKV_VEC
+
+// The q * zero partial sums: 8 lanes summed in order (x86), 4 lanes by pairwise adds (NEON).
+#if SNAPKV_VEC_X86
+using QPart = F8;
+inline float lane_total(F8 v) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  float z = 0.0f;
+  for (float x : lanes) z += x;
+  return z;
+}
+#else
+using QPart = F4;
+inline float lane_total(F4 v) {
+  return vaddvq_f32(v);
+}
+#endif
 
 // Writes the 8 row results of one octet (rows past n_rows are dropped): dst[0..valid) = acc + qz.
-[[maybe_unused]] inline void store_octet(float* dst, __m256 acc, float qz, size_t valid) {
-  const __m256 v = _mm256_add_ps(acc, _mm256_set1_ps(qz));
+[[maybe_unused]] inline void store_octet(float* dst, const F8& acc, float qz, size_t valid) {
+  const F8 v = add(acc, set1<F8>(qz));
   if (valid == kKiviOctet) {
-    _mm256_storeu_ps(dst, v);
+    store(dst, v);
   } else {
     alignas(32) float tmp[kKiviOctet];
-    _mm256_store_ps(tmp, v);
+    store(tmp, v);
     std::copy_n(tmp, valid, dst);
   }
 }
 
 // The same for two inputs sharing each query's coefficient (two octets of a key block).
 template <int NQ>
-inline void fma_queries2(__m256 (&p)[NQ], __m256 (&r)[NQ], const float* coef, size_t stride,
-                         __m256 x0, __m256 x1) {
+inline void fma_bcast2(F8 (&p)[NQ], F8 (&r)[NQ], const float* coef, size_t stride, F8 x0, F8 x1) {
   unroll<NQ>([&](auto j) {
-    const __m256 b = _mm256_broadcast_ss(coef + j * stride);
-    p[j] = _mm256_fmadd_ps(b, x0, p[j]);
-    r[j] = _mm256_fmadd_ps(b, x1, r[j]);
+    const F8 b = bcast<F8>(coef + j * stride);
+    p[j] = fma(b, x0, p[j]);
+    r[j] = fma(b, x1, r[j]);
   });
 }
 
@@ -41,13 +58,13 @@ void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
   size_t oct = 0;
   for (; oct + 2 <= n_oct; oct += 2) {  // two octets at a time: 2 * NQ independent FMA chains
-    __m256 acc0[NQ] = {}, acc1[NQ] = {};
+    F8 acc0[NQ] = {}, acc1[NQ] = {};
     const uint8_t* w0 = words + oct * head_dim * Bits;
     const uint8_t* w1 = w0 + head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
-      const __m256 x0 = unpack8<Bits>(load_word<Bits>(w0, c));
-      const __m256 x1 = unpack8<Bits>(load_word<Bits>(w1, c));
-      fma_queries2<NQ>(acc0, acc1, qs + c, qs_stride, x0, x1);
+      const F8 x0 = unpack8<Bits>(load_word<Bits>(w0, c));
+      const F8 x1 = unpack8<Bits>(load_word<Bits>(w1, c));
+      fma_bcast2<NQ>(acc0, acc1, qs + c, qs_stride, x0, x1);
     }
     unroll<NQ>([&](auto j) {
       float* dst = out + j * out_stride + oct * kKiviOctet;
@@ -57,10 +74,10 @@ void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_
     });
   }
   if (oct < n_oct) {
-    __m256 acc[NQ] = {};
+    F8 acc[NQ] = {};
     const uint8_t* w0 = words + oct * head_dim * Bits;
     for (size_t c = 0; c < head_dim; ++c) {
-      fma_queries<NQ>(acc, qs + c, qs_stride, unpack8<Bits>(load_word<Bits>(w0, c)));
+      fma_bcast<NQ>(acc, qs + c, qs_stride, unpack8<Bits>(load_word<Bits>(w0, c)));
     }
     unroll<NQ>([&](auto j) {
       store_octet(out + j * out_stride + oct * kKiviOctet, acc[j], qz[j],
@@ -69,7 +86,7 @@ void key_block_dot_nq(float* out, size_t out_stride, const float* qs, size_t qs_
   }
 }
 
-#if SNAPKV_KIVI_AVX512
+#if SNAPKV_VEC_AVX512
 
 // The codes of rows 16p .. 16p+15 of channel c in a key block (two octets; the second one past
 // the block's last octet reads as 0).
@@ -89,65 +106,40 @@ void key_block_dot16_nq(float* out, size_t out_stride, const float* qs, size_t q
                         const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
   const size_t n_oct = ceil_div(n_rows, kKiviOctet);
   const size_t n_pairs = ceil_div(n_oct, 2);
-  auto store = [&](const __m512(&acc)[NQ], size_t pair) {
+  auto store_pair = [&](const F16(&acc)[NQ], size_t pair) {
     const size_t row0 = pair * 16;
     const size_t valid = std::min<size_t>(16, n_rows - row0);
     const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
     unroll<NQ>([&](auto j) {
-      const __m512 v = _mm512_add_ps(acc[j], _mm512_set1_ps(qz[j]));
+      const F16 v = add(acc[j], set1<F16>(qz[j]));
       _mm512_mask_storeu_ps(out + j * out_stride + row0, mask, v);
     });
   };
   size_t p = 0;
   for (; p + 2 <= n_pairs; p += 2) {
-    __m512 acc0[NQ] = {}, acc1[NQ] = {};
+    F16 acc0[NQ] = {}, acc1[NQ] = {};
     for (size_t c = 0; c < head_dim; ++c) {
-      const __m512 x0 = unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim));
-      const __m512 x1 = unpack16<Bits>(key_pair_word<Bits>(words, p + 1, n_oct, c, head_dim));
-      fma16<NQ>(acc0, qs + c, qs_stride, x0);
-      fma16<NQ>(acc1, qs + c, qs_stride, x1);
+      const F16 x0 = unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim));
+      const F16 x1 = unpack16<Bits>(key_pair_word<Bits>(words, p + 1, n_oct, c, head_dim));
+      fma_bcast<NQ>(acc0, qs + c, qs_stride, x0);
+      fma_bcast<NQ>(acc1, qs + c, qs_stride, x1);
     }
-    store(acc0, p);
-    store(acc1, p + 1);
+    store_pair(acc0, p);
+    store_pair(acc1, p + 1);
   }
   if (p < n_pairs) {
-    __m512 acc0[NQ] = {};
+    F16 acc0[NQ] = {};
     for (size_t c = 0; c < head_dim; ++c) {
-      fma16<NQ>(acc0, qs + c, qs_stride,
-                unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim)));
+      fma_bcast<NQ>(acc0, qs + c, qs_stride,
+                    unpack16<Bits>(key_pair_word<Bits>(words, p, n_oct, c, head_dim)));
     }
-    store(acc0, p);
+    store_pair(acc0, p);
   }
 }
 
-#endif  // SNAPKV_KIVI_AVX512
+#endif  // SNAPKV_VEC_AVX512
 
-#endif  // SNAPKV_KIVI_AVX2
-
-#if SNAPKV_KIVI_NEON
-// key_block_dot_nq on NEON: per octet, the 8 rows of each channel's word in two registers and NQ
-// pairs of FMA chains; then dst[0..valid) = acc + qz.
-template <int NQ, int Bits>
-void key_block_dot_nq_neon(float* out, size_t out_stride, const float* qs, size_t qs_stride,
-                           const float* qz, const uint8_t* words, size_t n_rows, size_t head_dim) {
-  const size_t n_oct = ceil_div(n_rows, kKiviOctet);
-  for (size_t oct = 0; oct < n_oct; ++oct) {
-    float32x4x2_t acc[NQ] = {};
-    const uint8_t* w0 = words + oct * head_dim * Bits;
-    for (size_t c = 0; c < head_dim; ++c) {
-      fma_queries8<NQ>(acc, qs + c, qs_stride, unpack8_neon<Bits>(load_word<Bits>(w0, c)));
-    }
-    const size_t valid = std::min(kKiviOctet, n_rows - oct * kKiviOctet);
-    unroll<NQ>([&](auto j) {
-      float* dst = out + j * out_stride + oct * kKiviOctet;
-      alignas(16) float rows[kKiviOctet];
-      vst1q_f32(rows, vaddq_f32(acc[j].val[0], vdupq_n_f32(qz[j])));
-      vst1q_f32(rows + 4, vaddq_f32(acc[j].val[1], vdupq_n_f32(qz[j])));
-      std::copy_n(rows, valid, dst);
-    });
-  }
-}
-#endif  // SNAPKV_KIVI_NEON
+#endif  // SNAPKV_VEC
 
 }  // namespace
 
@@ -158,23 +150,22 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
                             scratch)) {
     return;  // integer dot products (kivi_q8_simd.cpp)
   }
-#if SNAPKV_KIVI_AVX2
-  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c]
+#if SNAPKV_VEC
+  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c] (partial sums per lane, then
+  // their total)
   float* qs = scratch;
   float* qz = scratch + n_q * head_dim;
+  constexpr size_t kPart = sizeof(QPart) / sizeof(float);
   for (size_t j = 0; j < n_q; ++j) {
     const float* qj = q + j * head_dim;
-    __m256 z8 = _mm256_setzero_ps();
+    QPart zp = zero<QPart>();
     size_t c = 0;
-    for (; c + 8 <= head_dim; c += 8) {
-      const __m256 qv = _mm256_loadu_ps(qj + c);
-      _mm256_storeu_ps(qs + j * head_dim + c, _mm256_mul_ps(qv, _mm256_loadu_ps(scales + c)));
-      z8 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(zeros + c), z8);
+    for (; c + kPart <= head_dim; c += kPart) {
+      const QPart qv = load<QPart>(qj + c);
+      store(qs + j * head_dim + c, mul(qv, load<QPart>(scales + c)));
+      zp = fma(qv, load<QPart>(zeros + c), zp);
     }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, z8);
-    float z = 0.0f;
-    for (float x : lanes) z += x;
+    float z = lane_total(zp);
     for (; c < head_dim; ++c) {
       qs[j * head_dim + c] = qj[c] * scales[c];
       z += qj[c] * zeros[c];
@@ -187,39 +178,11 @@ void kivi_key_block_dot(float* out, size_t out_stride, const float* q, size_t n_
     const float* s = qs + j0 * head_dim;
     with_nq_bits(nq, bits, [&](auto n, auto b) {
       constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
-#if SNAPKV_KIVI_AVX512
+#if SNAPKV_VEC_AVX512
       key_block_dot16_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
 #else
       key_block_dot_nq<kNq, kBits>(o, out_stride, s, head_dim, qz + j0, words, n_rows, head_dim);
 #endif
-    });
-  }
-#elif SNAPKV_KIVI_NEON
-  // qs[j][c] = q[j][c] * scale[c]; qz[j] = sum_c q[j][c] * zero[c] (four partial sums)
-  float* qs = scratch;
-  float* qz = scratch + n_q * head_dim;
-  for (size_t j = 0; j < n_q; ++j) {
-    const float* qj = q + j * head_dim;
-    float32x4_t z4 = vdupq_n_f32(0.0f);
-    size_t c = 0;
-    for (; c + 4 <= head_dim; c += 4) {
-      const float32x4_t qv = vld1q_f32(qj + c);
-      vst1q_f32(qs + j * head_dim + c, vmulq_f32(qv, vld1q_f32(scales + c)));
-      z4 = vfmaq_f32(z4, qv, vld1q_f32(zeros + c));
-    }
-    float z = vaddvq_f32(z4);
-    for (; c < head_dim; ++c) {
-      qs[j * head_dim + c] = qj[c] * scales[c];
-      z += qj[c] * zeros[c];
-    }
-    qz[j] = z;
-  }
-  for (size_t j0 = 0; j0 < n_q; j0 += 4) {
-    const int nq = static_cast<int>(std::min<size_t>(4, n_q - j0));
-    with_nq_bits(nq, bits, [&](auto n, auto b) {
-      constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
-      key_block_dot_nq_neon<kNq, kBits>(out + j0 * out_stride, out_stride, qs + j0 * head_dim,
-                                        head_dim, qz + j0, words, n_rows, head_dim);
     });
   }
 #else

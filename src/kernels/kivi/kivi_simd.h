@@ -1,14 +1,13 @@
 // Shared by the float KIVI attention kernels (kivi_keys_simd.cpp, kivi_values_simd.cpp; see
-// kivi_kernels.h), compiled once per ISA level (kernels/isa.h): which fast path the level takes,
-// the byte -> codes tables and the helpers both use. A level without AVX2+FMA runs the scalar twins
-// (kivi_kernels.cpp). The kernels decode one code word (8 codes) into 8 floats by table lookup,
-// or 16 codes into 16 floats by variable shifts at the AVX-512 level (8 codes by shifts into two
-// 4-lane registers at the NEON levels, whose kernels are the key dots only), then feed up to 4
-// queries' FMAs from it, so the decode cost is shared by the query heads of a GQA group
-// (docs/KERNELS.md); the queries' accumulators are arrays indexed through unroll<NQ>
-// (kernels/unroll.h). The helpers have internal linkage (an anonymous namespace); the tables are
-// one inline variable per level (snapkv::SNAPKV_ISA), so the key and value kernels share one copy
-// in L1.
+// kivi_kernels.h), compiled once per ISA level (kernels/isa.h): the byte -> codes tables and the
+// code unpacking both use. A level without the vector layer (kernels/vec.h: SNAPKV_VEC) runs the
+// scalar twins (kivi_kernels.cpp). The kernels decode one code word (8 codes) into an F8 (8
+// floats: by table lookup at x86, by per-lane shifts at the NEON levels), or 16 codes into an F16
+// by variable shifts at the AVX-512 level, then feed up to 4 queries' FMAs from it, so the decode
+// cost is shared by the query heads of a GQA group (docs/KERNELS.md); the queries' accumulators
+// are arrays indexed through unroll<NQ> (kernels/unroll.h). The helpers have internal linkage (an
+// anonymous namespace); the tables are one inline variable per level (snapkv::SNAPKV_ISA), so the
+// key and value kernels share one copy in L1.
 #pragma once
 
 #include <algorithm>
@@ -18,31 +17,11 @@
 #include "kernels/isa.h"
 #include "kernels/kivi/kivi_kernels.h"
 #include "kernels/unroll.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
-// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#define SNAPKV_KIVI_AVX2 1
-#endif
-#if SNAPKV_KIVI_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__)
-#define SNAPKV_KIVI_AVX512 1
-#endif
-#if !SNAPKV_KIVI_AVX2 && defined(SNAPKV_NEON_KERNELS)
-#include <arm_neon.h>
-#define SNAPKV_KIVI_NEON 1
-#endif
+#include "kernels/vec.h"
 
 namespace snapkv::SNAPKV_ISA {
 
-#if SNAPKV_KIVI_AVX2
+#if SNAPKV_VEC_X86
 
 // Byte -> codes as floats: 2-bit bytes hold 4 codes, 4-bit bytes 2 (element k in bits b*k..).
 template <int Bits>
@@ -60,9 +39,9 @@ struct CodeTable {
 inline constexpr CodeTable<2> kCodes2;
 inline constexpr CodeTable<4> kCodes4;
 
-#endif  // SNAPKV_KIVI_AVX2
+#endif  // SNAPKV_VEC_X86
 
-#if SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
+#if SNAPKV_VEC
 namespace {
 
 inline size_t ceil_div(size_t a, size_t b) {
@@ -83,11 +62,11 @@ inline uint32_t load_word(const uint8_t* words, size_t i) {
   }
 }
 
-#if SNAPKV_KIVI_AVX2
+#if SNAPKV_VEC_X86
 // The 8 codes of a word as 8 floats, by table lookup (4 KiB / 2 KiB, L1-resident) instead of
 // broadcast + variable shift + mask + convert (docs/KERNELS.md, KIVI float kernels).
 template <int Bits>
-inline __m256 unpack8(uint32_t word) {
+inline F8 unpack8(uint32_t word) {
   if constexpr (Bits == 2) {
     const __m128 lo = _mm_load_ps(kCodes2.codes[word & 0xFFu]);
     const __m128 hi = _mm_load_ps(kCodes2.codes[(word >> 8) & 0xFFu]);
@@ -102,7 +81,20 @@ inline __m256 unpack8(uint32_t word) {
   }
 }
 
-#endif  // SNAPKV_KIVI_AVX2
+#elif SNAPKV_VEC_NEON
+// NEON: a shift per lane, a mask and a convert, into the two registers of an F8.
+template <int Bits>
+inline F8 unpack8(uint32_t word) {
+  constexpr int b = Bits;
+  const int32x4_t lo_shift = {0, -b, -2 * b, -3 * b};
+  const int32x4_t hi_shift = {-4 * b, -5 * b, -6 * b, -7 * b};
+  const uint32x4_t w = vdupq_n_u32(word);
+  const uint32x4_t mask = vdupq_n_u32((1u << Bits) - 1u);
+  return {{vcvtq_f32_u32(vandq_u32(vshlq_u32(w, lo_shift), mask)),
+           vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
+}
+
+#endif
 
 // Runs f(NQ, Bits) with both as std::integral_constant, for nq in 1..4 (more: 4) and bits 2 or 4:
 // the one place the kernels' runtime shape becomes their template arguments.
@@ -127,58 +119,12 @@ inline void with_nq_bits(int nq, int bits, F&& f) {
   }
 }
 
-// Four fp32 lanes (one per query of a group) for the drivers' per-row work, and a prefetch of
-// the line at p into the outer caches (T2), on either architecture.
-#if SNAPKV_KIVI_AVX2
-using F4 = __m128;
-inline F4 load4(const float* p) {
-  return _mm_loadu_ps(p);
-}
-inline void store4(float* p, F4 v) {
-  _mm_storeu_ps(p, v);
-}
-inline F4 mul4(F4 a, float b) {
-  return _mm_mul_ps(a, _mm_set1_ps(b));
-}
-inline F4 fma4(F4 a, float b, F4 c) {  // a * b + c, fused
-  return _mm_fmadd_ps(a, _mm_set1_ps(b), c);
-}
-inline void prefetch_t2(const char* p) {
-  _mm_prefetch(p, _MM_HINT_T2);
-}
-#else
-using F4 = float32x4_t;
-inline F4 load4(const float* p) {
-  return vld1q_f32(p);
-}
-inline void store4(float* p, F4 v) {
-  vst1q_f32(p, v);
-}
-inline F4 mul4(F4 a, float b) {
-  return vmulq_n_f32(a, b);
-}
-inline F4 fma4(F4 a, float b, F4 c) {
-  return vfmaq_n_f32(c, a, b);
-}
-inline void prefetch_t2(const char* p) {
-  __builtin_prefetch(p, 0, 1);
-}
-#endif
-
-#if SNAPKV_KIVI_AVX2
-// acc[j] += broadcast(coef[j * stride]) * x for j < NQ.
-template <int NQ>
-inline void fma_queries(__m256 (&acc)[NQ], const float* coef, size_t stride, __m256 x) {
-  unroll<NQ>(
-      [&](auto j) { acc[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(coef + j * stride), x, acc[j]); });
-}
-
-#if SNAPKV_KIVI_AVX512
+#if SNAPKV_VEC_AVX512
 
 // 16 codes as 16 floats: Bits = 2: the 32-bit word `w` holds codes 0..15 at bits 2k; Bits = 4: the
 // 64-bit `w` holds codes 0..15 at bits 4k. A variable shift per lane, a mask and a convert.
 template <int Bits>
-inline __m512 unpack16(uint64_t w) {
+inline F16 unpack16(uint64_t w) {
   if constexpr (Bits == 2) {
     const __m512i shifts =
         _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -195,45 +141,10 @@ inline __m512 unpack16(uint64_t w) {
   }
 }
 
-// acc[j] += coef[j * stride] * x for j < NQ.
-template <int NQ>
-inline void fma16(__m512 (&acc)[NQ], const float* coef, size_t stride, __m512 x) {
-  unroll<NQ>(
-      [&](auto j) { acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(coef[j * stride]), x, acc[j]); });
-}
-
-#endif  // SNAPKV_KIVI_AVX512
-#endif  // SNAPKV_KIVI_AVX2
-
-#if SNAPKV_KIVI_NEON
-// The 8 codes of a key word (rows 0..7 of one channel, code k at bits Bits * k) as two vectors of
-// 4 floats (rows 0..3, 4..7): a shift per lane, a mask and a convert.
-template <int Bits>
-inline float32x4x2_t unpack8_neon(uint32_t word) {
-  constexpr int b = Bits;
-  const int32x4_t lo_shift = {0, -b, -2 * b, -3 * b};
-  const int32x4_t hi_shift = {-4 * b, -5 * b, -6 * b, -7 * b};
-  const uint32x4_t w = vdupq_n_u32(word);
-  const uint32x4_t mask = vdupq_n_u32((1u << Bits) - 1u);
-  return {{vcvtq_f32_u32(vandq_u32(vshlq_u32(w, lo_shift), mask)),
-           vcvtq_f32_u32(vandq_u32(vshlq_u32(w, hi_shift), mask))}};
-}
-
-inline void fma8(float32x4x2_t& acc, float coef, const float32x4x2_t& x) {
-  acc.val[0] = vfmaq_n_f32(acc.val[0], x.val[0], coef);
-  acc.val[1] = vfmaq_n_f32(acc.val[1], x.val[1], coef);
-}
-
-// acc[j] += coef[j * stride] * x for j < NQ; an accumulator is 8 rows in two registers.
-template <int NQ>
-inline void fma_queries8(float32x4x2_t (&acc)[NQ], const float* coef, size_t stride,
-                         const float32x4x2_t& x) {
-  unroll<NQ>([&](auto j) { fma8(acc[j], coef[j * stride], x); });
-}
-#endif  // SNAPKV_KIVI_NEON
+#endif  // SNAPKV_VEC_AVX512
 
 }  // namespace
 
-#endif  // SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
+#endif  // SNAPKV_VEC
 
 }  // namespace snapkv::SNAPKV_ISA

@@ -2,14 +2,15 @@
 // ISA level (kivi_simd.h). A value row stores 8 channels per word; a tile of rows is walked per
 // pair of words with the output in registers; the zero term sum_r w_r * zero_(r,g) is added once
 // per group. Levels with AVX-512 VNNI take the integer kernels of kivi_q8_values_simd.cpp (2-bit)
-// and kivi_q16_values_simd.cpp (4-bit) first. The NEON levels run the same driver with a tile
-// kernel of one word (8 channels, two 4-lane registers per query) at a time.
+// and kivi_q16_values_simd.cpp (4-bit) first. The tile kernel is written on F8 (kernels/vec.h: one
+// word of 8 channels per vector; at the NEON levels a pair of 4-lane registers), the AVX-512 level
+// adds 16- and 32-channel forms.
 #include "kernels/kivi/kivi_simd.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-#if SNAPKV_KIVI_AVX2
+#if SNAPKV_VEC
 
 // NQ queries (<= 4) over value rows [0, n_rows); coef: [n_rows][n_groups][4] = w * scale.
 // Requires head_dim % 8 == 0 and every word inside one group (group % 8 == 0 or one group).
@@ -19,41 +20,41 @@ void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8
   const size_t n_words = head_dim / kKiviOctet;
   const size_t row_bytes = n_words * Bits;
   auto group_of = [&](size_t word) { return std::min(word * kKiviOctet / group, n_groups - 1); };
-  auto load = [&](__m256(&acc)[NQ], size_t wi) {
-    unroll<NQ>([&](auto j) { acc[j] = _mm256_loadu_ps(out + j * out_stride + wi * kKiviOctet); });
+  auto load_out = [&](F8(&acc)[NQ], size_t wi) {
+    unroll<NQ>([&](auto j) { acc[j] = load<F8>(out + j * out_stride + wi * kKiviOctet); });
   };
-  auto store = [&](const __m256(&acc)[NQ], size_t wi) {
-    unroll<NQ>([&](auto j) { _mm256_storeu_ps(out + j * out_stride + wi * kKiviOctet, acc[j]); });
+  auto store_out = [&](const F8(&acc)[NQ], size_t wi) {
+    unroll<NQ>([&](auto j) { store(out + j * out_stride + wi * kKiviOctet, acc[j]); });
   };
   size_t wi = 0;
   for (; wi + 2 <= n_words; wi += 2) {  // two words (16 channels) x NQ queries in registers
     const size_t g0 = group_of(wi), g1 = group_of(wi + 1);
-    __m256 acc0[NQ], acc1[NQ];
-    load(acc0, wi);
-    load(acc1, wi + 1);
+    F8 acc0[NQ], acc1[NQ];
+    load_out(acc0, wi);
+    load_out(acc1, wi + 1);
     for (size_t r = 0; r < n_rows; ++r) {
       const uint8_t* row = codes + r * row_bytes;
-      const __m256 x0 = unpack8<Bits>(load_word<Bits>(row, wi));
-      const __m256 x1 = unpack8<Bits>(load_word<Bits>(row, wi + 1));
-      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
-      fma_queries<NQ>(acc1, coef + (r * n_groups + g1) * 4, 1, x1);
+      const F8 x0 = unpack8<Bits>(load_word<Bits>(row, wi));
+      const F8 x1 = unpack8<Bits>(load_word<Bits>(row, wi + 1));
+      fma_bcast<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
+      fma_bcast<NQ>(acc1, coef + (r * n_groups + g1) * 4, 1, x1);
     }
-    store(acc0, wi);
-    store(acc1, wi + 1);
+    store_out(acc0, wi);
+    store_out(acc1, wi + 1);
   }
   if (wi < n_words) {
     const size_t g0 = group_of(wi);
-    __m256 acc0[NQ];
-    load(acc0, wi);
+    F8 acc0[NQ];
+    load_out(acc0, wi);
     for (size_t r = 0; r < n_rows; ++r) {
-      const __m256 x0 = unpack8<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
-      fma_queries<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
+      const F8 x0 = unpack8<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
+      fma_bcast<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1, x0);
     }
-    store(acc0, wi);
+    store_out(acc0, wi);
   }
 }
 
-#if SNAPKV_KIVI_AVX512
+#if SNAPKV_VEC_AVX512
 
 // The 16 codes of channels 16k .. 16k+15 of a value row (two words).
 template <int Bits>
@@ -72,37 +73,37 @@ void value_tile16_nq(float* out, size_t out_stride, const float* coef, const uin
   const size_t n_vec = head_dim / 16;
   const size_t row_bytes = head_dim / kKiviOctet * Bits;
   auto group_of = [&](size_t k) { return std::min(k * 16 / group, n_groups - 1); };
-  auto load = [&](__m512(&acc)[NQ], size_t k) {
-    unroll<NQ>([&](auto j) { acc[j] = _mm512_loadu_ps(out + j * out_stride + k * 16); });
+  auto load_out = [&](F16(&acc)[NQ], size_t k) {
+    unroll<NQ>([&](auto j) { acc[j] = load<F16>(out + j * out_stride + k * 16); });
   };
-  auto store = [&](const __m512(&acc)[NQ], size_t k) {
-    unroll<NQ>([&](auto j) { _mm512_storeu_ps(out + j * out_stride + k * 16, acc[j]); });
+  auto store_out = [&](const F16(&acc)[NQ], size_t k) {
+    unroll<NQ>([&](auto j) { store(out + j * out_stride + k * 16, acc[j]); });
   };
   size_t k = 0;
   for (; k + 2 <= n_vec; k += 2) {
     const size_t g0 = group_of(k), g1 = group_of(k + 1);
-    __m512 acc0[NQ], acc1[NQ];
-    load(acc0, k);
-    load(acc1, k + 1);
+    F16 acc0[NQ], acc1[NQ];
+    load_out(acc0, k);
+    load_out(acc1, k + 1);
     for (size_t r = 0; r < n_rows; ++r) {
       const uint8_t* row = codes + r * row_bytes;
-      fma16<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
-                unpack16<Bits>(value_pair_word<Bits>(row, k)));
-      fma16<NQ>(acc1, coef + (r * n_groups + g1) * 4, 1,
-                unpack16<Bits>(value_pair_word<Bits>(row, k + 1)));
+      fma_bcast<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
+                    unpack16<Bits>(value_pair_word<Bits>(row, k)));
+      fma_bcast<NQ>(acc1, coef + (r * n_groups + g1) * 4, 1,
+                    unpack16<Bits>(value_pair_word<Bits>(row, k + 1)));
     }
-    store(acc0, k);
-    store(acc1, k + 1);
+    store_out(acc0, k);
+    store_out(acc1, k + 1);
   }
   if (k < n_vec) {
     const size_t g0 = group_of(k);
-    __m512 acc0[NQ];
-    load(acc0, k);
+    F16 acc0[NQ];
+    load_out(acc0, k);
     for (size_t r = 0; r < n_rows; ++r) {
-      fma16<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
-                unpack16<Bits>(value_pair_word<Bits>(codes + r * row_bytes, k)));
+      fma_bcast<NQ>(acc0, coef + (r * n_groups + g0) * 4, 1,
+                    unpack16<Bits>(value_pair_word<Bits>(codes + r * row_bytes, k)));
     }
-    store(acc0, k);
+    store_out(acc0, k);
   }
 }
 
@@ -179,8 +180,8 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
       const __m512i x = _mm512_cvtepu8_epi32(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + r * row_bytes + 16 * k)));
       const float* cf = coef + (r * n_groups + g) * 4;
-      fma16<NQ>(ev, cf, 1, _mm512_cvtepi32_ps(_mm512_and_si512(x, low4)));
-      fma16<NQ>(od, cf, 1, _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)));
+      fma_bcast<NQ>(ev, cf, 1, _mm512_cvtepi32_ps(_mm512_and_si512(x, low4)));
+      fma_bcast<NQ>(od, cf, 1, _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)));
     }
     unroll<NQ>([&](auto j) {
       float* o = out + j * out_stride + 32 * k;
@@ -190,37 +191,9 @@ void value_tile_nib_nq(float* out, size_t out_stride, const float* coef, const u
   }
 }
 
-#endif  // SNAPKV_KIVI_AVX512
+#endif  // SNAPKV_VEC_AVX512
 
-#endif  // SNAPKV_KIVI_AVX2
-
-#if SNAPKV_KIVI_NEON
-// value_tile_nq on NEON: per word of 8 channels, the NQ queries' outputs in registers over the
-// tile's rows; coef: [n_rows][n_groups][4] = w * scale.
-template <int NQ, int Bits>
-void value_tile_nq(float* out, size_t out_stride, const float* coef, const uint8_t* codes,
-                   size_t n_rows, size_t head_dim, size_t group, size_t n_groups) {
-  const size_t n_words = head_dim / kKiviOctet;
-  const size_t row_bytes = n_words * Bits;
-  for (size_t wi = 0; wi < n_words; ++wi) {
-    const size_t g = std::min(wi * kKiviOctet / group, n_groups - 1);
-    float32x4x2_t acc[NQ];
-    unroll<NQ>([&](auto j) {
-      const float* o = out + j * out_stride + wi * kKiviOctet;
-      acc[j] = {{vld1q_f32(o), vld1q_f32(o + 4)}};
-    });
-    for (size_t r = 0; r < n_rows; ++r) {
-      const float32x4x2_t x = unpack8_neon<Bits>(load_word<Bits>(codes + r * row_bytes, wi));
-      fma_queries8<NQ>(acc, coef + (r * n_groups + g) * 4, 1, x);
-    }
-    unroll<NQ>([&](auto j) {
-      float* o = out + j * out_stride + wi * kKiviOctet;
-      vst1q_f32(o, acc[j].val[0]);
-      vst1q_f32(o + 4, acc[j].val[1]);
-    });
-  }
-}
-#endif  // SNAPKV_KIVI_NEON
+#endif  // SNAPKV_VEC
 
 }  // namespace
 
@@ -235,7 +208,7 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
                                      bits)) {
     return;  // 4-bit rows: int16 weights (kivi_q16_values_simd.cpp)
   }
-#if SNAPKV_KIVI_AVX2 || SNAPKV_KIVI_NEON
+#if SNAPKV_VEC
   // rows ahead of the tile being summed whose codes and params are prefetched
   constexpr size_t kPrefetchRows = 4 * kKiviValueTile;
   const size_t n_groups = ceil_div(head_dim, group);
@@ -264,7 +237,7 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
         fp16_to_fp32_n(params32, reinterpret_cast<const fp16_t*>(params + r0 * n_groups),
                        2 * nr * n_groups);
         // coef[r][g][0..4) = w(j0 + j, r) * scale(r, g); zero4[g][j] += w(j0 + j, r) * zero(r, g)
-#if SNAPKV_KIVI_AVX512
+#if SNAPKV_VEC_AVX512
         if (n_groups <= 4) {
           tile_coefs(coef, zero4, w + j0 * w_stride + r0, w_stride, nq, params32, nr, n_groups);
         }
@@ -274,18 +247,18 @@ void kivi_value_rows_accumulate(float* out, const float* w, size_t w_stride, siz
 #endif
           alignas(16) float wr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           for (size_t j = 0; j < nq; ++j) wr[j] = w[(j0 + j) * w_stride + r0 + r];
-          const F4 wv = load4(wr);
+          const F4 wv = load<F4>(wr);
           const float* p = params32 + 2 * r * n_groups;
           for (size_t g = 0; g < n_groups; ++g) {
-            store4(coef + (r * n_groups + g) * 4, mul4(wv, p[2 * g]));
-            store4(zero4 + 4 * g, fma4(wv, p[2 * g + 1], load4(zero4 + 4 * g)));
+            store(coef + (r * n_groups + g) * 4, mul(wv, set1<F4>(p[2 * g])));
+            store(zero4 + 4 * g, fma(wv, set1<F4>(p[2 * g + 1]), load<F4>(zero4 + 4 * g)));
           }
         }
         const uint8_t* tile_codes = codes + r0 * row_bytes;
         float* o = out + j0 * head_dim;
         with_nq_bits(static_cast<int>(nq), bits, [&](auto n, auto b) {
           constexpr int kNq = decltype(n)::value, kBits = decltype(b)::value;
-#if SNAPKV_KIVI_AVX512
+#if SNAPKV_VEC_AVX512
           if (kBits == 4 && head_dim % 32 == 0 && (group % 32 == 0 || n_groups == 1)) {
             value_tile_nib_nq<kNq>(o, head_dim, coef, tile_codes, nr, head_dim, group, n_groups);
             return;

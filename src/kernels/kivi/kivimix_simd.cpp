@@ -12,34 +12,20 @@
 
 #include "kernels/isa.h"
 #include "kernels/kivi/kivimix_kernels.h"
-
-#if defined(__AVX2__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), a self-initialised variable that
-// -Wmaybe-uninitialized reports wherever they inline; silenced for the header's lines only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#define SNAPKV_KIVIMIX_SIMD 1
-#endif
+#include "kernels/vec.h"
 
 namespace snapkv::SNAPKV_ISA {
 namespace {
 
-#if SNAPKV_KIVIMIX_SIMD
+#if SNAPKV_VEC_X86
 
-#if defined(__AVX512F__)
-constexpr size_t kLanes = 16;
+// The rows' sums are VecF (kernels/vec.h: kLanes rows per vector); the code words are VecI.
+#if SNAPKV_VEC_AVX512
 struct Lanes {  // the first n of 16 lanes
   __mmask16 mask = 0;
   Lanes() = default;
   explicit Lanes(size_t n) : mask(static_cast<__mmask16>((1u << n) - 1u)) {}
 };
-using VecF = __m512;
 using VecI = __m512i;
 inline VecI gather_words(const uint8_t* base, size_t row_bytes, Lanes lanes) {
   const VecI idx =
@@ -56,32 +42,16 @@ inline VecF codes_of(VecI words) {  // the low 2 bits of each lane, as float
 inline VecI next_code(VecI words) {
   return _mm512_srli_epi32(words, 2);
 }
-inline VecF zero_f() {
-  return _mm512_setzero_ps();
-}
-inline VecF bcast(float x) {
-  return _mm512_set1_ps(x);
-}
-inline VecF mul_f(VecF a, VecF b) {
-  return _mm512_mul_ps(a, b);
-}
-inline VecF add_f(VecF a, VecF b) {
-  return _mm512_add_ps(a, b);
-}
 inline VecI load_channels(const KittyChannel* p) {  // 16 channel indices as int32
   return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 inline VecF gather_f(const float* base, VecI idx) {
   return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, idx, base, 4);
 }
-inline void store_f(float* p, VecF v) {
-  _mm512_storeu_ps(p, v);
-}
 inline void add_to(float* p, VecF v, Lanes lanes) {
   _mm512_mask_storeu_ps(p, lanes.mask, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes.mask, p), v));
 }
 #else
-constexpr size_t kLanes = 8;
 struct Lanes {  // the first n of 8 lanes
   __m256i mask = _mm256_setzero_si256();
   Lanes() = default;
@@ -89,7 +59,6 @@ struct Lanes {  // the first n of 8 lanes
       : mask(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))) {}
 };
-using VecF = __m256;
 using VecI = __m256i;
 inline VecI gather_words(const uint8_t* base, size_t row_bytes, Lanes lanes) {
   const VecI idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -106,27 +75,12 @@ inline VecF codes_of(VecI words) {
 inline VecI next_code(VecI words) {
   return _mm256_srli_epi32(words, 2);
 }
-inline VecF zero_f() {
-  return _mm256_setzero_ps();
-}
-inline VecF bcast(float x) {
-  return _mm256_set1_ps(x);
-}
-inline VecF mul_f(VecF a, VecF b) {
-  return _mm256_mul_ps(a, b);
-}
-inline VecF add_f(VecF a, VecF b) {
-  return _mm256_add_ps(a, b);
-}
 inline VecI load_channels(const KittyChannel* p) {  // 8 channel indices as int32
   return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 inline VecF gather_f(const float* base, VecI idx) {
   return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, idx,
                                   _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4);
-}
-inline void store_f(float* p, VecF v) {
-  _mm256_storeu_ps(p, v);
 }
 inline void add_to(float* p, VecF v, Lanes lanes) {
   _mm256_maskstore_ps(p, lanes.mask, _mm256_add_ps(_mm256_maskload_ps(p, lanes.mask), v));
@@ -156,7 +110,7 @@ inline VecI chunk(const uint8_t* low, size_t row_bytes, size_t m, size_t nr, Lan
 //   gathers.
 template <size_t D>
 struct RowWords {
-#if defined(__AVX512F__)
+#if SNAPKV_VEC_AVX512
   static_assert(D == 1 || D == 2 || D == 4);
   VecI regs[D];
   void init(const uint8_t* low, size_t /*row_bytes*/, size_t nr, Lanes /*lanes*/) {
@@ -251,7 +205,7 @@ void rows_pass(float* out, size_t stride, const float* qk, size_t j0, size_t wid
   }
   VecF sums[NQ][NV];
   for (size_t j = 0; j < NQ; ++j) {
-    for (size_t v = 0; v < NV; ++v) sums[j][v] = zero_f();
+    for (size_t v = 0; v < NV; ++v) sums[j][v] = zero<VecF>();
   }
   for (size_t m = 0; 16 * m < wide; ++m) {
     VecI words[NV];
@@ -264,8 +218,8 @@ void rows_pass(float* out, size_t stride, const float* qk, size_t j0, size_t wid
         words[v] = next_code(words[v]);
       }
       for (size_t j = 0; j < NQ; ++j) {
-        const VecF w = bcast(qk[(j0 + j) * wide + k]);
-        for (size_t v = 0; v < NV; ++v) sums[j][v] = add_f(sums[j][v], mul_f(w, codes[v]));
+        const VecF w = set1<VecF>(qk[(j0 + j) * wide + k]);
+        for (size_t v = 0; v < NV; ++v) sums[j][v] = add(sums[j][v], mul(w, codes[v]));
       }
     }
   }
@@ -314,13 +268,13 @@ void all_rows(float* out, size_t stride, const float* qk, size_t n_q, size_t wid
   }
 }
 
-#endif  // SNAPKV_KIVIMIX_SIMD
+#endif  // SNAPKV_VEC_X86
 
 }  // namespace
 
 void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, size_t wide,
                       const uint8_t* low, size_t row_bytes, size_t n) {
-#if SNAPKV_KIVIMIX_SIMD
+#if SNAPKV_VEC_X86
   if (row_bytes == 4) return all_rows<1>(out, stride, qk, n_q, wide, low, row_bytes, n);
   if (row_bytes == 8) return all_rows<2>(out, stride, qk, n_q, wide, low, row_bytes, n);
   if (row_bytes == 16) return all_rows<4>(out, stride, qk, n_q, wide, low, row_bytes, n);
@@ -332,7 +286,7 @@ void kivimix_wide_dot(float* out, size_t stride, const float* qk, size_t n_q, si
 
 void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim,
                           const float* scales, const KittyChannel* channels, size_t wide) {
-#if defined(__AVX512F__)
+#if SNAPKV_VEC_AVX512
   // head_dim <= 256 (every model's): all head_dim products, 16 channels at a time, and the wide
   // ones kept, in order, by a compress (no gathers)
   if (head_dim <= 256) {
@@ -355,9 +309,9 @@ void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim
       const auto valid = static_cast<__mmask16>((1u << std::min<size_t>(16, head_dim - c0)) - 1u);
       const size_t count = static_cast<size_t>(__builtin_popcount(keep));
       const auto first = static_cast<__mmask16>((1u << count) - 1u);
-      const VecF s = mul_f(bcast(0.25f), _mm512_maskz_loadu_ps(valid, scales + c0));
+      const VecF s = mul(set1<VecF>(0.25f), _mm512_maskz_loadu_ps(valid, scales + c0));
       for (size_t j = 0; j < n_q; ++j) {
-        const VecF prod = mul_f(_mm512_maskz_loadu_ps(valid, q + j * head_dim + c0), s);
+        const VecF prod = mul(_mm512_maskz_loadu_ps(valid, q + j * head_dim + c0), s);
         _mm512_mask_storeu_ps(qk + j * wide + at, first, _mm512_maskz_compress_ps(keep, prod));
       }
       at += count;
@@ -365,15 +319,15 @@ void kivimix_wide_weights(float* qk, const float* q, size_t n_q, size_t head_dim
     return;
   }
 #endif
-#if SNAPKV_KIVIMIX_SIMD
+#if SNAPKV_VEC_X86
   // kLanes channels at a time: their scales and each query's entries gathered, then the scalar
   // reference's two products; the last wide % kLanes channels by the reference itself.
   const size_t full = wide - wide % kLanes;
   for (size_t k0 = 0; k0 < full; k0 += kLanes) {
     const VecI idx = load_channels(channels + k0);
-    const VecF s = mul_f(bcast(0.25f), gather_f(scales, idx));
+    const VecF s = mul(set1<VecF>(0.25f), gather_f(scales, idx));
     for (size_t j = 0; j < n_q; ++j) {
-      store_f(qk + j * wide + k0, mul_f(gather_f(q + j * head_dim, idx), s));
+      store(qk + j * wide + k0, mul(gather_f(q + j * head_dim, idx), s));
     }
   }
   for (size_t j = 0; j < n_q; ++j) {

@@ -56,7 +56,8 @@ std::vector<size_t> layer_budgets(const CacheConfig& config, size_t n_layers, si
 }
 
 std::vector<std::vector<uint32_t>> ada_select(std::span<const std::vector<float>> scores,
-                                              size_t budget, const CacheConfig& config) {
+                                              size_t budget, const CacheConfig& config,
+                                              std::optional<size_t> total) {
   if (budget < allocation_floor(config)) {
     throw_invalid("allocation", "ada budget below the floor", std::to_string(budget),
                   ">= " + std::to_string(allocation_floor(config)));
@@ -80,7 +81,7 @@ std::vector<std::vector<uint32_t>> ada_select(std::span<const std::vector<float>
     for (const uint32_t i : keep[h]) taken[h][i] = 1;
     guaranteed += keep[h].size();
   }
-  const size_t target = std::min(n_heads * budget, total_rows);
+  const size_t target = std::min(total.value_or(n_heads * budget), total_rows);
   SNAPKV_CHECK(guaranteed <= target);
   struct Row {
     float score;

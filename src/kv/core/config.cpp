@@ -47,9 +47,11 @@ constexpr std::array<std::pair<std::string_view, PolicyKind>, 11> kPolicyNames{{
     {"kvzap", PolicyKind::kvzap},
     {"kvzip_plus", PolicyKind::kvzip_plus},
 }};
-constexpr std::array<std::pair<std::string_view, HeadAllocation>, 2> kHeadAllocationNames{{
+constexpr std::array<std::pair<std::string_view, HeadAllocation>, 4> kHeadAllocationNames{{
     {"uniform", HeadAllocation::uniform},
     {"ada", HeadAllocation::ada},
+    {"duo", HeadAllocation::duo},
+    {"duo_ada", HeadAllocation::duo_ada},
 }};
 constexpr std::array<std::pair<std::string_view, LayerAllocation>, 2> kLayerAllocationNames{{
     {"uniform", LayerAllocation::uniform},
@@ -105,12 +107,24 @@ void CacheConfig::validate() const {
   if (!(pyramid_beta >= 1.0 && pyramid_beta <= 1e6)) {
     throw_invalid("config", "pyramid_beta out of range", std::to_string(pyramid_beta), "[1, 1e6]");
   }
-  if (head_allocation == HeadAllocation::ada && policy != PolicyKind::full &&
+  if (head_allocation_ada(head_allocation) && policy != PolicyKind::full &&
       !policy_scores_rows(policy)) {
-    throw_invalid("config", "head_allocation ada needs a policy that scores rows",
+    throw_invalid("config",
+                  "head_allocation " + std::string(to_string(head_allocation)) +
+                      " needs a policy that scores rows",
                   std::string(to_string(policy)),
                   "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap");
   }
+  if (head_allocation_duo(head_allocation) && policy == PolicyKind::streaming) {
+    throw_invalid("config",
+                  "head_allocation " + std::string(to_string(head_allocation)) +
+                      " needs a policy that chooses rows (streaming heads already are streaming)",
+                  "policy streaming", "any other evicting policy");
+  }
+  if (!(duo_streaming >= 0.0 && duo_streaming <= 1.0)) {
+    throw_invalid("config", "duo_streaming out of range", std::to_string(duo_streaming), "[0, 1]");
+  }
+  if (duo_recent == 0) throw_invalid("config", "duo_recent must be positive", "0", ">= 1");
 
   if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
   if (kernel == 0 || kernel % 2 == 0) {
@@ -216,10 +230,24 @@ LayerAllocation parse_layer_allocation(std::string_view s) {
   return parse_enum(s, kLayerAllocationNames, "layer allocation");
 }
 
+bool head_allocation_ada(HeadAllocation k) {
+  return k == HeadAllocation::ada || k == HeadAllocation::duo_ada;
+}
+
+bool head_allocation_duo(HeadAllocation k) {
+  return k == HeadAllocation::duo || k == HeadAllocation::duo_ada;
+}
+
 std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& config) {
-  constexpr std::string_view kAda = "ada-", kPyramid = "pyramid-";
+  constexpr std::string_view kDuo = "duo-", kAda = "ada-", kPyramid = "pyramid-";
+  bool duo = false;
+  if (name.starts_with(kDuo)) {
+    duo = true;
+    config.head_allocation = HeadAllocation::duo;
+    name.remove_prefix(kDuo.size());
+  }
   if (name.starts_with(kAda)) {
-    config.head_allocation = HeadAllocation::ada;
+    config.head_allocation = duo ? HeadAllocation::duo_ada : HeadAllocation::ada;
     name.remove_prefix(kAda.size());
   }
   if (name.starts_with(kPyramid)) {

@@ -103,6 +103,7 @@ LayerCache LayerCache::clone() const {
   copy.recent_positions_ = recent_positions_;
   copy.decode_reselections_ = decode_reselections_;
   copy.rope_ = rope_;
+  copy.head_types_ = head_types_;
   return copy;
 }
 
@@ -112,6 +113,14 @@ void LayerCache::set_rope(const RopeParams& rope) {
                   "even, > 0 and <= head_dim = " + num(dims_.head_dim));
   }
   rope_ = rope;
+}
+
+void LayerCache::set_head_types(std::vector<uint8_t> streaming) {
+  if (streaming.size() != dims_.n_kv_heads) {
+    throw_invalid(kComponent, "head types size", num(streaming.size()),
+                  "n_kv_heads = " + num(dims_.n_kv_heads));
+  }
+  head_types_ = std::move(streaming);
 }
 
 LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const {
@@ -140,6 +149,7 @@ LayerCache LayerCache::fork(const CacheConfig& config, size_t layer_index) const
   }
   copy.positions_ = positions_;
   copy.rope_ = rope_;
+  copy.head_types_ = head_types_;
   copy.tokens_seen_ = tokens_seen_;
   copy.position_shift_ = position_shift_;
   copy.prompt_open_ = evicts;  // a full-policy cache never opens a prompt
@@ -184,7 +194,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   // (select_then_store, which checks k's values as it reads them).
   const bool selects_first = !decode && evicts && config_.chunk_mode == ChunkMode::every_chunk &&
                              config_.codec == CodecKind::fp16 &&
-                             config_.head_allocation != HeadAllocation::ada;
+                             config_.head_allocation == HeadAllocation::uniform;
   validate_update(k, v, q_window, selects_first);
   if (!decode && wants_queries && config_.query_source == QuerySource::queries &&
       q_window == nullptr) {
@@ -257,7 +267,7 @@ void LayerCache::update(Tensor3 k, Tensor3 v, const Tensor3* q_window, UpdateKin
   if (config_.chunk_mode == ChunkMode::every_chunk) {
     if (over_budget()) {
       compress(window_queries.empty() ? nullptr : window_queries.data(), n_window, *policy_,
-               layer_budget(), config_.head_allocation == HeadAllocation::ada);
+               layer_budget(), config_.head_allocation);
     }
   } else {
     prompt_open_ = true;
@@ -287,7 +297,7 @@ void LayerCache::end_prompt() {
   prompt_open_ = false;
   if (config_.policy != PolicyKind::full && over_budget()) {
     compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_,
-             *policy_, layer_budget(), config_.head_allocation == HeadAllocation::ada);
+             *policy_, layer_budget(), config_.head_allocation);
   }
   for (size_t h = 0; h < dims_.n_kv_heads; ++h) {  // rows a compression did not route
     settle_head(h, {}, pending_queries_.empty() ? nullptr : pending_queries_.data(),
@@ -325,7 +335,7 @@ size_t LayerCache::layer_budget_at(size_t tokens_seen) const {
 
 bool LayerCache::over_budget() const {
   const size_t budget = layer_budget();
-  if (config_.head_allocation == HeadAllocation::ada) {
+  if (config_.head_allocation != HeadAllocation::uniform) {  // ragged heads: the layer's rows
     size_t total = 0;
     for (const std::vector<int64_t>& p : positions_) total += p.size();
     return total > dims_.n_kv_heads * budget;

@@ -11,6 +11,7 @@
 #include "kv/core/layer_cache_checks.h"
 #include "kv/core/scratch.h"
 #include "snapkv/kv/core/allocation.h"
+#include "snapkv/kv/core/head_types.h"
 #include "snapkv/kv/core/layer_cache.h"
 #include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/util/error.h"
@@ -46,8 +47,7 @@ void LayerCache::compress_with_scores(std::span<const float> scores) {
   }
   prompt_open_ = false;
   if (over_budget()) {
-    compress(nullptr, 0, *policy_, layer_budget(), config_.head_allocation == HeadAllocation::ada,
-             scores.data());
+    compress(nullptr, 0, *policy_, layer_budget(), config_.head_allocation, scores.data());
   }
   pending_queries_.clear();
   pending_queries_.shrink_to_fit();
@@ -101,19 +101,41 @@ void LayerCache::reselect_for_decode() {
     }
   }
   compress(queries.empty() ? nullptr : queries.data(), n_window, *decode_policy_,
-           config_.decode_budget - config_.decode_interval + 1, false);
+           config_.decode_budget - config_.decode_interval + 1, HeadAllocation::uniform);
   ++decode_reselections_;
 }
 
 void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy& policy,
-                          size_t budget, bool ada, const float* external) {
+                          size_t budget, HeadAllocation allocation, const float* external) {
   const size_t n_kv = dims_.n_kv_heads;
   const size_t head_dim = dims_.head_dim;
   const size_t n_group = dims_.n_heads / n_kv;
+  const bool ada = head_allocation_ada(allocation), duo = head_allocation_duo(allocation);
+  // Head types: each head's row count (streaming heads' fixed, retrieval heads' share).
+  std::vector<size_t> head_budget(n_kv, budget);
+  DuoBudgets duo_rows;
+  if (duo) {
+    if (head_types_.size() != n_kv) {
+      throw_invalid(
+          kComponent,
+          "head_allocation " + std::string(to_string(allocation)) + " needs the model's head types",
+          "none set",
+          "set_head_types() with one type per KV head (the engine's head-types sidecar)");
+    }
+    std::vector<size_t> n_rows(n_kv);
+    for (size_t h = 0; h < n_kv; ++h) n_rows[h] = key_stores_[h]->rows();
+    duo_rows = duo_budgets(head_types_, n_rows, budget, config_);
+    head_budget = duo_rows.rows;
+  }
+  const auto streams = [&](size_t h) { return duo && head_types_[h] != 0; };
   std::vector<SelectionResult> results(n_kv);
   parallel_for(n_kv, [&](size_t h) {
     const size_t n_rows = key_stores_[h]->rows();
     if (n_rows == 0) return;  // an empty head (ada) has nothing to score
+    if (streams(h)) {
+      results[h].keep = streaming_keep(n_rows, head_budget[h], config_.n_sink);
+      return;
+    }
     // fp16 rows are read a tile at a time by a policy that can take them so (snapkv): the scoring
     // converts each tile while it is in cache instead of reading a whole fp32 copy back.
     const RowStore& key_store = *key_stores_[h];
@@ -133,7 +155,7 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     in.keys = keys;
     in.key_rows = tiles ? &read_keys : nullptr;
     in.positions = positions_[h].data();
-    in.budget = budget;
+    in.budget = head_budget[h];
     in.rope = rope_ ? &*rope_ : nullptr;
     if (policy.needs_values()) {
       float* values = scratch_floats(ScratchSlot::values, n_rows * head_dim);  // [n_rows][head_dim]
@@ -148,18 +170,24 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     if (external != nullptr) in.external_scores = external + h * n_rows;
     if (ada) {
       results[h].scores = policy.score(in);
-    } else if (n_rows > budget) {
+    } else if (n_rows > head_budget[h]) {
       results[h] = policy.select(in);
     } else {  // a head already within the budget (ragged heads, decode re-selection) keeps all
       results[h].keep.resize(n_rows);
       for (size_t i = 0; i < n_rows; ++i) results[h].keep[i] = static_cast<uint32_t>(i);
     }
   });
-  if (ada) {
-    std::vector<std::vector<float>> scores(n_kv);
-    for (size_t h = 0; h < n_kv; ++h) scores[h] = results[h].scores;
-    std::vector<std::vector<uint32_t>> keep = ada_select(scores, budget, config_);
-    for (size_t h = 0; h < n_kv; ++h) results[h].keep = std::move(keep[h]);
+  if (ada) {  // over every head, or over the retrieval heads with what the streaming ones leave
+    std::vector<size_t> heads;
+    for (size_t h = 0; h < n_kv; ++h) {
+      if (!streams(h)) heads.push_back(h);
+    }
+    std::vector<std::vector<float>> scores(heads.size());
+    for (size_t i = 0; i < heads.size(); ++i) scores[i] = results[heads[i]].scores;
+    std::vector<std::vector<uint32_t>> keep =
+        ada_select(scores, budget, config_,
+                   duo ? std::optional<size_t>(duo_rows.retrieval_total) : std::nullopt);
+    for (size_t i = 0; i < heads.size(); ++i) results[heads[i]].keep = std::move(keep[i]);
   }
   size_t total_before = 0, total_after = 0;
   std::vector<size_t> total_rows(n_kv);
@@ -168,7 +196,7 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     const std::vector<uint32_t>& keep = results[h].keep;
     total_before += positions_[h].size();
     total_after += keep.size();
-    if (!ada) SNAPKV_CHECK(keep.size() == std::min(budget, positions_[h].size()));
+    if (!ada) SNAPKV_CHECK(keep.size() == std::min(head_budget[h], positions_[h].size()));
     key_stores_[h]->retain(keep);
     value_stores_[h]->retain(keep);
     std::vector<int64_t> kept_positions(keep.size());
@@ -182,7 +210,7 @@ void LayerCache::compress(const float* queries, size_t n_window, EvictionPolicy&
     settle_head(h, kept_scores, queries, n_window);
     last_scores_[h] = std::move(results[h].scores);
   }
-  if (ada) SNAPKV_CHECK(total_after == std::min(n_kv * budget, total_before));
+  if (ada && !duo) SNAPKV_CHECK(total_after == std::min(n_kv * budget, total_before));
   ++compressions_;
 }
 

@@ -61,14 +61,14 @@ LayerCache LayerCache::restore(CacheDims dims, const CacheConfig& config, size_t
                       num(values.size()) + " value stores",
                   "n_kv_heads = " + num(n_kv) + " of each");
   }
-  const bool ragged = config.head_allocation == HeadAllocation::ada;
+  const bool ragged = config.head_allocation != HeadAllocation::uniform;
   for (size_t h = 0; h < n_kv; ++h) {
     const std::vector<int64_t>& pos = positions[h];
     const size_t n_rows = pos.size();
     if (!ragged && n_rows != positions[0].size()) {  // uniform heads hold the same row count
       throw_invalid(kComponent, "restore rows of KV head " + num(h), num(pos.size()),
                     "the " + num(positions[0].size()) +
-                        " rows of KV head 0 (only head_allocation ada has ragged heads)");
+                        " rows of KV head 0 (only head_allocation ada and duo have ragged heads)");
     }
     for (size_t i = 0; i < pos.size(); ++i) {
       const bool in_range = pos[i] >= 0 && static_cast<size_t>(pos[i]) < next_position;

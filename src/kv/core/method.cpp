@@ -15,7 +15,8 @@ constexpr const char* kPolicyNames =
     "keydiff, "
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
-    "ada-pyramid-<policy>";
+    "ada-pyramid-<policy>, and each evicting one but streaming behind duo- (duo-snapkv, "
+    "duo-ada-kvzip, duo-pyramid-kvzap)";
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -25,7 +26,8 @@ std::string trim(std::string_view s) {
 }
 
 // Applies a policy name (with its allocation prefixes) to config; false when the name is no
-// policy. A prefix on a policy that cannot take it (ada-streaming, pyramid-full) is no policy.
+// policy. A prefix on a policy that cannot take it (ada-streaming, pyramid-full, duo-streaming)
+// is no policy.
 bool apply_policy(std::string_view full_name, CacheConfig& config) {
   const std::string_view name = apply_allocation_prefix(full_name, config);
   const bool prefixed = name.size() != full_name.size();
@@ -64,7 +66,10 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
   } else {
     return false;
   }
-  return config.head_allocation != HeadAllocation::ada || policy_scores_rows(config.policy);
+  if (head_allocation_duo(config.head_allocation) && config.policy == PolicyKind::streaming) {
+    return false;
+  }
+  return !head_allocation_ada(config.head_allocation) || policy_scores_rows(config.policy);
 }
 
 // The codecs a method may name: every built one but fp16 (the default of every policy, so not a

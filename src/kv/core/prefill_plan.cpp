@@ -18,6 +18,8 @@ PrefillPlan prefill_plan(const CacheConfig& config) {
   plan.extend_window = decode_budget ? config.window : 0;
   plan.reindex = config.policy != PolicyKind::full;
   plan.long_prompt = plan.reindex && config.chunk_mode == ChunkMode::every_chunk;
+  plan.head_types =
+      head_allocation_duo(config.head_allocation) && config.policy != PolicyKind::full;
   return plan;
 }
 

@@ -248,7 +248,7 @@ LayerCache read_layer(kvc::ByteReader& in, const KvcHeader& h, const CacheConfig
                          "decode window queries"),
         "decode window queries");
   }
-  const bool ragged = config.head_allocation == HeadAllocation::ada;
+  const bool ragged = config.head_allocation != HeadAllocation::uniform;
   std::vector<std::vector<int64_t>> positions(dims.n_kv_heads);
   std::vector<std::unique_ptr<RowStore>> keys(dims.n_kv_heads), values(dims.n_kv_heads);
   for (size_t kv = 0; kv < dims.n_kv_heads; ++kv) {

@@ -233,6 +233,17 @@ void read_fields(Head& h, const HeadLimits& limits) {
   }
 }
 
+// RFC 9112 3.2: an HTTP/1.1 request has exactly one Host field (HTTP/1.0 may omit it).
+void check_host(Head& h) {
+  size_t hosts = 0;
+  for (const Header& f : h.request.headers) hosts += iequals(f.name, "Host") ? 1 : 0;
+  if (hosts == 0 && h.request.minor_version >= 1) {
+    h.error = {400, "an HTTP/1.1 request without a Host header field"};
+  } else if (hosts > 1) {
+    h.error = {400, "more than one Host header field"};
+  }
+}
+
 }  // namespace
 
 size_t find_head_end(std::string_view buf, size_t from) {
@@ -307,6 +318,7 @@ Head parse_head(std::string_view head, const HeadLimits& limits) {
     h.request.headers.push_back({std::string(name), std::string(value)});
   }
   read_fields(h, limits);
+  if (h.error.status == 0) check_host(h);
   return h;
 }
 

@@ -7,8 +7,11 @@
 // transfer coding other than chunked), 505 (an HTTP version other than 1.0 / 1.1).
 // Line ends are CRLF or a bare LF; obsolete line folding, a bare CR, NUL and other control
 // characters in a field are refused; Content-Length together with Transfer-Encoding is refused
-// (400), as are differing repeated Content-Length fields. Leaves out: trailer fields (read and
-// dropped), a Host check, absolute-form targets beyond dropping their scheme and authority.
+// (400), as are differing repeated Content-Length fields. An HTTP/1.1 request without a Host
+// field, or any request with two, is a 400 (RFC 9112 3.2; HTTP/1.0 may omit it), checked after
+// the framing so that a request refused for its body keeps that status. Leaves out: trailer
+// fields (read and dropped), checking the Host value, absolute-form targets beyond dropping their
+// scheme and authority.
 // Private to serve/.
 #pragma once
 

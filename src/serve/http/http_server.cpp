@@ -345,8 +345,30 @@ void HttpServer::answer(Request& req, Response& res) {
     if (res.status == -1) res.status = 200;
     return;
   }
-  res.status = 404;
-  if (error_handler_) error_handler_(req, res, "no route " + req.method + " " + req.path);
+  // A known path asked with another method: 405 with the methods it takes (GET brings HEAD).
+  std::vector<std::string> allowed;
+  for (const Route& r : routes_) {
+    std::smatch unused;
+    if (r.re ? !std::regex_match(req.path, unused, *r.re) : r.path != req.path) continue;
+    for (const std::string& m :
+         r.method == "GET" ? std::vector<std::string>{"GET", "HEAD"} : std::vector{r.method}) {
+      if (std::find(allowed.begin(), allowed.end(), m) == allowed.end()) allowed.push_back(m);
+    }
+  }
+  if (allowed.empty()) {
+    res.status = 404;
+    if (error_handler_) error_handler_(req, res, "no route " + req.method + " " + req.path);
+    return;
+  }
+  std::string allow;
+  for (const std::string& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
+  res.status = 405;
+  res.set_header("Allow", allow);
+  if (error_handler_) {
+    error_handler_(
+        req, res,
+        "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+  }
 }
 
 void HttpServer::serve(ConnPtr conn) {

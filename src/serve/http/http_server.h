@@ -64,7 +64,9 @@ class HttpServer {
   void set_pre_routing(std::function<bool(const Request&, Response&)> fn);
   // After each response is written (or failed), on the handler thread that wrote it.
   void set_logger(std::function<void(const Request&, const Response&)> fn);
-  // Fills the body of an error without one: no route (404), a refusal of the connection layer
+  // Fills the body of an error without one: no route (404), a known path asked with a method
+  // none of its routes takes (405, with an Allow header listing those), a refusal of the
+  // connection layer
   // (400, 408, 413, 414, 417, 431, 501, 505) with `why`, a handler's exception (500).
   void set_error_handler(std::function<void(const Request&, Response&, const std::string&)> fn);
 

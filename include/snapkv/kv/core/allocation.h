@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -39,7 +40,10 @@ std::vector<size_t> layer_budgets(const CacheConfig& config, size_t n_layers, si
 // AdaKV selection over the heads of one layer. scores[h] holds head h's scores (higher = keep,
 // no NaN; its size is that head's candidate count n_h). budget is the layer's per-head budget
 // (>= allocation_floor(config)). Returns, per head, strictly increasing candidate indices.
+// `total` replaces the layer's H b rows when given (head types, kv/core/head_types.h: the
+// retrieval heads share what the streaming heads leave); it must cover the heads' guaranteed rows.
 std::vector<std::vector<uint32_t>> ada_select(std::span<const std::vector<float>> scores,
-                                              size_t budget, const CacheConfig& config);
+                                              size_t budget, const CacheConfig& config,
+                                              std::optional<size_t> total = std::nullopt);
 
 }  // namespace snapkv

@@ -35,7 +35,15 @@ enum class HeadAllocation {
   uniform,  // every KV head keeps `budget` rows
   ada,      // AdaKV: the layer keeps n_kv_heads * budget rows, chosen by score across its heads;
             // each head keeps its forced rows and at least ceil(ada_floor * budget) rows
+  duo,      // head types (DuoAttention's idea, kv/core/head_types.h): streaming heads keep the
+            // sinks and the most recent rows only, the layer's retrieval heads share what they
+            // free; which heads stream is the model's (LayerCache::set_head_types)
+  duo_ada,  // duo, with the retrieval heads' rows chosen by score across them as ada does
 };
+
+// True for ada and duo_ada (rows ranked across heads), and for duo and duo_ada (head types).
+bool head_allocation_ada(HeadAllocation k);
+bool head_allocation_duo(HeadAllocation k);
 
 // How the rows kept by the model are shared among its layers (kv/core/allocation.h).
 enum class LayerAllocation {
@@ -145,6 +153,15 @@ struct CacheConfig {
   double ada_floor = 0.2;      // ada: fraction of `budget` every head keeps at least, in [0, 1]
   double pyramid_beta = 20.0;  // pyramid: the last layer gets budget / beta (>= 1), then clamped
                                // up to the floor of kv/core/allocation.h
+  // duo (kv/core/head_types.h): the fraction in [0, 1] of the model's KV heads (over all layers,
+  // lowest retrieval score first) that stream, and the recent rows a streaming head keeps after
+  // its n_sink sinks (capped by the layer's per-head budget). Read by the engine when it hands
+  // the head types to the caches (model/head_types.h), and by the caches' selection.
+  // Default 0.25: on the dev seed (11, 1K, six tasks, N = 20, shipped model: 2 of its 8 KV heads)
+  // duo-snapkv keeps 49.7 / 68.4 / 72.1 at keep 0.05 / 0.1 / 0.2 (snapkv 46.4 / 68.0 / 73.0);
+  // 0.5 (4 heads, one layer wholly streaming) falls to 47.5 / 57.3 / 57.2 (docs/RESULTS.md).
+  double duo_streaming = 0.25;
+  size_t duo_recent = 32;
 
   uint64_t seed = 0;      // random policy
   size_t chunk_size = 8;  // chunkkv: chunk = original position / chunk_size
@@ -211,9 +228,10 @@ CodecKind parse_codec(std::string_view s);
 HeadAllocation parse_head_allocation(std::string_view s);
 LayerAllocation parse_layer_allocation(std::string_view s);
 
-// Method-name prefixes for the allocations: "ada-", "pyramid-" and "ada-pyramid-" (in that order)
-// set head_allocation / layer_allocation on config and return the rest of the name (the policy);
-// a name without a prefix is returned unchanged and config untouched. "ada-snapkv" -> "snapkv".
+// Method-name prefixes for the allocations: "duo-", "ada-" and "pyramid-" (in that order, each
+// optional: "duo-ada-pyramid-snapkv") set head_allocation / layer_allocation on config and return
+// the rest of the name (the policy); a name without a prefix is returned unchanged and config
+// untouched. "ada-snapkv" -> "snapkv"; "duo-ada-kvzip" -> head_allocation duo_ada, "kvzip".
 std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& config);
 
 // Whether the last `window` candidates are forced into every selection: keep_window, or

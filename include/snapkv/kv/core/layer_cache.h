@@ -19,7 +19,8 @@
 // PyramidKV share when layer_allocation is pyramid (it needs the layer's index and the model's
 // n_layers). With head_allocation ada the KV heads keep different row counts ("ragged" heads):
 // size(h) is exact per head, the layer keeps n_kv_heads * budget rows in all, and attend(), the
-// codecs and decode appends work per head on whatever each head holds.
+// codecs and decode appends work per head on whatever each head holds. Head types (duo,
+// kv/core/head_types.h) make heads ragged the same way.
 #pragma once
 
 #include <cstddef>
@@ -127,6 +128,10 @@ class LayerCache {
   // True between the prefill updates of an end_of_prompt cache and end_prompt() (its rows are not
   // compressed yet and the window's queries are pending): such a cache cannot be persisted.
   bool prompt_open() const { return prompt_open_; }
+  // The window queries an open prompt keeps for its compression: [n_heads][pending_window()]
+  // [head_dim], rotated, the prompt's last pending_window() positions (empty when none).
+  std::span<const float> pending_queries() const { return pending_queries_; }
+  size_t pending_window() const { return pending_window_; }
 
   // Adds S = k.dim1 new tokens at positions offset() .. offset()+S-1. On a prefill update with
   // chunk_mode every_chunk, enforces the budget over retained + new rows; in end_of_prompt mode it
@@ -177,6 +182,14 @@ class LayerCache {
   void set_rope(const RopeParams& rope);
   const std::optional<RopeParams>& rope() const { return rope_; }
 
+  // Head types (kv/core/head_types.h) for head_allocation duo / duo_ada: streaming [n_kv_heads],
+  // nonzero = a streaming head (sinks + recent rows only). A duo cache that compresses without
+  // them throws std::invalid_argument. clone() and fork() keep them; the engine sets them from
+  // its model (model/head_types.h). Decode-time re-selection (decode_budget) treats every head
+  // alike, as it does under ada. Throws std::invalid_argument for a wrong size.
+  void set_head_types(std::vector<uint8_t> streaming);
+  std::span<const uint8_t> head_types() const { return head_types_; }
+
   size_t offset() const { return tokens_seen_; }
   // The position the next token's key is rotated at: offset() until the cache is re-indexed,
   // then reindex()'s `next` plus the tokens seen since. Every retained position is below it.
@@ -199,6 +212,17 @@ class LayerCache {
   // starts: std::invalid_argument "[layer_cache] ... keys stored quantized ..." unless config's
   // keys are plain fp16 rows.
   static void check_reindexable(const CacheConfig& config);
+  // A copy holding only the first n positions (0 <= n <= offset()): exactly the cache that the
+  // same updates of those n tokens alone would have built, for reusing the common prefix of two
+  // prompts. Only for a cache that keeps every row exactly: policy full, codec fp16 (rows
+  // independent of one another, so a kept row is the row as first stored), no decode-time
+  // budget (such a cache never holds an open prompt and is never re-indexed);
+  // std::invalid_argument naming the condition otherwise. Rows at positions >= n are not copied;
+  // this cache is unchanged. Defined in src/kv/core/layer_cache_truncate.cpp.
+  LayerCache truncated(size_t n) const;
+  // Whether truncated() accepts a cache built with `config` (policy full, codec fp16, no
+  // decode-time budget).
+  static bool truncatable(const CacheConfig& config);
   // Retained rows of one KV head (heads differ under head_allocation ada).
   size_t size(size_t kv_head) const;
   // The largest size(h) over the KV heads: every head's count under uniform allocation, and
@@ -239,10 +263,11 @@ class LayerCache {
   // then k is checked first, so the error names the same input as a check of k, v, q in order.
   void validate_update(Tensor3 k, Tensor3 v, const Tensor3* q_window, bool k_values_later) const;
   // Runs `policy` on every KV head (queries [n_heads][n_window][head_dim] or nullptr; external
-  // [n_kv_heads][size()] or nullptr) and keeps min(budget, size(h)) rows per head, or, with
-  // `ada`, n_kv_heads * budget rows over the layer (AdaKV, kv/core/allocation.h).
+  // [n_kv_heads][size()] or nullptr) and keeps min(budget, size(h)) rows per head (uniform), or
+  // n_kv_heads * budget rows over the layer (ada: AdaKV, kv/core/allocation.h; duo, duo_ada: head
+  // types, kv/core/head_types.h, which need set_head_types()).
   void compress(const float* queries, size_t n_window, EvictionPolicy& policy, size_t budget,
-                bool ada, const float* external = nullptr);
+                HeadAllocation allocation, const float* external = nullptr);
   bool over_budget() const;
   size_t layer_budget_at(size_t tokens_seen) const;
   // every_chunk with fp16 rows and one budget per head (kv/core/layer_cache_select.cpp): when the
@@ -274,8 +299,9 @@ class LayerCache {
   std::vector<float> pending_queries_;  // end_of_prompt: [n_heads][w][head_dim] of last prefill
   size_t pending_window_ = 0;
   size_t layer_index_ = 0;
-  size_t n_layers_ = 0;             // 0: unknown
-  std::optional<RopeParams> rope_;  // set_rope()
+  size_t n_layers_ = 0;              // 0: unknown
+  std::optional<RopeParams> rope_;   // set_rope()
+  std::vector<uint8_t> head_types_;  // set_head_types(): [n_kv_heads], 1 = streaming; or empty
   size_t tokens_seen_ = 0;
   size_t position_shift_ = 0;  // tokens_seen_ - next_position() (reindex())
   size_t compressions_ = 0;

@@ -48,6 +48,10 @@ struct PrefillPlan {
   // Whether a prompt may be longer than the context: reindex, and the budget enforced at every
   // prefill chunk (chunk_mode every_chunk), so the rows held during the prompt stay bounded too.
   bool long_prompt = false;
+  // Whether the cache splits its KV heads into streaming and retrieval ones and so needs the
+  // model's head types (LayerCache::set_head_types): a duo head allocation on a policy that
+  // selects rows (the full policy keeps every row, so head types change nothing there).
+  bool head_types = false;
 };
 
 PrefillPlan prefill_plan(const CacheConfig& config);

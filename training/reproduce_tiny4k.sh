@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Reproduces models/snapkv-tiny4k.gguf (4,096-token context) from the shipped 2,048-token model:
+# imports models/snapkv-tiny4.gguf into a torch checkpoint (training/import_gguf.py), continues it
+# at 1024/2048/4096 tokens (run r12) and converts the result.
+#
+#   training/reproduce_tiny4k.sh [OUT.gguf]     (default OUT: training/runs/snapkv-tiny4k.gguf)
+#
+# Safe to rerun after an interruption: train.py resumes from training/runs/r12/ckpt.pt and a
+# finished run returns at once. Needs /usr/bin/python3 with python3-torch and python3-sentencepiece,
+# the `sentencepiece` tools, and build/snapkv (cmake --build build --target snapkv_cli).
+# Log: training/runs/r12/log.txt. The command is also listed in models/README.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-training/runs/snapkv-tiny4k.gguf}
+py=/usr/bin/python3
+snapkv=${SNAPKV:-build/snapkv}
+if [[ ! -x "$snapkv" ]]; then
+  echo "reproduce_tiny4k.sh: error: $snapkv not found, expected the built CLI" \
+    "(cmake --build build --target snapkv_cli) or SNAPKV=path" >&2
+  exit 2
+fi
+export OMP_NUM_THREADS=1
+
+[[ -f training/runs/tok/spm.model ]] || "$py" training/make_tokenizer.py --out training/runs/tok
+[[ -f training/runs/tiny4-import/ckpt.pt ]] ||
+  "$py" training/import_gguf.py --gguf models/snapkv-tiny4.gguf \
+    --out training/runs/tiny4-import/ckpt.pt
+
+K=mkq=6+niah_multikey=3+niah_multiquery=2+passkey=3+niah_single=2
+"$py" training/train.py --name r12 --init training/runs/tiny4-import/ckpt.pt --threads 1 \
+  --copy-random 0.5 --eval-n 4 --ckpt-minutes 5 --lr 5e-4 --warmup 30 --decay-steps 180 \
+  --stop-step 246 --stages "1024/2048/4096/4096:1:360:$K"
+
+"$snapkv" convert --in training/runs/r12/export --out "$out" --type f32
+echo "reproduce_tiny4k.sh: wrote $out (compare: cmp $out models/snapkv-tiny4k.gguf)" >&2
