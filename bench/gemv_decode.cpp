@@ -14,7 +14,7 @@
 //   2 f16 rows_prefetch      the same plus a prefetch of the next 4 rows
 //   3 f16 row_acc8           one row at a time, 8 FMA chains (its own summation order)
 //   4 f16 row_acc8_prefetch  the same plus a prefetch 2 KiB ahead
-//   5 q8_0 q8                Q8_0 weights, 8-bit activations, integer pair dots (gemv's default)
+//   5 q8_0 q8                Q8_0 weights, 8-bit activations, the integer kernels (gemv's default)
 //   6 q8_0 f32               Q8_0 weights decoded to fp32
 //   7 q4_K q8                Q4_K weights, Q8_K activations (gemv's default)
 //   8 q4_K f32               Q4_K blocks decoded to fp32

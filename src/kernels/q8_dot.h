@@ -21,12 +21,12 @@
 //    (weight scale * activation scale) * (integer dot of the codes). Each has a scalar reference
 //    (*_ref) that the fast kernel equals bit for bit: the integer part is exact in both, and the
 //    float operations after it are the same ones in the same order, with explicit fma:
-//      Q8_0 / Q4_0: 8 fp32 lanes; lane l of block b gets fma(dw * da, s, lane) with s the integer
-//        dot of elements 4l..4l+3 of the block; the lanes are summed as kernels/vec.h (hsum) does.
+//      Q8_0 / Q4_0: one running sum from 0, block after block: sum = fma(dw * da, s, sum) with s
+//        the integer dot of the block's 32 codes (dw * da rounded to fp32 first).
 //      K-quants: per super-block the exact int32 sums, then sum = fma(dw * da, sumi, sum) and,
 //        for Q4_K / Q5_K, sum = fma(-(dmin * da), summ, sum) with summ = sum_s m_s * bsum_s.
-//  - Fast paths: AVX2 (maddubs/madd), and AVX-512 VNNI (dpbusd on 256-bit vectors) when the
-//    compiler targets it; on arm64 NEON (smull + pairwise adds, sdot with the dot product), the
+//  - Fast paths: AVX2 (maddubs/madd), and AVX-512 VNNI (dpbusd) when the compiler targets it; on
+//  arm64 NEON (smull + pairwise adds, sdot with the dot product), the
 //    Q8_0 activation quantizer included. All give the same integers. Plain #if guards, a scalar
 //    fallback.
 // Leaves out: Q2_K / Q3_K weights (they stay on gemm.cpp's float path), F16 / BF16 / F32 weights.
@@ -67,11 +67,13 @@ float dot_q4_K_q8_K_ref(const BlockQ4_K* w, const BlockQ8_K* a, size_t n);
 float dot_q5_K_q8_K_ref(const BlockQ5_K* w, const BlockQ8_K* a, size_t n);
 float dot_q6_K_q8_K_ref(const BlockQ6_K* w, const BlockQ8_K* a, size_t n);
 
-// Tiles for prefill: out [n_tokens][ldo] (the first n_rows columns of each row written),
+// Products of several weight rows with one or several activation rows (decode, decode batches,
+// prefill): out [n_tokens][ldo] (the first n_rows columns of each row written),
 // out[t * ldo + r] = dot_<weight>_q8_0(w + r * n / 32, a + t * n / 32, n) bit for bit: w holds
-// n_rows rows of n / 32 blocks back to back, a n_tokens rows. The fast kernel holds a few weight
-// rows and activation rows in registers at once (maddubs on AVX2, dpbusd on VNNI) and runs each
-// pair's float operations in the order of dot_*; the reference calls the reference dot per pair.
+// n_rows rows of n / 32 blocks back to back, a n_tokens rows. The fast kernel (AVX2 / VNNI) puts
+// the integer sums of 8 weight rows in the lanes of one vector, up to 8 activation rows at a time
+// (docs/KERNELS.md), and runs each pair's float operations in the order of dot_*; the reference
+// calls the reference dot per pair.
 void gemm_q8_0_q8_0(float* out, size_t ldo, const BlockQ8_0* w, size_t n_rows, const BlockQ8_0* a,
                     size_t n_tokens, size_t n);
 void gemm_q4_0_q8_0(float* out, size_t ldo, const BlockQ4_0* w, size_t n_rows, const BlockQ8_0* a,

@@ -1,9 +1,10 @@
 // GemmPrecision::q8 for gemm.cpp: the activation row(s) quantized once (kernels/q8_act.cpp), then
 // the integer kernels of q8_dot.h over blocks of weight rows, spread over parallel_for. Handles
-// Q8_0, Q4_0 (Q8_0 activations; register-tiled kernels, several rows x several tokens per step) and
-// Q4_K, Q5_K, Q6_K (Q8_K activations; the pair dots in a loop); any other type is left to the
-// caller's f32 path. Each output has the bits of the per-pair dot (dot_* in q8_dot.h), whatever
-// the tiling or the thread count.
+// Q8_0, Q4_0 (Q8_0 activations; the multi-row kernel, 8 weight rows x up to 8 activation rows per
+// step, for one token as for a decode batch or a prefill) and Q4_K, Q5_K, Q6_K (Q8_K activations;
+// the pair dots in a loop); any other type is left to the caller's f32 path. Each output has the
+// bits of the per-pair dot (dot_* in q8_dot.h), whatever the batch, the tiling or the thread
+// count: a greedy stream decodes the same alone or in a batch.
 #include <algorithm>
 #include <tuple>
 #include <type_traits>
@@ -31,9 +32,6 @@ void quantize_act(BlockQ8_K* out, const float* x, size_t n) {
 // out [n_tokens][ldo] for n_rows weight rows (q8_dot.h gemm_*).
 template <class WBlock, class ABlock>
 using GemmFn = void (*)(float*, size_t, const WBlock*, size_t, const ABlock*, size_t, size_t);
-// One weight row against one activation row (q8_dot.h dot_*).
-template <class WBlock, class ABlock>
-using DotFn = float (*)(const WBlock*, const ABlock*, size_t);
 
 // The argument types of a GemmFn, as a tuple.
 template <class F>
@@ -43,32 +41,24 @@ struct FnArgs<R (*)(Args...)> {
   using type = std::tuple<Args...>;
 };
 
-// Fewer tokens than this (decode: one) skip the register tiles of Q8_0 / Q4_0 and take the pair
-// dots row by row: the tile first prepares a panel of offsets and scales per row group, which a
-// single token cannot amortise (through the tile, Q8_0 decode runs at 0.34x / 0.43x of the pair
-// loop's tokens/s on the 0.73B file at 1 / 2 threads, quiet machine:
-// docs/results/bench/q8_decode_fix.txt). The bits are the same either way (q8_dot.h: every tile
-// output equals its pair dot).
-constexpr size_t kMinTileTokens = 4;
-
 // Calls f(gemm kernel) for a type with an integer kernel; false for the others.
 template <class F>
 bool with_q8_kernel(WeightType type, F&& f) {
   switch (type) {
     case WeightType::q8_0:
-      f(&gemm_q8_0_q8_0, &dot_q8_0_q8_0);
+      f(&gemm_q8_0_q8_0);
       return true;
     case WeightType::q4_0:
-      f(&gemm_q4_0_q8_0, &dot_q4_0_q8_0);
+      f(&gemm_q4_0_q8_0);
       return true;
-    case WeightType::q4_K:  // their gemm_* is already the pair loop
-      f(&gemm_q4_K_q8_K, static_cast<DotFn<BlockQ4_K, BlockQ8_K>>(nullptr));
+    case WeightType::q4_K:
+      f(&gemm_q4_K_q8_K);
       return true;
     case WeightType::q5_K:
-      f(&gemm_q5_K_q8_K, static_cast<DotFn<BlockQ5_K, BlockQ8_K>>(nullptr));
+      f(&gemm_q5_K_q8_K);
       return true;
     case WeightType::q6_K:
-      f(&gemm_q6_K_q8_K, static_cast<DotFn<BlockQ6_K, BlockQ8_K>>(nullptr));
+      f(&gemm_q6_K_q8_K);
       return true;
     default:
       return false;
@@ -78,7 +68,7 @@ bool with_q8_kernel(WeightType type, F&& f) {
 // out [n_tokens][rows] = x [n_tokens][cols] W^T through quantized activations.
 template <class WBlock, class ABlock>
 void run(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
-         GemmFn<WBlock, ABlock> gemm, DotFn<WBlock, ABlock> pair) {
+         GemmFn<WBlock, ABlock> gemm) {
   const size_t n_act_blocks = w.cols / kActBlockElems<ABlock>;
   const size_t row_bytes = w.row_bytes();
   // Per calling thread (the workers read it through `act` while this thread waits).
@@ -98,44 +88,28 @@ void run(float* out, const float* x, const WeightMatrix& w, size_t n_tokens,
     const size_t r1 = std::min(w.rows, r0 + per_task);
     const auto* rows =
         reinterpret_cast<const WBlock*>(static_cast<const uint8_t*>(w.data) + r0 * row_bytes);
-    if (pair != nullptr && n_tokens < kMinTileTokens) {
-      const size_t blocks_per_row = row_bytes / sizeof(WBlock);
-      for (size_t r = 0; r < r1 - r0; ++r) {
-        for (size_t t = 0; t < n_tokens; ++t) {
-          out[t * w.rows + r0 + r] =
-              pair(rows + r * blocks_per_row, act + t * n_act_blocks, w.cols);
-        }
-      }
-      return;
-    }
     gemm(out + r0, w.rows, rows, r1 - r0, act, n_tokens, w.cols);
   });
 }
 
-// Rows [r0, r1) of w against one quantized activation row: the pair dots (Q8_0, Q4_0) or the
-// K-quants' pair loop, as run() does for a single token.
+// Rows [r0, r1) of w against one quantized activation row, as run() does for a single token.
 template <class WBlock, class ABlock>
 void rows_one_token(float* out, const ABlock* act, const WeightMatrix& w, size_t r0, size_t r1,
-                    GemmFn<WBlock, ABlock> gemm, DotFn<WBlock, ABlock> pair) {
+                    GemmFn<WBlock, ABlock> gemm) {
   const size_t row_bytes = w.row_bytes();
   const auto* rows =
       reinterpret_cast<const WBlock*>(static_cast<const uint8_t*>(w.data) + r0 * row_bytes);
-  if (pair != nullptr) {
-    const size_t blocks_per_row = row_bytes / sizeof(WBlock);
-    for (size_t r = 0; r < r1 - r0; ++r) out[r] = pair(rows + r * blocks_per_row, act, w.cols);
-    return;
-  }
   gemm(out, r1 - r0, rows, r1 - r0, act, 1, w.cols);
 }
 
 }  // namespace
 
 bool has_q8_kernel(WeightType type) {
-  return with_q8_kernel(type, [](auto, auto) {});
+  return with_q8_kernel(type, [](auto) {});
 }
 
 void Q8Activations::prepare(const float* x, size_t cols, WeightType type) {
-  with_q8_kernel(type, [&](auto gemm, auto) {
+  with_q8_kernel(type, [&](auto gemm) {
     using ABlock = std::remove_cv_t<
         std::remove_pointer_t<std::tuple_element_t<4, typename FnArgs<decltype(gemm)>::type>>>;
     (void)gemm;
@@ -155,22 +129,21 @@ void Q8Activations::prepare(const float* x, size_t cols, WeightType type) {
 
 void gemv_q8_rows(float* out, const Q8Activations& act, const WeightMatrix& w, size_t r0,
                   size_t r1) {
-  with_q8_kernel(w.type, [&](auto gemm, auto pair) {
+  with_q8_kernel(w.type, [&](auto gemm) {
     using ABlock = std::remove_cv_t<
         std::remove_pointer_t<std::tuple_element_t<4, typename FnArgs<decltype(gemm)>::type>>>;
     if constexpr (std::is_same_v<ABlock, BlockQ8_0>) {
       SNAPKV_CHECK(act.q8_0_cols == w.cols);
-      rows_one_token(out, act.q8_0.data(), w, r0, r1, gemm, pair);
+      rows_one_token(out, act.q8_0.data(), w, r0, r1, gemm);
     } else {
       SNAPKV_CHECK(act.q8_K_cols == w.cols);
-      rows_one_token(out, act.q8_K.data(), w, r0, r1, gemm, pair);
+      rows_one_token(out, act.q8_K.data(), w, r0, r1, gemm);
     }
   });
 }
 
 bool matmul_q8(float* out, const float* x, const WeightMatrix& w, size_t n_tokens) {
-  return with_q8_kernel(w.type,
-                        [&](auto gemm, auto pair) { run(out, x, w, n_tokens, gemm, pair); });
+  return with_q8_kernel(w.type, [&](auto gemm) { run(out, x, w, n_tokens, gemm); });
 }
 
 }  // namespace snapkv::ops_internal

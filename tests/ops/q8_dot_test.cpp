@@ -321,10 +321,12 @@ TEST_P(Q8DotTest, GemvAndMatmulUseTheKernels) {
   set_num_threads(saved);
 }
 
-// The rows x tokens kernels (gemm_*: register-tiled for Q8_0 / Q4_0, pair loops for the K-quants)
-// against the per-pair reference dots, bit for bit, at every edge of the tiling: row and token
-// counts that are not multiples of the tile (1..9 rows, 1..5 tokens, and 67 tokens, past one
-// 64-token chunk), an output stride wider than the rows (the columns beyond stay untouched),
+// The rows x tokens kernels (gemm_*: 8 rows x up to 8 tokens for Q8_0 / Q4_0, pair loops for the
+// K-quants) against the per-pair reference dots, bit for bit, at every edge of the tiling: row and
+// token counts that are not multiples of the tile (1..17 rows: one and two row groups and a
+// partial one, each with the next group prefetched; 1..9 tokens, every decode batch size; 16, and
+// 67 tokens, past one 64-token chunk), an output stride wider than the rows (the columns beyond
+// stay untouched),
 // random bytes for every weight code (-128 included) and activation codes spanning [-127, 127].
 // The Q8_0 / Q4_0 tiles' own references (gemm_*_ref) are held to the same values.
 template <class Block, class ABlock>
@@ -348,7 +350,7 @@ void refresh_sums(BlockQ8_K& a) {  // the block sums after a code was changed by
 template <class Block, class ABlock>
 void check_tiles(WeightType type, GemmKernel<Block, ABlock> fast, GemmKernel<Block, ABlock> ref,
                  float (*pair_ref)(const Block*, const ABlock*, size_t)) {
-  const size_t block = act_block(type), cols = 3 * block, max_rows = 9, max_tokens = 67;
+  const size_t block = act_block(type), cols = 3 * block, max_rows = 17, max_tokens = 67;
   const size_t nb = cols / block;
   const auto bytes = random_blocks(type, max_rows, cols, 61);
   const auto* w = reinterpret_cast<const Block*>(bytes.data());
@@ -361,7 +363,8 @@ void check_tiles(WeightType type, GemmKernel<Block, ABlock> fast, GemmKernel<Blo
   }
   const float sentinel = 12345.0f;
   for (size_t rows = 1; rows <= max_rows; ++rows) {
-    for (size_t tokens : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5}, max_tokens}) {
+    for (size_t tokens : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{6},
+                          size_t{7}, size_t{8}, size_t{9}, size_t{16}, max_tokens}) {
       const size_t ldo = rows + 3;
       std::vector<float> got(tokens * ldo, sentinel), want(tokens * ldo, sentinel);
       fast(got.data(), ldo, w, rows, act.data(), tokens, cols);
@@ -389,6 +392,59 @@ TEST(Q8Tile, TilesEqualThePairDotsAtEveryShape) {
   check_tiles<BlockQ4_K, BlockQ8_K>(WeightType::q4_K, gemm_q4_K_q8_K, nullptr, dot_q4_K_q8_K_ref);
   check_tiles<BlockQ5_K, BlockQ8_K>(WeightType::q5_K, gemm_q5_K_q8_K, nullptr, dot_q5_K_q8_K_ref);
   check_tiles<BlockQ6_K, BlockQ8_K>(WeightType::q6_K, gemm_q6_K_q8_K, nullptr, dot_q6_K_q8_K_ref);
+}
+
+// The documented float order of the Q8_0 / Q4_0 dots (q8_dot.h), written out here: per block the
+// integer dot of the 32 codes, then one fma into a single running sum, block after block. The
+// reference, the one-row kernel and the multi-row kernel at the active level all give its bits
+// (a decode batch gives every stream the bits it gets alone).
+int32_t block_codes_dot(const BlockQ8_0& w, const BlockQ8_0& a) {
+  int32_t s = 0;
+  for (size_t e = 0; e < kQ8BlockSize; ++e) s += w.qs[e] * a.qs[e];
+  return s;
+}
+int32_t block_codes_dot(const BlockQ4_0& w, const BlockQ8_0& a) {
+  int32_t s = 0;
+  for (size_t e = 0; e < kQ8BlockSize; ++e) {
+    const int nibble = e < 16 ? (w.qs[e] & 0x0F) : (w.qs[e - 16] >> 4);
+    s += (nibble - 8) * a.qs[e];
+  }
+  return s;
+}
+
+template <class Block>
+void check_block_order(WeightType type, float (*fast)(const Block*, const BlockQ8_0*, size_t),
+                       float (*ref)(const Block*, const BlockQ8_0*, size_t),
+                       GemmKernel<Block, BlockQ8_0> gemm) {
+  const size_t rows = 8, cols = 6144, nb = cols / kQ8BlockSize, tokens = 8;
+  const auto bytes = random_blocks(type, rows, cols, 71);
+  const auto* w = reinterpret_cast<const Block*>(bytes.data());
+  std::vector<BlockQ8_0> act(tokens * nb);
+  quantize_rows(act, random_vec(tokens * cols, 72));
+  std::vector<float> tile(tokens * rows);
+  gemm(tile.data(), rows, w, rows, act.data(), tokens, cols);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t r = 0; r < rows; ++r) {
+      float want = 0.0f;
+      for (size_t b = 0; b < nb; ++b) {
+        const Block& wb = w[r * nb + b];
+        const BlockQ8_0& ab = act[t * nb + b];
+        const float d = fp16_to_fp32(wb.d) * fp16_to_fp32(ab.d);
+        want = std::fma(d, static_cast<float>(block_codes_dot(wb, ab)), want);
+      }
+      const float got_ref = ref(w + r * nb, act.data() + t * nb, cols);
+      const float got_fast = fast(w + r * nb, act.data() + t * nb, cols);
+      ASSERT_EQ(0, std::memcmp(&got_ref, &want, sizeof want)) << "ref r " << r << " t " << t;
+      ASSERT_EQ(0, std::memcmp(&got_fast, &want, sizeof want)) << "fast r " << r << " t " << t;
+      ASSERT_EQ(0, std::memcmp(&tile[t * rows + r], &want, sizeof want))
+          << "gemm r " << r << " t " << t;
+    }
+  }
+}
+
+TEST(Q8Tile, Q8_0AndQ4_0FollowTheDocumentedBlockOrder) {
+  check_block_order<BlockQ8_0>(WeightType::q8_0, dot_q8_0_q8_0, dot_q8_0_q8_0_ref, gemm_q8_0_q8_0);
+  check_block_order<BlockQ4_0>(WeightType::q4_0, dot_q4_0_q8_0, dot_q4_0_q8_0_ref, gemm_q4_0_q8_0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Q8DotTest,
