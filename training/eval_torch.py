@@ -26,7 +26,8 @@ def load(run_dir):
     c = ck["config"]
     cfg = Config(c["vocab_size"], n_embd=c["n_embd"], n_layer=c["n_layer"], n_head=c["n_head"],
                  n_head_kv=c["n_head_kv"], n_ff=c["n_ff"], context_length=c["context_length"],
-                 rope_base=c["rope_base"], rms_eps=c["rms_eps"])
+                 rope_base=c["rope_base"], rms_eps=c["rms_eps"],
+                 rope_scale=c.get("rope_scale", 1.0))
     model = Llama(cfg)
     model.load_state_dict(ck["model"])
     model.eval()

@@ -96,6 +96,18 @@ def read_gguf(path):
     return meta, tensors
 
 
+def rope_scale_of(meta):
+    """Linear RoPE scaling factor (1 = none), read as the engine reads it: rope.scaling.type
+    (default linear) with rope.scaling.factor, else the older rope.scale_linear; 0 means none."""
+    kind = meta.get("llama.rope.scaling.type", "linear")
+    factor = float(meta.get("llama.rope.scaling.factor", meta.get("llama.rope.scale_linear", 0.0)))
+    if kind == "none" or factor == 0.0:
+        return 1.0
+    if kind != "linear":
+        raise ValueError(f"[import_gguf] rope.scaling.type {kind!r}, expected 'none' or 'linear'")
+    return factor
+
+
 def model_from_gguf(meta, tensors):
     arch = meta.get("general.architecture")
     if arch != "llama":
@@ -108,7 +120,8 @@ def model_from_gguf(meta, tensors):
                  n_ff=int(meta["llama.feed_forward_length"]),
                  context_length=int(meta["llama.context_length"]),
                  rope_base=float(meta.get("llama.rope.freq_base", 10000.0)),
-                 rms_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", 1e-5)))
+                 rms_eps=float(meta.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+                 rope_scale=rope_scale_of(meta))
     model = Llama(cfg)
     names = {"tok_embd.weight": "token_embd.weight", "out_norm.weight": "output_norm.weight",
              "output.weight": "output.weight"}

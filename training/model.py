@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 class Config:
     def __init__(self, vocab_size, n_embd=128, n_layer=4, n_head=4, n_head_kv=2, n_ff=None,
-                 context_length=2048, rope_base=10000.0, rms_eps=1e-5):
+                 context_length=2048, rope_base=10000.0, rms_eps=1e-5, rope_scale=1.0):
         self.vocab_size = vocab_size
         self.n_embd = n_embd
         self.n_layer = n_layer
@@ -27,6 +27,7 @@ class Config:
         self.context_length = context_length
         self.rope_base = rope_base
         self.rms_eps = rms_eps
+        self.rope_scale = rope_scale  # linear position interpolation: RoPE sees pos / rope_scale
         assert n_embd % n_head == 0 and n_head % n_head_kv == 0
         self.head_dim = n_embd // n_head
 
@@ -44,10 +45,13 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope_tables(seq_len, head_dim, base):
-    """cos, sin [seq_len][head_dim/2] for pair i: angle pos * base^(-2i/head_dim)."""
+def rope_tables(seq_len, head_dim, base, scale=1.0):
+    """cos, sin [seq_len][head_dim/2] for pair i: angle (pos / scale) * base^(-2i/head_dim).
+    scale > 1 is linear position interpolation (GGUF rope.scaling.type linear, factor = scale;
+    llama.cpp's freq_scale = 1 / scale)."""
     inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    ang = torch.arange(seq_len, dtype=torch.float64)[:, None] * inv[None, :]
+    pos = torch.arange(seq_len, dtype=torch.float64) / scale
+    ang = pos[:, None] * inv[None, :]
     return torch.cos(ang).float(), torch.sin(ang).float()
 
 
@@ -113,7 +117,8 @@ class Llama(nn.Module):
 
     def rope(self, T):
         if T not in self._rope_cache:
-            self._rope_cache[T] = rope_tables(T, self.c.head_dim, self.c.rope_base)
+            self._rope_cache[T] = rope_tables(T, self.c.head_dim, self.c.rope_base,
+                                                self.c.rope_scale)
         return self._rope_cache[T]
 
     def forward(self, idx):  # idx [B][T] -> logits [B][T][vocab]
@@ -134,6 +139,8 @@ def export_raw(model, tokenizer_json, out_dir, name):
            "embedding_length": c.n_embd, "block_count": c.n_layer, "feed_forward_length": c.n_ff,
            "head_count": c.n_head, "head_count_kv": c.n_head_kv, "rope_freq_base": c.rope_base,
            "rms_norm_eps": c.rms_eps, "vocab_size": c.vocab_size}
+    if c.rope_scale != 1.0:  # written as llama.rope.scaling.type linear / .factor by convert
+        cfg["rope_scaling_factor"] = c.rope_scale
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     with open(tokenizer_json, encoding="utf-8") as f:

@@ -396,6 +396,13 @@ def main():
                          "stages; rerunning without it continues)")
     ap.add_argument("--rope-base", type=float, default=None,
                     help="RoPE frequency base (default: the --init checkpoint's, else 10000)")
+    ap.add_argument("--rope-scale", type=float, default=None,
+                    help="linear RoPE position interpolation factor F: positions are multiplied by "
+                         "1/F in the RoPE tables (exported as rope.scaling linear, factor F; "
+                         "default: the --init checkpoint's, else 1)")
+    ap.add_argument("--pool-max", type=int, default=None,
+                    help="cap on each task's training pool per context length (default: none; "
+                         "pools take minutes to build at 4096 tokens)")
     ap.add_argument("--copy-random", type=float, default=0.0,
                     help="share of copy-task rows made of uniformly random tokens (default 0)")
     args = ap.parse_args()
@@ -417,14 +424,16 @@ def main():
         shape = {k: init["config"][k] for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")}
         cfg = Config(sp.get_piece_size(), context_length=max(n_ctx, init["config"]["context_length"]),
                      rope_base=args.rope_base or init["config"].get("rope_base", 10000.0),
-                     rms_eps=init["config"].get("rms_eps", 1e-5), **shape)
+                     rms_eps=init["config"].get("rms_eps", 1e-5),
+                     rope_scale=args.rope_scale or init["config"].get("rope_scale", 1.0),
+                     **shape)
         if init["config"]["vocab_size"] != cfg.vocab_size:
             raise SystemExit(f"--init {args.init}: vocabulary of {init['config']['vocab_size']} "
                              f"pieces, the tokenizer has {cfg.vocab_size}")
     else:
         cfg = Config(sp.get_piece_size(), n_embd=args.n_embd, n_layer=args.n_layer,
                      n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx,
-                     rope_base=args.rope_base or 10000.0)
+                     rope_base=args.rope_base or 10000.0, rope_scale=args.rope_scale or 1.0)
     model = Llama(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
@@ -505,6 +514,9 @@ def main():
             # a task drawn w times as often gets a pool w times as large (as many repeats)
             n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
                       for t in corpus.TASKS + PSEUDO_TASKS} if weights else n_pool
+            if args.pool_max:
+                n_task = ({t: min(n, args.pool_max) for t, n in n_task.items()}
+                          if weights else min(n_pool, args.pool_max))
             pool = make_pool(sp, T, n_task, seed=seed, split="train", snapkv=args.snapkv)
             if weights.get("mkq", 0) > 0:
                 pool["mkq"] = make_mkq_pool(sp, T, n_task["mkq"], seed + 50, args.snapkv)

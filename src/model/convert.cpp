@@ -122,6 +122,9 @@ gguf::Writer convert_export(const std::string& dir, gguf::TensorType type) {
   const uint64_t n_kv = count_field(cfg, cf, "head_count_kv", 1024);
   const double freq_base = float_field(cfg, cf, "rope_freq_base");
   const double eps = float_field(cfg, cf, "rms_norm_eps");
+  // Optional linear RoPE scaling (position interpolation): positions multiplied by 1/factor.
+  const double rope_scale =
+      cfg.contains("rope_scaling_factor") ? float_field(cfg, cf, "rope_scaling_factor") : 1.0;
   const uint64_t n_vocab = count_field(cfg, cf, "vocab_size", uint64_t{1} << 22);
   if (n_embd % n_heads != 0 || (n_embd / n_heads) % 2 != 0) {
     throw_runtime(kComponent, cf + ": embedding_length / head_count must be an even head_dim",
@@ -180,6 +183,10 @@ gguf::Writer convert_export(const std::string& dir, gguf::TensorType type) {
   w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(n_kv));
   w.set_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(eps));
   w.set_f32("llama.rope.freq_base", static_cast<float>(freq_base));
+  if (rope_scale != 1.0) {
+    w.set_string("llama.rope.scaling.type", "linear");
+    w.set_f32("llama.rope.scaling.factor", static_cast<float>(rope_scale));
+  }
   w.set_u32("general.file_type", type == gguf::TensorType::f32   ? kFileTypeAllF32
                                  : type == gguf::TensorType::f16 ? kFileTypeMostlyF16
                                                                  : kFileTypeMostlyQ8_0);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -233,6 +235,43 @@ TEST(Engine, ConvertErrorsNameTheProblem) {
   }
   expect_convert_error("embedding_length");
   EXPECT_THROW(convert_export(dir.string(), gguf::TensorType::q4_0), std::invalid_argument);
+  fs::remove_all(dir);
+}
+
+TEST(Engine, ConvertWritesLinearRopeScaling) {
+  // Without rope_scaling_factor no scaling key is written; with it, the keys llama.cpp reads.
+  const auto plain_bytes = convert_export(test::golden_dir(), gguf::TensorType::f32).to_bytes();
+  const gguf::File plain = gguf::File::from_bytes(plain_bytes);
+  EXPECT_FALSE(plain.has_key("llama.rope.scaling.type"));
+  EXPECT_FALSE(plain.has_key("llama.rope.scaling.factor"));
+  EXPECT_EQ(LlamaModel(gguf::File::from_bytes(plain_bytes)).config().rope_freq_scale, 1.0);
+
+  const fs::path dir = test::temp_export_copy("convert_rope_scaling");
+  std::string text;
+  {
+    std::ifstream in(dir / "config.json");
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t brace = text.find('{');
+  ASSERT_NE(brace, std::string::npos);
+  auto write_config = [&](const std::string& factor) {
+    std::ofstream out(dir / "config.json", std::ios::trunc);
+    out << text.substr(0, brace + 1) << "\"rope_scaling_factor\": " << factor << ", "
+        << text.substr(brace + 1);
+  };
+  write_config("2.0");
+  const auto scaled_bytes = convert_export(dir.string(), gguf::TensorType::f32).to_bytes();
+  const gguf::File scaled = gguf::File::from_bytes(scaled_bytes);
+  EXPECT_EQ(scaled.get_string("llama.rope.scaling.type"), "linear");
+  EXPECT_EQ(scaled.get_f32("llama.rope.scaling.factor"), 2.0f);
+  EXPECT_EQ(LlamaModel(gguf::File::from_bytes(scaled_bytes)).config().rope_freq_scale, 0.5);
+  write_config("-1");
+  try {
+    convert_export(dir.string(), gguf::TensorType::f32);
+    FAIL() << "convert accepted rope_scaling_factor -1";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_scaling_factor"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }
 

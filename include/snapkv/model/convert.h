@@ -4,7 +4,9 @@
 //   DIR/config.json     {"architecture": "llama", "name": str, "context_length": int,
 //                        "embedding_length": int, "block_count": int, "feed_forward_length": int,
 //                        "head_count": int, "head_count_kv": int, "rope_freq_base": float,
-//                        "rms_norm_eps": float, "vocab_size": int}
+//                        "rms_norm_eps": float, "vocab_size": int, optional
+//                        "rope_scaling_factor": float (linear position interpolation; written as
+//                        llama.rope.scaling.type "linear" and llama.rope.scaling.factor unless 1)}
 //   DIR/tokenizer.json  {"model": "llama", "tokens": [str], "scores": [float],
 //                        "token_types": [int: NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4,
 //                        UNUSED 5, BYTE 6], "bos_id": int, "eos_id": int, "unk_id": int,
