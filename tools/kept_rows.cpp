@@ -10,9 +10,12 @@
 // given-scores fork, pooling off, the same budget): the needle sentence in every head
 // ("needle-all"), in every head but one ("needle-all-but-LxHy"), the needle with 64 rows either
 // side, and one ranking per layer shared by its KV heads (the sum of each head's max-normalised
-// scores: "layer-shared"). A diagnostic: it measures nothing the tests check.
+// scores: "layer-shared"). With --layer-shared it runs that last selection over the six tasks
+// (samples 0 .. n-1 of a seed) beside snapkv and prints the means (docs/TUNING.md). A diagnostic:
+// nothing the tests check.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "snapkv/eval/harness.h"
+#include "snapkv/eval/scoring.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/kv/core/config.h"
 #include "snapkv/model/kvzip.h"
@@ -60,12 +64,103 @@ struct Span {
   size_t begin = 0, end = 0;
 };
 
+// --layer-shared: the six tasks' means of snapkv and of one ranking per layer shared by its KV
+// heads (each head's pooled scores max-normalised, `mix` of the layer's sum blended into the
+// head's own: 1 = shared outright), at keeps 0.05 / 0.1 / 0.2, through the same forks as above.
+int layer_shared_means(const LlamaModel& model, const Tokenizer& tok, size_t context, uint64_t seed,
+                       size_t n_samples, double mix) {
+  TaskOptions options;
+  options.context_tokens = context;
+  options.seed = seed;
+  const std::vector<double> keeps = {0.05, 0.1, 0.2};
+  const TokenCounter counter = [&tok](std::string_view t) { return tok.encode(t, false).size(); };
+  const size_t n_kv = model.config().n_kv_heads;
+  std::vector<double> mean(7, 0.0);  // full, snapkv x 3 keeps, shared x 3 keeps
+  for (const Task task : all_tasks()) {
+    std::vector<double> acc(7, 0.0);
+    for (size_t i = 0; i < n_samples; ++i) {
+      const Sample sample = generate_sample(task, options, i, counter);
+      const PromptTokens prompt = tokenize_prompt(tok, sample);
+      std::vector<int32_t> all = prompt.context;
+      all.insert(all.end(), prompt.question.begin(), prompt.question.end());
+      const size_t n = all.size();
+      const size_t max_new = std::min(tok.encode(reference_completion(sample), false).size() + 4,
+                                      model.config().n_ctx - n);
+      const CacheConfig cfg;
+      LlamaSession base(model, fork_base_config(cfg, n), SessionOptions{});
+      const std::vector<float> logits = base.prefill_shared(all);
+      CacheConfig full = cfg;
+      full.policy = PolicyKind::full;
+      LlamaSession fs = base.fork(full);
+      acc[0] += string_match_all(answer(fs, logits, tok, max_new), sample.answers);
+      for (size_t k = 0; k < keeps.size(); ++k) {
+        CacheConfig c = cfg;
+        c.budget = std::max(static_cast<size_t>(std::ceil(keeps[k] * static_cast<double>(n))),
+                            c.n_sink + 1);
+        LlamaSession snap = base.fork(c);
+        ReconstructionScores rs;
+        rs.n_rows = n;
+        for (size_t l = 0; l < snap.caches().size(); ++l) {
+          std::vector<std::vector<float>> own(n_kv, std::vector<float>(n));
+          std::vector<float> sum(n, 0.0f);
+          for (size_t h = 0; h < n_kv; ++h) {
+            const std::span<const float> sc = snap.caches()[l].last_scores(h);
+            const float top = std::max(*std::max_element(sc.begin(), sc.end()), 1e-30f);
+            for (size_t p = 0; p < n; ++p) {
+              own[h][p] = sc[p] / top;
+              sum[p] += own[h][p];
+            }
+          }
+          const float top = std::max(*std::max_element(sum.begin(), sum.end()), 1e-30f);
+          std::vector<float> v(n_kv * n);
+          for (size_t h = 0; h < n_kv; ++h) {
+            for (size_t p = 0; p < n; ++p) {
+              const double blended = (1.0 - mix) * own[h][p] + mix * sum[p] / top;
+              v[h * n + p] = p < c.n_sink ? 1.0f : static_cast<float>(0.5 * blended);
+            }
+          }
+          rs.layers.push_back(std::move(v));
+        }
+        acc[1 + k] += string_match_all(answer(snap, logits, tok, max_new), sample.answers);
+        CacheConfig shared = c;
+        shared.policy = PolicyKind::kvzip;
+        shared.pool = PoolKind::none;
+        shared.kernel = 1;
+        LlamaSession ss = base.fork(shared, &rs);
+        acc[4 + k] += string_match_all(answer(ss, logits, tok, max_new), sample.answers);
+      }
+    }
+    const auto pct = [&](size_t j) { return 100.0 * acc[j] / static_cast<double>(n_samples); };
+    std::printf("%-16s full %5.1f | snapkv %5.1f %5.1f %5.1f | layer-shared %5.1f %5.1f %5.1f\n",
+                std::string(task_name(task)).c_str(), pct(0), pct(1), pct(2), pct(3), pct(4),
+                pct(5), pct(6));
+    for (size_t j = 0; j < mean.size(); ++j) mean[j] += pct(j) / 6.0;
+  }
+  std::printf("%-16s full %5.1f | snapkv %5.1f %5.1f %5.1f | layer-shared %5.1f %5.1f %5.1f\n",
+              "mean", mean[0], mean[1], mean[2], mean[3], mean[4], mean[5], mean[6]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 6 && std::string(argv[1]) == "--layer-shared") {
+    try {
+      set_num_threads(1);
+      const LlamaModel model = LlamaModel::load(argv[2]);
+      const Tokenizer tok = Tokenizer::from_gguf(model.file());
+      return layer_shared_means(
+          model, tok, std::strtoul(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),
+          std::strtoul(argv[5], nullptr, 10), argc > 6 ? std::strtod(argv[6], nullptr) : 1.0);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kept_rows: %s\n", e.what());
+      return 1;
+    }
+  }
   if (argc < 7) {
     std::fprintf(stderr,
-                 "usage: kept_rows <model.gguf> <task> <context> <seed> <index> <keep> [window]\n");
+                 "usage: kept_rows <model.gguf> <task> <context> <seed> <index> <keep> [window]\n"
+                 "       kept_rows --layer-shared <model.gguf> <context> <seed> <n> [mix]\n");
     return 2;
   }
   try {
