@@ -20,16 +20,20 @@ namespace {
 struct TrainScorerOptions {
   snapkv::cli::SidecarCommandOptions sidecar;  // out "" = kvzap_sidecar_path(model)
   snapkv::eval::KvzapTrainOptions train;
+  std::string teacher = "kvzip";  // --teacher: kvzip | kvzip_plus
 };
 
 int run_train_scorer(const TrainScorerOptions& o) {
   using namespace snapkv;
+  eval::KvzapTrainOptions train = o.train;
+  train.teacher =
+      o.teacher == "kvzip_plus" ? eval::KvzapTeacher::kvzip_plus : eval::KvzapTeacher::kvzip;
   std::optional<KvzapScorer> scorer;
   cli::SidecarSteps steps;
   steps.command = "train-scorer";
   steps.default_out = kvzap_sidecar_path;
   steps.build = [&](const LlamaModel& model, const Tokenizer& tokenizer, const auto& progress) {
-    scorer.emplace(eval::train_kvzap(model, tokenizer, o.train, progress));
+    scorer.emplace(eval::train_kvzap(model, tokenizer, train, progress));
     return scorer->to_bytes();
   };
   steps.load_back = [](LlamaModel& model, const std::string& path) { model.load_kvzap(path); };
@@ -51,7 +55,8 @@ snapkv::cli::RegisterCommand reg{
           "task, and --generic prompts of filler text, --context tokens each), runs each through\n"
           "a full-cache prefill and KVzip's reconstruction pass, and fits per layer and KV head\n"
           "a ridge regression from each cached key (RoPE undone, its squares, its position) to\n"
-          "the log of its KVzip score. The weights go to --out (default: the model's path with\n"
+          "the log of its KVzip score (--teacher kvzip_plus: KVzip+'s). The weights go to --out "
+          "(default: the model's path with\n"
           ".gguf replaced by .kvzap.gguf, where method kvzap finds them), keyed to the model's\n"
           "fingerprint: another model refuses them.");
       snapkv::cli::add_sidecar_options(sub, o->sidecar, ".kvzap.gguf");
@@ -63,6 +68,10 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--generic", o->train.generic_prompts, "Prompts of generic text")
           ->capture_default_str();
       sub.add_option("--ridge", o->train.ridge, "Ridge, relative to the mean feature energy")
+          ->capture_default_str();
+      sub.add_option("--teacher", o->teacher,
+                     "Scores to learn: kvzip, or kvzip_plus (KVzip+'s normalised scores)")
+          ->check(CLI::IsMember({"kvzip", "kvzip_plus"}))
           ->capture_default_str();
       sub.add_flag("--quiet", o->sidecar.quiet, "No log lines on stderr");
       return [o] { return run_train_scorer(*o); };

@@ -222,12 +222,17 @@ SharedPrefill::SharedPrefill(const LlamaModel& model, const PromptTokens& prompt
 
 LlamaSession SharedPrefill::fork(const CacheConfig& config, double* fork_seconds) const {
   Timer timer;
-  const bool reuse = config.policy == PolicyKind::kvzip && kvzip.has_value();
-  LlamaSession out = session.fork(config, reuse ? &*kvzip : nullptr);
-  *fork_seconds = timer.seconds() + (reuse ? kvzip->seconds : 0.0);
-  if (config.policy == PolicyKind::kvzip && !reuse && out.reconstruction() != nullptr) {
-    kvzip = *out.reconstruction();
+  // One pass per kind of reconstruction scores (kvzip's, kvzip_plus's): the pass depends on
+  // neither the policy's budget nor its head allocation, only on whether it normalises.
+  const PrefillPlan plan = prefill_plan(config);
+  std::optional<ReconstructionScores>* pass = nullptr;
+  if (plan.scoring_pass && !plan.learned_scores) {
+    pass = plan.normalized_scores ? &kvzip_plus : &kvzip;
   }
+  const bool reuse = pass != nullptr && pass->has_value();
+  LlamaSession out = session.fork(config, reuse ? &**pass : nullptr);
+  *fork_seconds = timer.seconds() + (reuse ? (*pass)->seconds : 0.0);
+  if (pass != nullptr && !reuse && out.reconstruction() != nullptr) *pass = *out.reconstruction();
   return out;
 }
 

@@ -82,7 +82,8 @@ void kvzap_training_rows(const LlamaModel& model, const Tokenizer& tokenizer,
     }
     LlamaSession session(model, full, so);
     session.prefill(tokens);
-    const ReconstructionScores scores = session.reconstruction_scores();
+    const ReconstructionScores scores =
+        session.reconstruction_scores(options.teacher == KvzapTeacher::kvzip_plus);
     for (size_t l = 0; l < c.n_layers; ++l) {
       const LayerCache& cache = session.caches()[l];
       const size_t n_rows = cache.size();

@@ -1,6 +1,7 @@
 // `snapkv train-scorer` end to end on the eval tests' tiny model: the sidecar it writes beside the
-// model is the same bytes for the same seed, `compress --method kvzap` then uses it, and outputs
-// that would destroy an input or a device are refused before any work.
+// model is the same bytes for the same seed (other bytes with --teacher kvzip_plus), `compress
+// --method kvzap` then uses it, and outputs that would destroy an input or a device are refused
+// before any work.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -44,6 +45,16 @@ TEST(TrainScorerCli, WritesADeterministicSidecarThatKvzapUses) {
                   "' --method kvzap --keep 0.3 --out '" + dir.file("a.kvc") + "' --quiet",
               dir);
   EXPECT_EQ(c.rc, 0) << c.err;
+  // --teacher kvzip_plus learns other targets, so other weights; an unknown teacher is refused.
+  const CliResult plus = run_cli("train-scorer --model '" + model + "' -o '" +
+                                     dir.file("plus.gguf") + "' --teacher kvzip_plus" + opts,
+                                 dir);
+  ASSERT_EQ(plus.rc, 0) << plus.err;
+  EXPECT_NE(read_text(dir.file("plus.gguf")), first);
+  const CliResult bad =
+      run_cli("train-scorer --model '" + model + "' --teacher snapkv" + opts, dir);
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--teacher"), std::string::npos) << bad.err;
   // Refused before any work: over the model, over a device.
   const CliResult over = run_cli("train-scorer --model '" + model + "' -o '" + model + "'", dir);
   EXPECT_EQ(over.rc, 2) << over.err;

@@ -3,6 +3,8 @@
 // length, and the fit beats the best constant predictor on its own training rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "snapkv/eval/kvzap_train.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/gguf/fingerprint.h"
+#include "snapkv/model/kvzip.h"
 
 namespace snapkv::eval {
 namespace {
@@ -70,6 +73,42 @@ TEST(KvzapTrain, SameSeedSameBytesOtherSeedOtherBytes) {
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b);
   EXPECT_NE(a, row_bytes(small(5)));
+}
+
+TEST(KvzapTrain, TeacherKvzipPlusLearnsTheNormalisedScores) {
+  const Fixture& f = fixture();
+  KvzapTrainOptions o = small(4);
+  o.samples_per_task = 0;
+  o.generic_prompts = 1;
+  // The one prompt's pass, run here directly: the rows' targets are the logs of its scores.
+  const std::vector<int32_t> prompt = kvzap_training_prompts(f.tokenizer, o).front();
+  for (const KvzapTeacher teacher : {KvzapTeacher::kvzip, KvzapTeacher::kvzip_plus}) {
+    o.teacher = teacher;
+    LlamaSession session(
+        f.model, CacheConfig{},
+        SessionOptions{o.prefill_chunk, ReconstructionOptions{kvzip_repeat_prompt(f.tokenizer)}});
+    session.prefill(prompt);
+    const ReconstructionScores scores =
+        session.reconstruction_scores(teacher == KvzapTeacher::kvzip_plus);
+    const size_t n_rows = scores.n_rows;
+    std::vector<double> expected, got;
+    for (size_t l = 0; l < scores.layers.size(); ++l) {
+      for (size_t h = 0; h < f.model.config().n_kv_heads; ++h) {
+        for (size_t r = 1; r < n_rows; ++r) {  // row 0 is BOS, left out
+          const double s = scores.layers[l][h * n_rows + r];
+          expected.push_back(std::clamp(std::log(std::max(s, 1e-30)), kKvzapLogFloor, 0.0));
+        }
+      }
+    }
+    kvzap_training_rows(f.model, f.tokenizer, o, [&](size_t, size_t, const float*, double target) {
+      got.push_back(target);
+    });
+    EXPECT_EQ(got, expected) << (teacher == KvzapTeacher::kvzip ? "kvzip" : "kvzip_plus");
+  }
+  o.teacher = KvzapTeacher::kvzip;
+  const std::vector<uint8_t> plain = row_bytes(o);
+  o.teacher = KvzapTeacher::kvzip_plus;
+  EXPECT_NE(plain, row_bytes(o));
 }
 
 TEST(KvzapTrain, FitBeatsTheBestConstantOnItsRows) {

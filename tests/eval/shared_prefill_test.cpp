@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "eval/tiny_model.h"
@@ -49,10 +50,11 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
   whole.insert(whole.end(), prompt.question.begin(), prompt.question.end());
   CacheConfig defaults;
   defaults.window = 8;
-  for (const char* name : {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm",
-                           "random", "kivi2", "snapkv+kivi2", "kvzip", "kvzip+kivi2", "keydiff",
-                           "expected_attention", "expected_attention-proxy", "ada-snapkv",
-                           "pyramid-keydiff", "ada-pyramid-expected_attention+kivi2"}) {
+  for (const char* name :
+       {"full", "snapkv", "snapkv-proxy", "streaming", "chunkkv", "knorm", "random", "kivi2",
+        "snapkv+kivi2", "kvzip", "kvzip_plus", "kvzip+kivi2", "keydiff", "expected_attention",
+        "expected_attention-proxy", "ada-snapkv", "pyramid-keydiff",
+        "ada-pyramid-expected_attention+kivi2"}) {
     // decode_budget 24 (interval 4): generation re-selects too; the forks must follow suit.
     for (const size_t decode_budget : {size_t{0}, size_t{24}}) {
       const std::string method(name);
@@ -71,7 +73,7 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
       const SharedPrefill shared(m.model, prompt, config, settings);
       double seconds = 0.0;
       LlamaSession forked = shared.fork(config, &seconds);
-      // kvzip: a second fork reuses the first one's reconstruction pass.
+      // kvzip, kvzip_plus: a second fork reuses the first one's reconstruction pass.
       LlamaSession again = shared.fork(config, &seconds);
 
       LlamaSession dedicated(m.model, config,
@@ -96,6 +98,44 @@ TEST(SharedPrefill, ForksEqualDedicatedSessionsForEveryMethod) {
   }
 }
 
+TEST(SharedPrefill, KvzipAndKvzipPlusEachRunTheirPassOnce) {
+  const auto& m = tiny_model();
+  const PromptTokens prompt = passkey_prompt(420);
+  std::vector<int32_t> whole = prompt.context;
+  whole.insert(whole.end(), prompt.question.begin(), prompt.question.end());
+  RunSettings settings;
+  settings.reconstruction.prompt = {7, 8, 9};
+  settings.reconstruction.chunk = 150;
+  CacheConfig defaults;
+  defaults.window = 8;
+  CacheConfig base = parse_method("kvzip", defaults).config;
+  base.budget = 40;
+  const SharedPrefill shared(m.model, prompt, base, settings);
+  // Interleaved: each policy's later forks take its own pass's scores, never the other's.
+  const std::vector<std::pair<const char*, size_t>> forks = {
+      {"kvzip", 40}, {"kvzip_plus", 40}, {"ada-kvzip_plus", 24},
+      {"kvzip", 24}, {"kvzip_plus", 60}, {"pyramid-kvzip", 60}};
+  for (const auto& [name, budget] : forks) {
+    CacheConfig config = parse_method(name, defaults).config;
+    config.budget = budget;
+    const std::string what = std::string(name) + " budget " + std::to_string(budget);
+    double seconds = 0.0;
+    const LlamaSession forked = shared.fork(config, &seconds);
+    LlamaSession dedicated(m.model, config,
+                           SessionOptions{settings.prefill_chunk, settings.reconstruction});
+    dedicated.prefill(whole);
+    expect_same_caches(forked, dedicated, what);
+    ASSERT_NE(forked.reconstruction(), nullptr) << what;
+    EXPECT_EQ(forked.reconstruction()->layers, dedicated.reconstruction()->layers) << what;
+    EXPECT_GT(seconds, 0.0) << what;  // a reused pass still charges its time
+  }
+  ASSERT_TRUE(shared.kvzip.has_value());
+  ASSERT_TRUE(shared.kvzip_plus.has_value());
+  EXPECT_FALSE(shared.kvzip->normalized);
+  EXPECT_TRUE(shared.kvzip_plus->normalized);
+  EXPECT_NE(shared.kvzip->layers, shared.kvzip_plus->layers);
+}
+
 TEST(SharedPrefill, RunEvalGivesIdenticalResultsWithAndWithoutSharing) {
   const auto& m = tiny_model();
   for (const Protocol protocol : {Protocol::query_aware, Protocol::question_agnostic}) {
@@ -105,7 +145,8 @@ TEST(SharedPrefill, RunEvalGivesIdenticalResultsWithAndWithoutSharing) {
     o.n = 2;
     o.defaults.window = 8;
     o.methods = parse_methods(
-        "full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2,kvzip",
+        "full,snapkv,snapkv-proxy,streaming,chunkkv,knorm,random,kivi2,snapkv+kivi2,kvzip,"
+        "kvzip_plus,ada-kvzip_plus",
         o.defaults);
     o.keeps = {0.1, 0.5};
     o.protocol = protocol;

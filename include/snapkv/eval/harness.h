@@ -95,14 +95,17 @@ struct SharedPrefill {
   // Prefills `tokens` as they are (perplexity's prefix).
   SharedPrefill(const LlamaModel& model, std::span<const int32_t> tokens, const CacheConfig& config,
                 const SessionOptions& options);
-  // session.fork(config); for policy kvzip the reconstruction pass runs at the first kvzip fork
-  // and its scores serve the later ones. *seconds gets the wall time a dedicated run would spend
-  // after the prefill: the fork's compression plus, when the scores were reused, the pass's time.
+  // session.fork(config); for policies kvzip and kvzip_plus the reconstruction pass runs at the
+  // first fork of that policy and its scores serve the later ones (any budget, any head
+  // allocation: ada-, pyramid-, duo-kvzip share kvzip's pass). *seconds gets the wall time a
+  // dedicated run would spend after the prefill: the fork's compression plus, when the scores were
+  // reused, the pass's time.
   LlamaSession fork(const CacheConfig& config, double* seconds) const;
-  LlamaSession session;                               // prompt open: only forked
-  std::vector<float> logits;                          // [n_vocab] after the prefilled part
-  double seconds = 0.0;                               // prefill wall time
-  mutable std::optional<ReconstructionScores> kvzip;  // the pass's scores, once run
+  LlamaSession session;                                    // prompt open: only forked
+  std::vector<float> logits;                               // [n_vocab] after the prefilled part
+  double seconds = 0.0;                                    // prefill wall time
+  mutable std::optional<ReconstructionScores> kvzip;       // policy kvzip's pass, once run
+  mutable std::optional<ReconstructionScores> kvzip_plus;  // policy kvzip_plus's (normalised)
 };
 // Runs per fork key (kv/core/fork.h) among `methods` x `n_keeps` kept fractions (policy-full
 // methods run once; configs without a key, every_chunk, are left out); empty when !share. A key

@@ -2,7 +2,8 @@
 // the tasks' train split (eval/tasks.h: the context a question-agnostic run compresses) and from
 // generic text (filler sentences), each run through a full-cache prefill and KVzip's
 // reconstruction pass (model/kvzip.h); every cached row but the first (BOS, a sink everywhere)
-// gives one example per (layer, KV head): its features and the log of its KVzip score.
+// gives one example per (layer, KV head): its features and the log of its teacher's score
+// (KVzip's, or KVzip+'s normalised one).
 //
 // Promises: deterministic — the same model, tokenizer and options give the same rows in the same
 // order (the sink sees them one prompt, layer, head and row at a time), hence the same weights.
@@ -21,6 +22,10 @@
 
 namespace snapkv::eval {
 
+// Whose scores the scorer learns: KVzip's reconstruction pass (policy kvzip) or the same pass
+// with KVzip+'s normalisation (policy kvzip_plus).
+enum class KvzapTeacher { kvzip, kvzip_plus };
+
 struct KvzapTrainOptions {
   uint64_t seed = 0;             // tasks' train-split seed (< 2^63) and the generic text's
   size_t context_tokens = 1024;  // tokens per training prompt (<= the model's context)
@@ -28,6 +33,7 @@ struct KvzapTrainOptions {
   size_t generic_prompts = 8;    // prompts of generic text
   double ridge = 1e-3;           // KvzapFit::solve's ridge
   size_t prefill_chunk = 512;    // tokens per prefill forward
+  KvzapTeacher teacher = KvzapTeacher::kvzip;
 };
 
 // The training prompts, token ids with BOS: samples_per_task of each task (in eval/tasks.h's
@@ -41,7 +47,8 @@ using KvzapRowSink =
 // Called after each prompt with (prompts done, prompts in all).
 using KvzapProgress = std::function<void(size_t done, size_t total)>;
 
-// Runs every training prompt (full cache, then KVzip's pass) and hands each row to `sink`.
+// Runs every training prompt (full cache, then KVzip's pass, normalised for teacher kvzip_plus)
+// and hands each row to `sink`.
 void kvzap_training_rows(const LlamaModel& model, const Tokenizer& tokenizer,
                          const KvzapTrainOptions& options, const KvzapRowSink& sink,
                          const KvzapProgress& progress = {});
