@@ -73,7 +73,7 @@ TEST(KvzapMethod, SpecTableHoldsThePriorWeight) {
   ASSERT_NE(o, nullptr);
   EXPECT_EQ(o->flag, std::string("prior-weight"));
   CacheConfig c;
-  EXPECT_EQ(std::get<double>(o->get(c)), 0.5);
+  EXPECT_EQ(std::get<double>(o->get(c)), 0.9);  // the default (kv/core/config.h)
   set_cache_option(c, "prior-weight", "0.3");
   EXPECT_EQ(c.prior_weight, 0.3);
   EXPECT_THROW(set_cache_option(c, "prior_weight", "1.5"), std::invalid_argument);
