@@ -30,19 +30,20 @@
  * method=kvzip keep=0.2 for a document. Every other key is an option of the cache spec
  * (snapkv/kv/core/spec.h: names, ranges and help; a test holds these lists to it):
  *   policy=full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|
- *         kvzip_plus|kvzap
+ *         kvzip_plus|kvzap|kvzap_snapkv
  *   codec=fp16|kivi2|kivi4|kivi2r|kivi4r|kitty|zipcache|gear|zipcacher|kivi42|kivi24|kivi42r|
  *         kivi32|kivimix
  *   query_source=auto|queries|keys head_allocation=uniform|ada|duo|duo_ada
  *   layer_allocation=uniform|pyramid
  *   budget=N window=N n_sink=N (or sinks=N) pool=none|max|avg|causal_max kernel=N
  *   keep_window=0|1 causal=0|1 chunk_mode=end_of_prompt|every_chunk chunk_size=N ada_floor=F
- *   pyramid_beta=F duo_streaming=F duo_recent=N seed=N decode_budget=N decode_interval=N
+ *   pyramid_beta=F duo_streaming=F duo_recent=N prior_weight=F seed=N decode_budget=N
+ *   decode_interval=N
  *   kivi_group=N kivi_residual=N
  *   kivi_fp16_sinks=N|-1 rotation_seed=N kitty_channels=N zip_salient=F|-1 zip_high_bits=4|16
  *   gear_bits=2|4 gear_rank=N gear_sparse=F
- * (policies kvzip, kvzip_plus and kvzap need scores from the model, and head_allocation duo /
- * duo_ada the model's head types: not useful here.)
+ * (policies kvzip, kvzip_plus, kvzap and kvzap_snapkv need scores from the model, and
+ * head_allocation duo / duo_ada the model's head types: not useful here.)
  * e.g. "policy=snapkv budget=256 window=32 sinks=4 pool=max kernel=31 codec=kivi2".
  *
  * The reference engine (below the caches): snapkv_model_load opens a GGUF model; snapkv_generate

@@ -97,7 +97,8 @@ builder.__doc__ = f"""A cache factory: how to build KV caches for a prompt.
 
 method: the command line's --method grammar: full, snapkv (true window queries), snapkv-proxy
     (keys as queries), streaming, chunkkv, knorm, random, keydiff, expected_attention[-proxy],
-    kvzip, kvzap (model-level calls; the model's snapkv train-scorer sidecar), the codecs (kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42,
+    kvzip, kvzap, kvzap-snapkv, kvzap-proxy (kvzap's prior mixed with the window's attention,
+    real queries or proxy keys; model-level calls; the model's snapkv train-scorer sidecar), the codecs (kivi2, kivi4, kivi2r, kivi4r, kitty, zipcache, gear, zipcacher, kivi42,
     kivi24, kivi42r, kivi32, kivimix), <policy>+<codec> (snapkv+kivi2); prefixes ada-, pyramid-,
     ada-pyramid-, and duo- before them (head types: duo-snapkv, duo-ada-kvzip; model-level calls;
     the model's snapkv find-heads sidecar).

@@ -1,9 +1,9 @@
 """The methods that need more than the model's weights, from Python with the shipped model: duo-
-(head types, models/snapkv-tiny4.heads.gguf), kvzap (the learned scorer,
-models/snapkv-tiny4.kvzap.gguf) and kvzip_plus (KVzip+) give `snapkv run`'s tokens, in the method
-name or as keyword options; a duo- document round-trips through .kvc to `snapkv ask`; a copy of the
-model without its sidecars refuses duo- and kvzap with the library's message naming what is
-missing."""
+(head types, models/snapkv-tiny4.heads.gguf), kvzap, kvzap-snapkv and kvzap-proxy (the learned
+scorer, models/snapkv-tiny4.kvzap.gguf) and kvzip_plus (KVzip+) give `snapkv run`'s tokens, in the
+method name or as keyword options (prior_weight as --prior-weight); a duo- document round-trips
+through .kvc to `snapkv ask`; a copy of the model without its sidecars refuses duo-, kvzap and
+kvzap-proxy with the library's message naming what is missing."""
 
 import json
 import shutil
@@ -14,7 +14,8 @@ import snapkv
 from conftest import run_cli
 
 
-@pytest.mark.parametrize("method", ["duo-snapkv", "kvzap", "kvzip_plus", "duo-ada-kvzap"])
+@pytest.mark.parametrize("method", ["duo-snapkv", "kvzap", "kvzip_plus", "duo-ada-kvzap",
+                                    "kvzap-snapkv", "kvzap-proxy"])
 def test_generate_same_tokens_as_cli_run(model, snapkv_bin, model_path, passkey, tmp_path, method):
     prompt, _ = passkey
     f = tmp_path / "prompt.txt"
@@ -25,6 +26,22 @@ def test_generate_same_tokens_as_cli_run(model, snapkv_bin, model_path, passkey,
     out = model.generate(prompt, cache=snapkv.builder(method=method, keep=0.2), max_tokens=8)
     assert out.tokens == cli["tokens"]
     assert out.stats["bytes_stored"] == cli["kv_bytes"]
+
+
+def test_prior_weight_keyword_equals_cli_flag(model, snapkv_bin, model_path, passkey, tmp_path):
+    prompt, _ = passkey
+    f = tmp_path / "prompt.txt"
+    f.write_text(prompt)
+    r = run_cli(snapkv_bin, "run", "--model", model_path, "--prompt-file", str(f), "--method",
+                "kvzap-proxy", "--prior-weight", "0.2", "--keep", "0.1", "--max-tokens", "8",
+                "--json", "--quiet")
+    cli = json.loads(r.stdout)
+    out = model.generate(prompt, cache=snapkv.builder(method="kvzap-proxy", prior_weight=0.2,
+                                                      keep=0.1), max_tokens=8)
+    assert out.tokens == cli["tokens"]
+    assert out.stats["bytes_stored"] == cli["kv_bytes"]
+    with pytest.raises(ValueError, match="prior_weight"):
+        snapkv.builder(method="kvzap-proxy", prior_weight=1.5)
 
 
 def test_duo_as_keywords_equals_the_method_name(model, passkey):
@@ -67,6 +84,9 @@ def test_model_without_sidecars_refuses_by_name(model_path, passkey, tmp_path, m
         bare.compress(prompt, snapkv.builder(method="snapkv", head_allocation="duo", keep=0.2))
     with pytest.raises(ValueError, match="needs scorer weights") as e:
         bare.compress(prompt, snapkv.builder(method="kvzap", keep=0.2))
+    assert str(tmp_path / "bare.kvzap.gguf") in str(e.value)
+    with pytest.raises(ValueError, match="policy kvzap_snapkv needs scorer weights") as e:
+        bare.compress(prompt, snapkv.builder(method="kvzap-proxy", keep=0.2))
     assert str(tmp_path / "bare.kvzap.gguf") in str(e.value)
     # Other methods still work with this model.
     assert bare.generate(prompt, cache=snapkv.builder(method="kvzip_plus", keep=0.2),

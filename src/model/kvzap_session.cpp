@@ -1,5 +1,5 @@
-// Policy kvzap inside the engine (model/kvzap.h, model/llama.h): the model finds its scorer's
-// sidecar, and a session ends its prompt with the scorer's per-row scores.
+// Policies kvzap and kvzap_snapkv inside the engine (model/kvzap.h, model/llama.h): the model finds
+// its scorer's sidecar, and a session ends its prompt with the scorer's per-row scores.
 #include "model/sidecar.h"
 #include "snapkv/gguf/fingerprint.h"
 #include "snapkv/model/kvzap.h"
@@ -37,16 +37,18 @@ void LlamaModel::set_kvzap(KvzapScorer scorer) {
   kvzap_status_ = "scorer weights set";
 }
 
-void LlamaSession::check_kvzap(const LlamaModel& model) {
+void LlamaSession::check_kvzap(const LlamaModel& model, PolicyKind policy) {
   if (model.kvzap() == nullptr) {
-    throw_invalid("kv", "policy kvzap needs scorer weights for this model", model.kvzap_status(),
-                  "a sidecar written by `snapkv train-scorer --model M.gguf` (M.kvzap.gguf "
-                  "beside the model)");
+    throw_invalid(
+        "kv", "policy " + std::string(to_string(policy)) + " needs scorer weights for this model",
+        model.kvzap_status(),
+        "a sidecar written by `snapkv train-scorer --model M.gguf` (M.kvzap.gguf "
+        "beside the model)");
   }
 }
 
 void LlamaSession::compress_kvzap() {
-  check_kvzap(*model_);
+  check_kvzap(*model_, cache_config_.policy);
   const std::vector<std::vector<float>> scores =
       model_->kvzap()->score_caches(caches_, model_->rope_params());
   for (size_t l = 0; l < caches_.size(); ++l) caches_[l].compress_with_scores(scores[l]);

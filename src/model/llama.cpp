@@ -101,7 +101,7 @@ LlamaSession::LlamaSession(const LlamaModel& model, const CacheConfig& cache_con
 }
 
 void LlamaSession::check_model_supports(const LlamaModel& model, const CacheConfig& cache_config) {
-  if (prefill_plan(cache_config).learned_scores) check_kvzap(model);
+  if (prefill_plan(cache_config).learned_scores) check_kvzap(model, cache_config.policy);
   check_head_types(model, cache_config);
 }
 

@@ -172,21 +172,25 @@ TEST(CApiModel, KvcRoundTripAnswersTheSame) {
   snapkv_doc_free(doc);
 }
 
-// The shipped model's kvzap scorer (models/snapkv-tiny4.kvzap.gguf) is found beside it: method
-// kvzap compresses a document, which round-trips through .kvc and answers as before.
+// The shipped model's kvzap scorer (models/snapkv-tiny4.kvzap.gguf) is found beside it: methods
+// kvzap and kvzap-proxy (its prior mixed with the proxy window's attention) compress a document,
+// which round-trips through .kvc and answers as before.
 TEST(CApiModel, KvzapDocumentFromTheShippedScorer) {
   Model m;
   ASSERT_NE(m.p, nullptr);
   std::string prompt = passkey_prompt();
   const std::string doc_text = prompt.substr(0, prompt.rfind("What"));
-  snapkv_doc* doc = nullptr;
-  ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), "method=ada-kvzap keep=0.2", &doc),
-            SNAPKV_OK)
-      << snapkv_last_error();
-  std::string answer;
-  expect_kvc_round_trip(m.p, doc, "capi_kvzap", &answer);
-  EXPECT_NE(answer.find("71432"), std::string::npos) << answer;
-  snapkv_doc_free(doc);
+  for (const std::string spec :
+       {"method=ada-kvzap keep=0.2", "method=kvzap-proxy keep=0.2 prior_weight=0.4"}) {
+    SCOPED_TRACE(spec);
+    snapkv_doc* doc = nullptr;
+    ASSERT_EQ(snapkv_doc_compress(m.p, doc_text.c_str(), spec.c_str(), &doc), SNAPKV_OK)
+        << snapkv_last_error();
+    std::string answer;
+    expect_kvc_round_trip(m.p, doc, "capi_kvzap", &answer);
+    EXPECT_NE(answer.find("71432"), std::string::npos) << answer;
+    snapkv_doc_free(doc);
+  }
 }
 
 // The shipped model's head types (models/snapkv-tiny4.heads.gguf) are found beside it: a duo-
@@ -278,6 +282,11 @@ TEST(CApiModel, ModelWithoutSidecarsRefusesDuoAndKvzapByName) {
   error = snapkv_last_error();
   EXPECT_NE(error.find("needs scorer weights"), std::string::npos) << error;
   EXPECT_NE(error.find((dir / "bare.kvzap.gguf").string()), std::string::npos) << error;
+  EXPECT_EQ(snapkv_generate(bare, prompt.c_str(), "method=kvzap-snapkv keep=0.2", &params, collect,
+                            &got, nullptr),
+            SNAPKV_INVALID_ARGUMENT);
+  error = snapkv_last_error();
+  EXPECT_NE(error.find("policy kvzap_snapkv needs scorer weights"), std::string::npos) << error;
   EXPECT_EQ(snapkv_generate(bare, prompt.c_str(), "method=kvzip_plus keep=0.2", &params, collect,
                             &got, nullptr),
             SNAPKV_OK)

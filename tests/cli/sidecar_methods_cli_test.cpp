@@ -1,8 +1,8 @@
 // The methods that need more than the model's weights, on the command line with the shipped model
-// (models/snapkv-tiny4.gguf and the sidecars beside it): `run` compresses under duo-snapkv, kvzap
-// and kvzip_plus, and `compress` + `ask` answers the pass key under each; a copy of the model
-// without its sidecars refuses duo- and kvzap naming the missing file (exit 2) and still runs
-// kvzip_plus.
+// (models/snapkv-tiny4.gguf and the sidecars beside it): `run` compresses under duo-snapkv, kvzap,
+// kvzap-snapkv, kvzap-proxy and kvzip_plus, and `compress` + `ask` answers the pass key under each;
+// a copy of the model without its sidecars refuses duo-, kvzap and kvzap-proxy naming the missing
+// file (exit 2) and still runs kvzip_plus.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -41,7 +41,8 @@ TEST(SidecarMethodsCli, ShippedModelAnswersUnderEachMethod) {
   const std::string prompt = dir.file("prompt.txt"), doc_file = dir.file("doc.txt");
   std::ofstream(prompt) << doc << question;
   std::ofstream(doc_file) << doc;
-  for (const std::string method : {"duo-snapkv", "kvzap", "kvzip_plus", "duo-ada-kvzip_plus"}) {
+  for (const std::string method : {"duo-snapkv", "kvzap", "kvzip_plus", "duo-ada-kvzip_plus",
+                                   "kvzap-snapkv", "ada-kvzap-proxy"}) {
     SCOPED_TRACE(method);
     const CliResult r =
         run_cli("run --model '" + kModel + "' --prompt-file '" + prompt + "' --method " + method +
@@ -83,6 +84,11 @@ TEST(SidecarMethodsCli, ModelWithoutSidecarsRefusesByName) {
   EXPECT_EQ(kvzap.rc, 2) << kvzap.err;
   EXPECT_NE(kvzap.err.find("needs scorer weights"), std::string::npos) << kvzap.err;
   EXPECT_NE(kvzap.err.find(dir.file("bare.kvzap.gguf")), std::string::npos) << kvzap.err;
+  const CliResult proxy = run_cli(run + "kvzap-proxy --prior-weight 0.3", dir);
+  EXPECT_EQ(proxy.rc, 2) << proxy.err;
+  EXPECT_NE(proxy.err.find("policy kvzap_snapkv needs scorer weights"), std::string::npos)
+      << proxy.err;
+  EXPECT_NE(proxy.err.find(dir.file("bare.kvzap.gguf")), std::string::npos) << proxy.err;
   const CliResult plus = run_cli(run + "kvzip_plus", dir);
   EXPECT_EQ(plus.rc, 0) << plus.err;
 }

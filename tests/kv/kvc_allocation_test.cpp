@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kv/kv_test_util.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/kv/file/kvc_file.h"
 #include "snapkv/kv/file/kvc_format.h"
 #include "snapkv/util/sha256.h"
@@ -29,10 +31,15 @@ ModelFingerprint fingerprint() {
   return f;
 }
 
-// Applies a method name's allocation prefix ("ada-snapkv", "pyramid-kvzip") as the CLI does.
+// Applies a method name's allocation prefix ("ada-snapkv", "pyramid-kvzip") as the CLI does; the
+// names that also set the query source (kvzap-snapkv, kvzap-proxy) go through parse_method.
 CacheConfig make_config(std::string_view method, CodecKind codec) {
   CacheConfig c;
-  c.policy = parse_policy(apply_allocation_prefix(method, c));
+  if (method.find("kvzap-") != std::string_view::npos) {
+    c = parse_method(method, c).config;
+  } else {
+    c.policy = parse_policy(apply_allocation_prefix(method, c));
+  }
   c.codec = codec;
   c.budget = 24;
   c.window = kW;
@@ -64,7 +71,12 @@ std::vector<LayerCache> prefilled(const CacheConfig& config, uint64_t seed) {
     const Tensor3 qt = view(q, kHeads, kW, kD);
     cache.update(view(k, kKv, kS, kD), view(v, kKv, kS, kD), &qt, UpdateKind::prefill);
     if (policy_takes_external_scores(config.policy)) {
-      cache.compress_with_scores(random_normal(kKv * cache.size(), seed + 10 * l + 3));
+      std::vector<float> scores = random_normal(kKv * cache.size(), seed + 10 * l + 3);
+      // kvzap_snapkv's prior is a score kvzap's scorer gives: positive (kv/core/prior_mix.h).
+      if (config.policy == PolicyKind::kvzap_snapkv) {
+        for (float& x : scores) x = std::abs(x);
+      }
+      cache.compress_with_scores(scores);
     } else {
       cache.end_prompt();
     }
@@ -134,6 +146,7 @@ void expect_round_trip(const CacheConfig& config, const std::string& what) {
   KvcContents loaded = decode_kvc(bytes, expect);
   EXPECT_EQ(loaded.version, kKvcVersion) << what;
   EXPECT_EQ(loaded.config.policy, config.policy) << what;
+  EXPECT_EQ(loaded.config.query_source, config.query_source) << what;
   EXPECT_EQ(loaded.config.head_allocation, config.head_allocation) << what;
   EXPECT_EQ(loaded.config.layer_allocation, config.layer_allocation) << what;
   EXPECT_EQ(loaded.config.pyramid_beta, config.pyramid_beta) << what;
@@ -152,7 +165,8 @@ void expect_round_trip(const CacheConfig& config, const std::string& what) {
 TEST(KvcAllocation, RaggedAndPyramidCachesRoundTripExactly) {
   for (const char* method :
        {"ada-snapkv", "pyramid-kvzip", "ada-pyramid-snapkv", "ada-kvzap", "pyramid-kvzap",
-        "duo-snapkv", "duo-ada-kvzip", "duo-pyramid-kvzap", "duo-ada-pyramid-snapkv"}) {
+        "duo-snapkv", "duo-ada-kvzip", "duo-pyramid-kvzap", "duo-ada-pyramid-snapkv",
+        "ada-kvzap-proxy", "pyramid-kvzap-snapkv", "kvzap-snapkv", "duo-ada-kvzap-snapkv"}) {
     for (const CodecKind codec : {CodecKind::fp16, CodecKind::kivi2}) {
       const CacheConfig config = make_config(method, codec);
       const std::string what = std::string(method) + "+" + std::string(to_string(codec));

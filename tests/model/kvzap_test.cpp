@@ -195,6 +195,61 @@ TEST(KvzapSession, ModelWithoutWeightsRefusesKvzapByName) {
     EXPECT_EQ(m.rfind("[kv] policy kvzap needs scorer weights", 0), 0u) << m;
     EXPECT_NE(m.find("expected"), std::string::npos) << m;
   }
+  for (const QuerySource source : {QuerySource::queries, QuerySource::keys}) {
+    CacheConfig c = kvzap_config(8);
+    c.policy = PolicyKind::kvzap_snapkv;  // kvzap-snapkv, kvzap-proxy
+    c.query_source = source;
+    try {
+      LlamaSession::check_model_supports(model, c);
+      ADD_FAILURE() << "kvzap_snapkv accepted without scorer weights";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("[kv] policy kvzap_snapkv needs scorer weights", 0), 0u) << m;
+    }
+    EXPECT_THROW(LlamaSession(model, c, SessionOptions{}), std::invalid_argument);
+  }
+}
+
+// kvzap-snapkv and kvzap-proxy in the engine: a session that prefills by itself keeps what a fork
+// of a shared prefill keeps (the scorer's scores and the window's queries reach both), and the
+// prior changes the choice against the window alone (prior_weight 0).
+TEST(KvzapSession, PriorMethodsKeepTheSameRowsDirectAndForked) {
+  LlamaModel model = test::load_model(gguf::TensorType::f32);
+  model.set_kvzap(random_scorer(model.kvzap_dims(), 22, gguf::fingerprint(model.file())));
+  const std::vector<int32_t>& prompt = test::golden().prompt;
+  const size_t budget = std::max<size_t>(8, prompt.size() / 3);
+  for (const QuerySource source : {QuerySource::queries, QuerySource::keys}) {
+    for (const HeadAllocation alloc : {HeadAllocation::uniform, HeadAllocation::ada}) {
+      CacheConfig mix = kvzap_config(budget);
+      mix.policy = PolicyKind::kvzap_snapkv;
+      mix.query_source = source;
+      mix.head_allocation = alloc;
+      LlamaSession s(model, mix, SessionOptions{});
+      s.prefill(prompt);
+      CacheConfig base = mix;
+      base.policy = PolicyKind::snapkv;
+      base.query_source = QuerySource::auto_select;
+      base.budget = prompt.size() + 1;
+      base.head_allocation = HeadAllocation::uniform;
+      LlamaSession shared(model, base, SessionOptions{});
+      shared.prefill_shared(prompt);
+      const LlamaSession f = shared.fork(mix);
+      CacheConfig window_only = mix;
+      window_only.prior_weight = 0.0;
+      const LlamaSession w = shared.fork(window_only);
+      bool differs = false;
+      for (size_t l = 0; l < s.caches().size(); ++l) {
+        for (size_t h = 0; h < model.config().n_kv_heads; ++h) {
+          const auto a = s.caches()[l].positions(h), b = f.caches()[l].positions(h),
+                     c = w.caches()[l].positions(h);
+          EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << l << ' ' << h;
+          differs = differs || !std::equal(a.begin(), a.end(), c.begin(), c.end());
+        }
+      }
+      EXPECT_TRUE(differs) << "the prior changed no choice";
+      EXPECT_EQ(s.caches()[0].config().policy, PolicyKind::kvzap_snapkv);
+    }
+  }
 }
 
 TEST(KvzapSession, SidecarBesideTheModelIsFoundOrRefused) {

@@ -1,10 +1,10 @@
 // The methods that need more than the model's weights, through `snapkv serve` on loopback with the
 // shipped model (models/snapkv-tiny4.gguf): duo-snapkv (its head types,
-// models/snapkv-tiny4.heads.gguf), kvzap (its scorer, models/snapkv-tiny4.kvzap.gguf) and
-// kvzip_plus (KVzip+'s reconstruction pass) answer completions and documents as the library does
-// in-process, and the response's `snapkv` object names the method; a copy of the model without
-// its sidecars refuses duo- and kvzap with a 400 naming what is missing, and still answers other
-// methods.
+// models/snapkv-tiny4.heads.gguf), kvzap, kvzap-snapkv and kvzap-proxy (its scorer,
+// models/snapkv-tiny4.kvzap.gguf) and kvzip_plus (KVzip+'s reconstruction pass) answer completions
+// and documents as the library does in-process, and the response's `snapkv` object names the
+// method; a copy of the model without its sidecars refuses duo-, kvzap and the kvzap_snapkv methods
+// with a 400 naming what is missing, and still answers other methods.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <stdlib.h>
@@ -87,7 +87,8 @@ TEST(ServeSidecarMethods, ShippedModelAnswersDuoKvzapAndKvzipPlus) {
   Running server(o, shipped().model, shipped().tokenizer);
   httplib::Client c = server.client();
   const std::string prompt = passkey_document() + kQuestion;
-  for (const std::string method : {"duo-snapkv", "kvzap", "kvzip_plus", "duo-ada-kvzip_plus"}) {
+  for (const std::string method :
+       {"duo-snapkv", "kvzap", "kvzip_plus", "duo-ada-kvzip_plus", "kvzap-snapkv", "kvzap-proxy"}) {
     SCOPED_TRACE(method);
     const GreedyAnswer want = in_process(shipped(), method, prompt, 6);
     const json r = post(c, "/v1/completions",
@@ -155,6 +156,12 @@ TEST(ServeSidecarMethods, ModelWithoutSidecarsRefusesByName) {
             {"needs scorer weights", scorer, "snapkv train-scorer"});
     refused("/v1/caches", {{"document", passkey_document()}, {"method", "ada-kvzap"}},
             {"needs scorer weights", scorer});
+    refused(
+        "/v1/completions",
+        {{"prompt", prompt}, {"method", "kvzap-proxy"}, {"prior_weight", 0.3}, {"max_tokens", 4}},
+        {"policy kvzap_snapkv needs scorer weights", scorer});
+    refused("/v1/caches", {{"document", passkey_document()}, {"method", "kvzap-snapkv"}},
+            {"policy kvzap_snapkv needs scorer weights", scorer});
     // The server is alive and other methods still work with this model.
     const json ok = post(c, "/v1/completions",
                          {{"prompt", prompt}, {"method", "kvzip_plus"}, {"max_tokens", 4}});

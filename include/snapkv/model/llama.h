@@ -277,10 +277,11 @@ class LlamaSession {
   // Policy kvzip: ends the prompt of every cache with the reconstruction pass's scores (computed
   // here when `scores` is null). Defined in src/model/kvzip_pass.cpp.
   void compress_kvzip(const ReconstructionScores* scores);
-  // Policy kvzap: ends the prompt of every cache with the learned scorer's scores (defined in
-  // src/model/kvzap_session.cpp); check_kvzap throws when the model has no scorer.
+  // Policies kvzap and kvzap_snapkv: end the prompt of every cache with the learned scorer's
+  // scores (defined in src/model/kvzap_session.cpp); check_kvzap throws, naming the policy, when
+  // the model has no scorer.
   void compress_kvzap();
-  static void check_kvzap(const LlamaModel& model);
+  static void check_kvzap(const LlamaModel& model, PolicyKind policy);
   // head_allocation duo / duo_ada with an evicting policy: check_head_types throws when the model
   // has no head types; apply_head_types hands each cache its layer's streaming mask (defined in
   // src/model/head_types_session.cpp).

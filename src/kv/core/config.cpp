@@ -34,7 +34,7 @@ std::string_view enum_name(Enum k, const std::array<std::pair<std::string_view, 
   return "unknown";
 }
 
-constexpr std::array<std::pair<std::string_view, PolicyKind>, 11> kPolicyNames{{
+constexpr std::array<std::pair<std::string_view, PolicyKind>, 12> kPolicyNames{{
     {"full", PolicyKind::full},
     {"snapkv", PolicyKind::snapkv},
     {"streaming", PolicyKind::streaming},
@@ -46,6 +46,7 @@ constexpr std::array<std::pair<std::string_view, PolicyKind>, 11> kPolicyNames{{
     {"kvzip", PolicyKind::kvzip},
     {"kvzap", PolicyKind::kvzap},
     {"kvzip_plus", PolicyKind::kvzip_plus},
+    {"kvzap_snapkv", PolicyKind::kvzap_snapkv},
 }};
 constexpr std::array<std::pair<std::string_view, HeadAllocation>, 4> kHeadAllocationNames{{
     {"uniform", HeadAllocation::uniform},
@@ -113,7 +114,7 @@ void CacheConfig::validate() const {
                   "head_allocation " + std::string(to_string(head_allocation)) +
                       " needs a policy that scores rows",
                   std::string(to_string(policy)),
-                  "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap");
+                  "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap|kvzap_snapkv");
   }
   if (head_allocation_duo(head_allocation) && policy == PolicyKind::streaming) {
     throw_invalid("config",
@@ -125,6 +126,9 @@ void CacheConfig::validate() const {
     throw_invalid("config", "duo_streaming out of range", std::to_string(duo_streaming), "[0, 1]");
   }
   if (duo_recent == 0) throw_invalid("config", "duo_recent must be positive", "0", ">= 1");
+  if (!(prior_weight >= 0.0 && prior_weight <= 1.0)) {
+    throw_invalid("config", "prior_weight out of range", std::to_string(prior_weight), "[0, 1]");
+  }
 
   if (window == 0) throw_invalid("config", "window must be positive", "0", ">= 1");
   if (kernel == 0 || kernel % 2 == 0) {
@@ -151,9 +155,10 @@ void CacheConfig::validate() const {
   }
   if (decode_budget > 0) {
     if (policy == PolicyKind::full) {
-      throw_invalid(
-          "config", "decode_budget needs an evicting policy", "policy full",
-          "snapkv|streaming|random|knorm|chunkkv|kvzip|kvzip_plus|kvzap, or decode_budget 0");
+      throw_invalid("config", "decode_budget needs an evicting policy", "policy full",
+                    "snapkv|streaming|random|knorm|chunkkv|kvzip|kvzip_plus|kvzap|kvzap_snapkv, or "
+                    "decode_budget "
+                    "0");
     }
     if (decode_interval == 0) {
       throw_invalid("config", "decode_interval must be positive", "0", ">= 1");
@@ -262,7 +267,8 @@ bool keeps_window(const CacheConfig& config) {
 }
 
 bool policy_uses_queries(PolicyKind k) {
-  return k == PolicyKind::snapkv || k == PolicyKind::chunkkv || k == PolicyKind::expected_attention;
+  return k == PolicyKind::snapkv || k == PolicyKind::chunkkv ||
+         k == PolicyKind::expected_attention || k == PolicyKind::kvzap_snapkv;
 }
 
 size_t kivi_fp16_sinks_of(const CacheConfig& c) {
@@ -285,7 +291,12 @@ bool policy_scores_rows(PolicyKind k) {
 }
 
 bool policy_takes_external_scores(PolicyKind k) {
-  return k == PolicyKind::kvzip || k == PolicyKind::kvzap || k == PolicyKind::kvzip_plus;
+  return k == PolicyKind::kvzip || k == PolicyKind::kvzap || k == PolicyKind::kvzip_plus ||
+         k == PolicyKind::kvzap_snapkv;
+}
+
+bool policy_uses_kvzap(PolicyKind k) {
+  return k == PolicyKind::kvzap || k == PolicyKind::kvzap_snapkv;
 }
 
 PolicyKind parse_policy(std::string_view s) {

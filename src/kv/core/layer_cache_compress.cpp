@@ -27,7 +27,8 @@ using layer_cache_checks::kComponent;
 void LayerCache::compress_with_scores(std::span<const float> scores) {
   if (!policy_takes_external_scores(config_.policy)) {
     throw_invalid(kComponent, "compress_with_scores needs a policy that takes external scores",
-                  "policy " + std::string(to_string(config_.policy)), "kvzip|kvzap");
+                  "policy " + std::string(to_string(config_.policy)),
+                  "kvzip|kvzip_plus|kvzap|kvzap_snapkv");
   }
   if (!prompt_open_) {
     throw_invalid(kComponent, "compress_with_scores needs an open prompt", "prompt not open",
@@ -46,8 +47,9 @@ void LayerCache::compress_with_scores(std::span<const float> scores) {
     }
   }
   prompt_open_ = false;
-  if (over_budget()) {
-    compress(nullptr, 0, *policy_, layer_budget(), config_.head_allocation, scores.data());
+  if (over_budget()) {  // the window's queries, when kept, for a policy that mixes them in
+    compress(pending_queries_.empty() ? nullptr : pending_queries_.data(), pending_window_,
+             *policy_, layer_budget(), config_.head_allocation, scores.data());
   }
   pending_queries_.clear();
   pending_queries_.shrink_to_fit();

@@ -12,7 +12,7 @@ namespace {
 
 constexpr const char* kPolicyNames =
     "full, snapkv, snapkv-proxy, streaming, chunkkv, knorm, random, kvzip, kvzip_plus, kvzap, "
-    "keydiff, "
+    "kvzap-snapkv, kvzap-proxy, keydiff, "
     "expected_attention, "
     "expected_attention-proxy, each scoring one also as ada-<policy>, pyramid-<policy>, "
     "ada-pyramid-<policy>, and each evicting one but streaming behind duo- (duo-snapkv, "
@@ -61,6 +61,12 @@ bool apply_policy(std::string_view full_name, CacheConfig& config) {
     config.policy = PolicyKind::kvzip;
   } else if (name == "kvzap") {
     config.policy = PolicyKind::kvzap;
+  } else if (name == "kvzap-snapkv") {
+    config.policy = PolicyKind::kvzap_snapkv;
+    config.query_source = QuerySource::queries;
+  } else if (name == "kvzap-proxy") {
+    config.policy = PolicyKind::kvzap_snapkv;
+    config.query_source = QuerySource::keys;
   } else if (name == "kvzip_plus") {
     config.policy = PolicyKind::kvzip_plus;
   } else {

@@ -10,7 +10,7 @@ PrefillPlan prefill_plan(const CacheConfig& config) {
   plan.window_rows = config.window;
   plan.window_queries = wants_window_queries(config);
   plan.scoring_pass = policy_takes_external_scores(config.policy);
-  plan.learned_scores = config.policy == PolicyKind::kvzap;
+  plan.learned_scores = policy_uses_kvzap(config.policy);
   plan.normalized_scores = config.policy == PolicyKind::kvzip_plus;
   const bool decode_budget = config.decode_budget > 0;
   plan.decode_query_rows = decode_budget ? 1 : 0;

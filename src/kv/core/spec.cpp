@@ -47,7 +47,7 @@ using G = OptionGroup;
 const CacheOption kOptions[] = {
     {"policy", "", "", T::choice, G::method,
      "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzip_plus|"
-     "kvzap",
+     "kvzap|kvzap_snapkv",
      0, 0, false, 0, "Which rows survive (a method name sets it)",
      SNAPKV_CHOICE_FIELD(policy, parse_policy)},
     {"codec", "", "", T::choice, G::method,
@@ -100,6 +100,10 @@ const CacheOption kOptions[] = {
     {"duo_recent", "", "duo-recent", T::count, G::eviction, "", 1, kMaxRows, false, 0,
      "duo-: recent rows a streaming head keeps after the sinks (capped by the budget)",
      SNAPKV_COUNT_FIELD(duo_recent)},
+    {"prior_weight", "", "prior-weight", T::real, G::eviction, "", 0, 1, false, 0,
+     "kvzap-snapkv / kvzap-proxy: weight in [0, 1] of kvzap's learned prior in its mixture with "
+     "the window's attention (0 = the window alone, 1 = the prior alone)",
+     SNAPKV_REAL_FIELD(prior_weight)},
     {"seed", "", "", T::count, G::eviction, "", 0, kMaxSeed, false, 0,
      "Seed of the random policy (commands set it from their --seed)", SNAPKV_COUNT_FIELD(seed)},
     {"decode_budget", "", "decode-budget", T::count, G::decode, "", 0, kMaxRows, false, 0,

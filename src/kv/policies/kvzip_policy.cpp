@@ -4,8 +4,13 @@
 // supplied scores (a decode-time re-selection, where only the recent queries exist) the policy
 // scores as snapkv does, with the window's queries or proxy keys. score() gives the same ranking
 // for head_allocation ada (ada-kvzip). Policy kvzap is the same selection over the scores of a
-// learned surrogate (model/kvzap.h), which predicts the same attention probabilities.
+// learned surrogate (model/kvzap.h), which predicts the same attention probabilities; policy
+// kvzap_snapkv mixes those scores with snapkv's window scores (real queries, or the proxy keys
+// without them) before pooling (kv/core/prior_mix.h).
+#include <algorithm>
+
 #include "kv/policies/policies.h"
+#include "snapkv/kv/core/prior_mix.h"
 #include "snapkv/kv/core/snapkv_score.h"
 
 namespace snapkv {
@@ -27,7 +32,21 @@ class KvzipPolicy final : public EvictionPolicy {
   std::vector<float> score(const SelectionInput& in) override {
     if (in.external_scores == nullptr) return snapkv_candidate_scores(in, config_);
     std::vector<float> scores(in.n_rows);
-    pool_scores(scores.data(), in.external_scores, in.n_rows, config_.pool, config_.kernel);
+    if (config_.policy != PolicyKind::kvzap_snapkv) {
+      pool_scores(scores.data(), in.external_scores, in.n_rows, config_.pool, config_.kernel);
+      return scores;
+    }
+    CacheConfig unpooled = config_;
+    unpooled.pool = PoolKind::none;
+    const std::vector<float> window = snapkv_candidate_scores(in, unpooled);
+    // The proxy's keys score only the rows before the window (kv/core/snapkv_score.h).
+    const size_t n_candidates = in.queries != nullptr || in.n_rows <= config_.window
+                                    ? in.n_rows
+                                    : in.n_rows - config_.window;
+    std::vector<float> mixed(in.n_rows);
+    mix_prior_scores(mixed.data(), in.external_scores, window.data(), in.n_rows, config_.n_sink,
+                     n_candidates, config_.prior_weight);
+    pool_scores(scores.data(), mixed.data(), in.n_rows, config_.pool, config_.kernel);
     return scores;
   }
   std::unique_ptr<EvictionPolicy> clone() const override {

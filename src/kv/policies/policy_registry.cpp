@@ -28,17 +28,18 @@ std::unique_ptr<EvictionPolicy> make_policy(const CacheConfig& config, size_t la
     case PolicyKind::kvzip:
     case PolicyKind::kvzap:
     case PolicyKind::kvzip_plus:
+    case PolicyKind::kvzap_snapkv:
       return make_kvzip_policy(config);
   }
   throw_invalid(
       "policy", "unknown policy", std::to_string(static_cast<int>(config.policy)),
       "full|snapkv|streaming|random|knorm|chunkkv|keydiff|expected_attention|kvzip|kvzip_plus|"
-      "kvzap");
+      "kvzap|kvzap_snapkv");
 }
 
 std::vector<float> EvictionPolicy::score(const SelectionInput& /*in*/) {
   throw_invalid("policy", "this policy has no per-row scores", std::string(to_string(kind())),
-                "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap");
+                "snapkv|knorm|keydiff|expected_attention|kvzip|kvzip_plus|kvzap|kvzap_snapkv");
 }
 
 }  // namespace snapkv

@@ -26,8 +26,11 @@ enum class PolicyKind {
           // LayerCache::compress_with_scores); needs chunk_mode end_of_prompt
   kvzap,  // KVzap: per-row scores supplied from outside (a learned surrogate of kvzip's scores,
           // computed by the model's scorer from the cached keys); needs chunk_mode end_of_prompt
-  kvzip_plus,  // KVzip+: kvzip's pass with each attention probability weighted by the size of
-               // what the row adds to the query's residual stream, ||W_O v|| / ||h||
+  kvzip_plus,    // KVzip+: kvzip's pass with each attention probability weighted by the size of
+                 // what the row adds to the query's residual stream, ||W_O v|| / ||h||
+  kvzap_snapkv,  // kvzap's learned scores (supplied from outside, as kvzap's) mixed with the
+                 // observation window's attention, real queries or proxy keys by query_source
+                 // (kv/core/prior_mix.h, weight prior_weight); needs chunk_mode end_of_prompt
 };
 
 // How the rows kept in one layer are shared among its KV heads (kv/core/allocation.h).
@@ -142,8 +145,8 @@ struct CacheConfig {
   size_t kernel = 11;        // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
   bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
                              // (applies to snapkv, chunkkv, knorm, random, keydiff,
-                             // expected_attention, kvzip, kvzap). layer_allocation pyramid keeps
-                             // the window whatever this says: keeps_window() below.
+                             // expected_attention, kvzip, kvzap, kvzap_snapkv). layer_allocation
+                             // pyramid keeps the window whatever this says: keeps_window() below.
   bool causal = true;        // causal mask inside the window (false: SnapKV's reference code)
   QuerySource query_source = QuerySource::auto_select;
   ChunkMode chunk_mode = ChunkMode::end_of_prompt;
@@ -162,6 +165,13 @@ struct CacheConfig {
   // 0.5 (4 heads, one layer wholly streaming) falls to 47.5 / 57.3 / 57.2 (docs/RESULTS.md).
   double duo_streaming = 0.25;
   size_t duo_recent = 32;
+  // kvzap_snapkv (kv/core/prior_mix.h): the weight in [0, 1] of kvzap's learned prior in its
+  // mixture with the window's attention (0 = the window alone, 1 = the prior alone). Default 0.9,
+  // chosen on the dev seeds (11 and 2, 1K and 2K, N = 20, query-aware): kvzap-proxy at keep
+  // 0.05 / 0.1 / 0.2 on seed 11 at 1K keeps 13.5 / 57.9 / 72.7 (0.5: 6.7 / 48.8 / 66.3; 0.7:
+  // 6.7 / 49.5 / 71.9; 0.95: 33.0 / 56.5 / 71.5; snapkv-proxy 5.0 / 48.3 / 60.4), and
+  // kvzap-snapkv stays within 1.2 points of snapkv at 0.1 and 0.2 (docs/RESULTS.md).
+  double prior_weight = 0.9;
 
   uint64_t seed = 0;      // random policy
   size_t chunk_size = 8;  // chunkkv: chunk = original position / chunk_size
@@ -241,13 +251,17 @@ std::string_view apply_allocation_prefix(std::string_view name, CacheConfig& con
 // checks) goes through this.
 bool keeps_window(const CacheConfig& config);
 
-// True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention).
+// True for the policies whose scoring reads window queries (snapkv, chunkkv, expected_attention,
+// kvzap_snapkv).
 bool policy_uses_queries(PolicyKind k);
 // True for the policies that score every row on its own, which head_allocation ada requires
-// (snapkv, knorm, keydiff, expected_attention, kvzip, kvzap).
+// (snapkv, knorm, keydiff, expected_attention, kvzip, kvzap, kvzip_plus, kvzap_snapkv).
 bool policy_scores_rows(PolicyKind k);
 // True for the policies whose prompt is compressed with scores supplied from outside
-// (LayerCache::compress_with_scores): kvzip, kvzap.
+// (LayerCache::compress_with_scores): kvzip, kvzap, kvzip_plus, kvzap_snapkv.
 bool policy_takes_external_scores(PolicyKind k);
+// True for the policies whose external scores come from the model's learned scorer (kvzap's
+// sidecar, model/kvzap.h): kvzap, kvzap_snapkv.
+bool policy_uses_kvzap(PolicyKind k);
 
 }  // namespace snapkv
