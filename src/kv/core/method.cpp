@@ -145,6 +145,10 @@ Method parse_method(std::string_view name, const CacheConfig& knobs) {
       throw_invalid("kv", "unknown codec in method '" + m.name + "'", codec, codec_names());
     }
   }
+  if (c.policy == PolicyKind::snapkv && c.query_source == QuerySource::queries) {
+    if (!knobs.window_given && knobs.window == fresh.window) c.window = kSnapkvWindow;
+    if (!knobs.kernel_given && knobs.kernel == fresh.kernel) c.kernel = kSnapkvKernel;
+  }
   m.uses_keep = c.policy != PolicyKind::full;
   if (m.uses_keep) {
     c.decode_budget = knobs.decode_budget;

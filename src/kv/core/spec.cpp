@@ -71,7 +71,12 @@ const CacheOption kOptions[] = {
     {"budget", "", "", T::count, G::sizing, "", 0, kMaxRows, false, 0,
      "Rows kept per KV head after prefill", SNAPKV_COUNT_FIELD(budget)},
     {"window", "", "window", T::count, G::eviction, "", 1, kMaxRows, false, 0,
-     "Observation window (rows of queries or proxy keys)", SNAPKV_COUNT_FIELD(window)},
+     "Observation window (rows of queries or proxy keys; method snapkv: 24)",
+     [](const CacheConfig& c) { return OptionValue{static_cast<uint64_t>(c.window)}; },
+     [](CacheConfig& c, const OptionValue& v) {
+       c.window = as_size(v);
+       c.window_given = true;
+     }},
     {"n_sink", "sinks", "sinks", T::count, G::eviction, "", 0, kMaxRows, false, 0,
      "First positions always kept", SNAPKV_COUNT_FIELD(n_sink)},
     {"pool", "", "pool", T::choice, G::eviction, "none|max|avg|causal_max", 0, 0, false, 0,
@@ -79,7 +84,12 @@ const CacheOption kOptions[] = {
      "score of itself and the kernel - 1 rows before it)",
      SNAPKV_CHOICE_FIELD(pool, parse_pool)},
     {"kernel", "", "kernel", T::count, G::eviction, "", 1, 1048575, false, 0,
-     "Pooling kernel, odd (1 = no pooling)", SNAPKV_COUNT_FIELD(kernel)},
+     "Pooling kernel, odd (1 = no pooling; method snapkv: 13)",
+     [](const CacheConfig& c) { return OptionValue{static_cast<uint64_t>(c.kernel)}; },
+     [](CacheConfig& c, const OptionValue& v) {
+       c.kernel = as_size(v);
+       c.kernel_given = true;
+     }},
     {"keep_window", "", "keep-window", T::flag, G::eviction, "", 0, 0, false, 0,
      "Always keep the window's own rows (paper), or let them compete",
      SNAPKV_FLAG_FIELD(keep_window)},

@@ -134,7 +134,7 @@ struct CacheConfig {
 
   // Budget = maximum rows kept per KV head after a compressing update (prefill history).
   size_t budget = 512;
-  size_t window = 32;  // observation window (rows of queries / proxy keys)
+  size_t window = 32;  // observation window (rows of queries / proxy keys); method snapkv: 24
   size_t n_sink = 4;   // first positions always kept
 
   // Defaults chosen by measurement on the dev seed (docs/TUNING.md: the sweep of
@@ -142,7 +142,8 @@ struct CacheConfig {
   // window's rows competing for the budget (PyramidKV still keeps them), one compression at the
   // end of the prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
   PoolKind pool = PoolKind::causal_max;
-  size_t kernel = 11;        // pooling kernel, odd, >= 1 (1 with pool != none is the identity)
+  size_t kernel =
+      11;  // pooling kernel, odd, >= 1 (1 with pool != none is the identity); snapkv: 13
   bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
                              // (applies to snapkv, chunkkv, knorm, random, keydiff,
                              // expected_attention, kvzip, kvzap, kvzap_snapkv). layer_allocation
@@ -213,6 +214,11 @@ struct CacheConfig {
   size_t gear_bits = 2;
   size_t gear_rank = 2;
   double gear_sparse = 0.01;
+
+  // Set by the cache spec's setters (kv/core/spec.h) when a front end names window or kernel, so
+  // that a method's own defaults (kv/core/method.h, parse_method) leave a given value alone.
+  bool window_given = false;
+  bool kernel_given = false;
 
   // Throws std::invalid_argument "[config] <field> ..., got X, expected Y" on the first problem.
   void validate() const;

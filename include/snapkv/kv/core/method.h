@@ -30,6 +30,9 @@
 
 namespace snapkv {
 
+inline constexpr size_t kSnapkvWindow = 24;
+inline constexpr size_t kSnapkvKernel = 13;
+
 struct Method {
   std::string name;       // as given ("snapkv+kivi2")
   CacheConfig config;     // budget left at knobs' value; see budget_for()
@@ -41,6 +44,11 @@ struct Method {
 // query source and allocations the name says; its decode-time budget is knobs' for methods that
 // evict and off for the others. Throws std::invalid_argument "[kv] unknown method ..." listing
 // the names.
+// Policy defaults: snapkv with real queries (snapkv, ada-/pyramid-/duo-snapkv, snapkv+<codec>)
+// takes window kSnapkvWindow and kernel kSnapkvKernel where knobs leave them at CacheConfig's
+// defaults (32, 11) and no spec setter named them (window_given, kernel_given); every other
+// policy keeps 32 and 11. Chosen on the development seeds: docs/TUNING.md, "The query-aware
+// default at keep 0.05 and 0.1".
 Method parse_method(std::string_view name, const CacheConfig& knobs = CacheConfig{});
 // Comma-separated list ("full,snapkv,kivi2"); empty items and duplicates are rejected.
 std::vector<Method> parse_methods(std::string_view list, const CacheConfig& knobs = CacheConfig{});
