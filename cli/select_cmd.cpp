@@ -129,9 +129,10 @@ int run_select(SelectOptions& opts) {
     check_finite_file(*q, opts.queries, false);
     n_heads = q->shape[0];
     opts.cache.knobs.window = q->shape[1];
+    opts.cache.knobs.window_given = true;  // the file's rows, whatever the method's default
   }
 
-  Method method = parse_method("snapkv", opts.cache.knobs);
+  Method method = parse_method(q ? "snapkv" : "snapkv-proxy", opts.cache.knobs);
   method.config.budget = opts.cache.budget;
   method.config.causal = !opts.no_causal;
   method.config.query_source = q ? QuerySource::queries : QuerySource::keys;

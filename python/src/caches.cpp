@@ -184,7 +184,8 @@ py::dict select(const py::handle& keys_obj, const py::handle& queries_obj,
   }
   opts["causal"] = causal;
   opts["query_source"] = q ? "queries" : "keys";
-  const CacheBuilder builder("snapkv", keep, budget, opts);
+  // snapkv-proxy without queries: the same window and kernel defaults as `snapkv select`.
+  const CacheBuilder builder(q ? "snapkv" : "snapkv-proxy", keep, budget, opts);
   const CacheConfig config = builder.config_for(seq);
   const std::vector<float> values(k.shape[0] * seq * hd, 0.0f);
   const Tensor3 kt{k.data, n_kv, seq, hd};

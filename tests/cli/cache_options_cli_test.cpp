@@ -16,6 +16,7 @@
 
 #include "cli/cli_test_util.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/util/npy.h"
 
 namespace snapkv::clitest {
@@ -47,10 +48,15 @@ json print_config(const Command& c, const std::string& extra, const TempDir& dir
 
 TEST(CacheOptionsCli, EveryCommandDefaultsToCacheConfig) {
   TempDir dir("cacheopts");
-  const CacheConfig d{};
   for (const Command& c : kCacheCommands) {
     const json j = print_config(c, "", dir);
     SCOPED_TRACE(c.name);
+    // CacheConfig's defaults as the command's first default method resolves them: snapkv's own
+    // window and kernel (kv/core/method.h); 32 and 11 for full (eval, bench) and kvzip (compress).
+    const bool lists = c.name == "eval" || c.name == "bench";
+    const std::string method = lists ? "full" : c.name == "compress" ? "kvzip" : "snapkv";
+    const CacheConfig d = parse_method(method).config;
+    EXPECT_EQ(d.window, method == "snapkv" ? kSnapkvWindow : CacheConfig{}.window);
     EXPECT_EQ(j["budget"], d.budget);
     EXPECT_EQ(j["window"], d.window);
     EXPECT_EQ(j["n_sink"], d.n_sink);

@@ -13,6 +13,7 @@
 
 #include "cli/cli_test_util.h"
 #include "snapkv/kv/core/config.h"
+#include "snapkv/kv/core/method.h"
 #include "snapkv/kv/core/snapkv_score.h"
 #include "snapkv/util/fp16.h"
 #include "snapkv/util/npy.h"
@@ -232,7 +233,7 @@ TEST(SelectCli, PoolingAndKeepWindow) {
   for (size_t h = 0; h < in.n_kv; ++h) {
     EXPECT_EQ(head_scores(pooled, h), max_pool_ref(head_scores(plain, h), 5));
     EXPECT_EQ(head_scores(pooled_default, h),
-              max_pool_ref(head_scores(plain, h), CacheConfig{}.kernel));
+              max_pool_ref(head_scores(plain, h), kSnapkvKernel));  // snapkv's own
     const auto kept = windowed["kept"][h].get<std::vector<int64_t>>();
     ASSERT_EQ(kept.size(), 30u);
     for (size_t r = 0; r < in.w; ++r) {

@@ -40,7 +40,9 @@ TEST(Methods, NamesMapToConfigs) {
   EXPECT_EQ(snap.config.query_source, QuerySource::queries);
   EXPECT_EQ(snap.config.codec, CodecKind::fp16);
   EXPECT_TRUE(snap.uses_keep);
-  EXPECT_EQ(snap.config.window, d.window);
+  EXPECT_EQ(snap.config.window, kSnapkvWindow);  // snapkv's own (kv/core/method.h)
+  EXPECT_EQ(snap.config.kernel, kSnapkvKernel);
+  EXPECT_EQ(parse_method("snapkv-proxy", d).config.window, d.window);
   EXPECT_EQ(snap.config.pool, d.pool);
   EXPECT_EQ(snap.config.chunk_mode, d.chunk_mode);
   EXPECT_EQ(parse_method("snapkv-proxy", d).config.query_source, QuerySource::keys);

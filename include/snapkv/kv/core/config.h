@@ -138,12 +138,12 @@ struct CacheConfig {
   size_t n_sink = 4;   // first positions always kept
 
   // Defaults chosen by measurement on the dev seed (docs/TUNING.md: the sweep of
-  // scripts/tune_defaults.sh, then "Causal pooling"): causal max pooling with kernel 11, the
-  // window's rows competing for the budget (PyramidKV still keeps them), one compression at the
-  // end of the prompt. Every `snapkv` subcommand uses these same defaults (cli/cache_options.h).
+  // scripts/tune_defaults.sh, then "Causal pooling"): causal max pooling with kernel 11 (13 for
+  // method snapkv: kv/core/method.h), the window's rows competing for the budget (PyramidKV
+  // still keeps them), one compression at the end of the prompt, in every subcommand.
   PoolKind pool = PoolKind::causal_max;
-  size_t kernel =
-      11;  // pooling kernel, odd, >= 1 (1 with pool != none is the identity); snapkv: 13
+  // pooling kernel, odd, >= 1 (1 with pool != none is the identity); method snapkv: 13
+  size_t kernel = 11;
   bool keep_window = false;  // always keep the last `window` candidates (paper); else they compete
                              // (applies to snapkv, chunkkv, knorm, random, keydiff,
                              // expected_attention, kvzip, kvzap, kvzap_snapkv). layer_allocation
