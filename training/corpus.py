@@ -5,7 +5,9 @@
 - task text from the C++ generator, `snapkv tasks gen --split train` (one source of truth for the
   task templates and filler; Python never re-implements them).
 """
+import argparse
 import glob
+import gzip
 import json
 import os
 import subprocess
@@ -15,8 +17,13 @@ LICENSE_DIR = "/usr/share/common-licenses"
 TASKS = ["niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "passkey"]
 
 
-def natural_paragraphs():
-    """Fortunes (split at '%' lines) and license paragraphs, as a list of strings (sorted sources)."""
+def natural_paragraphs(path=None):
+    """Fortunes (split at '%' lines) and license paragraphs, as a list of strings (sorted sources).
+    path: read them from a file written by `corpus.py --dump-natural` instead (a machine without
+    Debian's fortunes)."""
+    if path:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+            return json.load(f)
     paragraphs = []
     for path in sorted(glob.glob(os.path.join(FORTUNE_DIR, "*"))):
         if path.endswith((".dat", ".u8")) or os.path.isdir(path) or os.path.islink(path):
@@ -58,3 +65,14 @@ def generate_tasks(task, n, context, seed, split="train", snapkv=None, extra=())
            str(context), "--seed", str(seed), "--split", split, "--quiet", *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="Training text sources")
+    ap.add_argument("--dump-natural", metavar="FILE", required=True,
+                    help="write the natural-text paragraphs as JSON (.gz: compressed), for "
+                         "train.py --natural on a machine without Debian's fortunes")
+    a = ap.parse_args()
+    with (gzip.open if a.dump_natural.endswith(".gz") else open)(a.dump_natural, "wt",
+                                                                 encoding="utf-8") as f:
+        json.dump(natural_paragraphs(), f)

@@ -14,6 +14,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# Fused causal attention (flash / memory-efficient kernels on a GPU). torch < 2.0 has none; the
+# explicit masked softmax below is then the only path, and the one CPU training uses.
+sdpa = getattr(F, "scaled_dot_product_attention", None)
+
 
 class Config:
     def __init__(self, vocab_size, n_embd=128, n_layer=4, n_head=4, n_head_kv=2, n_ff=None,
@@ -91,9 +95,14 @@ class Block(nn.Module):
         rep = c.n_head // c.n_head_kv
         k = k.repeat_interleave(rep, dim=1)  # [B][n_head][T][hd]
         v = v.repeat_interleave(rep, dim=1)
-        att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim)) + mask
-        att = torch.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, c.n_head * c.head_dim)
+        if mask is None:  # fused causal attention (torch >= 2.0; see Llama.fused_attention)
+            # RoPE's fp32 tables promote q and k; under bf16 autocast v stays bf16
+            y = sdpa(q.to(v.dtype), k.to(v.dtype), v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim)) + mask
+            att = torch.softmax(att, dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, c.n_head * c.head_dim)
         x = x + self.wo(y)
         h = self.ffn_norm(x)
         return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
@@ -114,17 +123,25 @@ class Llama(nn.Module):
                     std = 0.02 / math.sqrt(2 * c.n_layer)
                 nn.init.normal_(p, mean=0.0, std=std)
         self._rope_cache = {}
+        self.fused_attention = False  # True: causal attention through sdpa (needs torch >= 2.0)
 
     def rope(self, T):
-        if T not in self._rope_cache:
-            self._rope_cache[T] = rope_tables(T, self.c.head_dim, self.c.rope_base,
-                                                self.c.rope_scale)
-        return self._rope_cache[T]
+        device = self.tok_embd.weight.device
+        if (T, device) not in self._rope_cache:
+            cos, sin = rope_tables(T, self.c.head_dim, self.c.rope_base, self.c.rope_scale)
+            self._rope_cache[(T, device)] = (cos.to(device), sin.to(device))
+        return self._rope_cache[(T, device)]
+
+    def causal_mask(self, T):
+        """None when attention is fused (the kernel applies causality), else the additive mask."""
+        if self.fused_attention:
+            return None
+        return torch.full((T, T), float("-inf"), device=self.tok_embd.weight.device).triu(1)
 
     def forward(self, idx):  # idx [B][T] -> logits [B][T][vocab]
         B, T = idx.shape
         cos, sin = self.rope(T)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = self.causal_mask(T)
         x = self.tok_embd(idx)
         for blk in self.blocks:
             x = blk(x, cos, sin, mask)

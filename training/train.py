@@ -14,6 +14,10 @@ Writes RUN/log.txt (loss, held-out teacher-forced answer accuracy per task), RUN
 RUN/export-<T>/ at the end of each stage. Held-out samples use the eval split (disjoint seeds).
 """
 import argparse
+import concurrent.futures
+import contextlib
+import copy
+import multiprocessing
 import os
 import random
 import re
@@ -27,7 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
-from model import Config, Llama, export_raw  # noqa: E402
+from model import Config, Llama, export_raw, sdpa  # noqa: E402
 
 BOS, EOS = 1, 2
 
@@ -308,7 +312,7 @@ def loss_fn(model, x, y, w):
     """Weighted CE; the output layer runs only on positions that carry loss."""
     h = model.tok_embd(x)
     cos, sin = model.rope(x.shape[1])
-    mask = torch.full((x.shape[1], x.shape[1]), float("-inf")).triu(1)
+    mask = model.causal_mask(x.shape[1])
     for blk in model.blocks:
         h = blk(h, cos, sin, mask)
     sel = w > 0
@@ -317,11 +321,22 @@ def loss_fn(model, x, y, w):
     return (ce * w[sel]).sum() / w[sel].sum()
 
 
+BF16_ON_GPU = {"on": True}  # --precision fp32 turns it off
+
+
+def autocast(device):
+    """bf16 autocast on a GPU (fp32 master weights and optimizer state); nothing on the CPU."""
+    if device.type == "cuda" and BF16_ON_GPU["on"]:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 @torch.no_grad()
 def evaluate(model, eval_pool, T):
     """Teacher-forced answer accuracy per task: token accuracy and exact (all answer tokens right,
     which is exactly when greedy decoding reproduces the reference completion)."""
     model.eval()
+    device = model.tok_embd.weight.device
     res = {}
     for task, items in sorted(eval_pool.items()):
         tok_ok = tok_n = exact = 0
@@ -331,7 +346,8 @@ def evaluate(model, eval_pool, T):
             x = torch.full((len(chunk), L), EOS, dtype=torch.long)
             for j, it in enumerate(chunk):
                 x[j, :len(it.ids)] = torch.tensor(it.ids)
-            pred = model(x).argmax(-1)
+            with autocast(device):
+                pred = model(x.to(device)).argmax(-1).cpu()
             for j, it in enumerate(chunk):
                 a0, a1 = it.n_prompt, len(it.ids) - 1  # answer tokens, final "." excluded
                 ok = (pred[j, a0 - 1:a1 - 1] == x[j, a0:a1])
@@ -353,9 +369,104 @@ def copy_accuracy(model, batcher, seed, n=16):
     batcher.copy_random = saved
     x = torch.from_numpy(np.stack(rows))
     w = torch.from_numpy(np.stack(ws)) > 0
-    ok = (model(x[:, :-1]).argmax(-1) == x[:, 1:]) | ~w
+    device = model.tok_embd.weight.device
+    with autocast(device):
+        pred = model(x[:, :-1].to(device)).argmax(-1).cpu()
+    ok = (pred == x[:, 1:]) | ~w
     model.train()
     return float((ok & w).sum()) / float(w.sum()), float(ok.all(dim=1).float().mean())
+
+
+_SENTENCEPIECE = {}
+
+
+def sentencepiece(model_file):
+    """One SentencePiece processor per model file and process (pool workers build their own)."""
+    if model_file not in _SENTENCEPIECE:
+        import sentencepiece as spm
+        _SENTENCEPIECE[model_file] = spm.SentencePieceProcessor(model_file=model_file)
+    return _SENTENCEPIECE[model_file]
+
+
+def pool_plan(stages, args):
+    """What each task stage's pools hold, per length: {(stage, T): (n_task, seed, weights)}.
+    Sizes follow the stages as given on the command line (--fit-seconds rescales only steps)."""
+    plan = {}
+    for si, (lengths, B_max, n_steps, weights) in enumerate(stages):
+        if lengths[0] == "copy":
+            continue
+        lengths = stage_lengths(lengths)
+        T_max = max(lengths)
+        for T in sorted(set(lengths)):
+            B = B_max * T_max // T
+            # a length listed twice is drawn twice as often (and gets twice the pool)
+            n_pool = min(2000, max(200, (n_steps * B * lengths.count(T)) // (8 * len(lengths))))
+            seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
+            # a task drawn w times as often gets a pool w times as large (as many repeats)
+            n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
+                      for t in corpus.TASKS + PSEUDO_TASKS} if weights else n_pool
+            if args.pool_max:
+                n_task = ({t: min(n, args.pool_max) for t, n in n_task.items()}
+                          if weights else min(n_pool, args.pool_max))
+            plan[(si, T)] = (n_task, seed, weights)
+    return plan
+
+
+def build_pools(spm_file, T, n_task, seed, weights, eval_n, snapkv):
+    """(training pool, held-out pool) of one stage length; runs in a pool worker or inline."""
+    sp = sentencepiece(spm_file)
+    pool = make_pool(sp, T, n_task, seed=seed, split="train", snapkv=snapkv)
+    if weights.get("mkq", 0) > 0:
+        pool["mkq"] = make_mkq_pool(sp, T, n_task["mkq"], seed + 50, snapkv)
+    if weights.get("mkqh", 0) > 0:
+        pool["mkqh"] = make_mkq_pool(sp, T, n_task["mkqh"], seed + 60, snapkv, hard=True)
+    return pool, make_pool(sp, T, eval_n, seed=1, split="eval", snapkv=snapkv)
+
+
+def fit_stages(model, opt, stages, args, device, run_dir):
+    """--fit-seconds: times a training step of every (length, batch) the stages use (random
+    tokens, loss on every position, so an upper bound), then scales every stage's steps, the
+    warm-up and the decay by one factor so the run takes about that many seconds. The model and
+    optimizer are restored after timing."""
+    shapes = set()
+    for lengths, B_max, _, _ in stages:
+        Ls = stage_lengths(lengths)
+        shapes.update((T, B_max * max(Ls) // T) for T in Ls)
+    saved = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    cost = {}
+    for T, B in sorted(shapes):
+        x = torch.randint(3, model.c.vocab_size, (B, T), device=device)
+        w = torch.ones(B, T, device=device)
+        for i in range(4):
+            if i == 1:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.time()
+            with autocast(device):
+                loss = loss_fn(model, x, x, w)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        cost[(T, B)] = (time.time() - t0) / 3
+    model.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    opt.zero_grad(set_to_none=True)
+    # seconds per step of each stage; 15% for batch assembly, evaluation and logging
+    per_step = []
+    for lengths, B_max, _, _ in stages:
+        Ls = stage_lengths(lengths)
+        per_step.append(1.15 * sum(cost[(T, B_max * max(Ls) // T)] for T in Ls) / len(Ls))
+    total = sum(n * c for (_, _, n, _), c in zip(stages, per_step))
+    factor = args.fit_seconds / total
+    fitted = [(lengths, B, max(1, round(n * factor)), wts) for lengths, B, n, wts in stages]
+    log(run_dir, "fit: seconds per step " +
+        " ".join(f"T{T}xB{B}={c:.4f}" for (T, B), c in sorted(cost.items())) +
+        f"; stages as given would take {total:.0f}s, steps scaled by {factor:.3f}")
+    return {"stages": fitted, "per_step": per_step, "warmup": max(1, round(args.warmup * factor)),
+            "decay_steps": round(args.decay_steps * factor)}
 
 
 def lr_at(step, args, total_steps):
@@ -405,6 +516,24 @@ def main():
                          "pools take minutes to build at 4096 tokens)")
     ap.add_argument("--copy-random", type=float, default=0.0,
                     help="share of copy-task rows made of uniformly random tokens (default 0)")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu or cuda (cuda: bf16 autocast, fused causal attention)")
+    ap.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                    help="matrix products on a GPU: bf16 autocast (default) or fp32")
+    ap.add_argument("--attention", choices=("fused", "explicit"), default="fused",
+                    help="on a GPU: fused causal attention (default, torch >= 2.0) or the explicit "
+                         "masked softmax the CPU uses")
+    ap.add_argument("--fit-seconds", type=float, default=None,
+                    help="scale every stage's steps (and the warm-up and decay) so that training "
+                         "takes about this many seconds, from timed steps on this machine; the "
+                         "scaled stages are kept in the checkpoint for a resume")
+    ap.add_argument("--pool-workers", type=int, default=0,
+                    help="build every stage's task pools in this many worker processes from the "
+                         "start, while earlier stages train (default 0: each stage builds its "
+                         "own when it starts)")
+    ap.add_argument("--natural", default=None, metavar="FILE",
+                    help="natural-text paragraphs as JSON (training/corpus.py --dump-natural); "
+                         "default: read Debian's fortunes and license texts")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -419,7 +548,7 @@ def main():
 
     torch.manual_seed(args.seed)
     n_ctx = max(2048, max(max(stage_lengths(t)) for t, _, _, _ in stages))
-    init = torch.load(args.init) if args.init else None
+    init = torch.load(args.init, map_location="cpu") if args.init else None
     if init:
         shape = {k: init["config"][k] for k in ("n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")}
         cfg = Config(sp.get_piece_size(), context_length=max(n_ctx, init["config"]["context_length"]),
@@ -435,30 +564,64 @@ def main():
                      n_head=args.n_head, n_head_kv=args.n_head_kv, context_length=n_ctx,
                      rope_base=args.rope_base or 10000.0, rope_scale=args.rope_scale or 1.0)
     model = Llama(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     step = 0
     ckpt_path = os.path.join(run_dir, "ckpt.pt")
+    opt_state, fit = None, None
     if init and not os.path.exists(ckpt_path):
         model.load_state_dict(init["model"])
-        opt.load_state_dict(init["opt"])
+        opt_state = init["opt"]
         log(run_dir, f"start: {' '.join(sys.argv)}")
         log(run_dir, f"initialised from {args.init} (its step {init['step']}); config "
             f"{cfg.to_dict()} stages {stages}")
     elif os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
+        ck = torch.load(ckpt_path, map_location="cpu")
         model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
+        opt_state = ck["opt"]
         step = ck["step"]
+        fit = ck.get("fit")
         log(run_dir, f"resumed from {ckpt_path} at step {step}: {' '.join(sys.argv)}")
     else:
         n_params = sum(p.numel() for p in model.parameters())
         log(run_dir, f"start: {' '.join(sys.argv)}")
         log(run_dir, f"config {cfg.to_dict()} params {n_params/1e6:.2f}M stages {stages}")
 
+    # Pools of every stage still to run, built by worker processes from now on (forked before the
+    # GPU is touched). Their sizes follow the stages as given, whatever --fit-seconds makes of them.
+    plan = pool_plan(stages, args)
+    spm_file = os.path.join(tok_dir, "spm.model")
+    futures, executor = {}, None
+    if args.pool_workers > 0:
+        run_ends = [sum(s for _, _, s, _ in (fit["stages"] if fit else stages)[:i + 1])
+                    for i in range(len(stages))]
+        executor = concurrent.futures.ProcessPoolExecutor(
+            args.pool_workers, mp_context=multiprocessing.get_context("fork"))
+        for (si, T), (n_task, seed, weights) in sorted(plan.items()):
+            if run_ends[si] > step:
+                futures[(si, T)] = executor.submit(build_pools, spm_file, T, n_task, seed,
+                                                   weights, args.eval_n, args.snapkv)
+
+    device = torch.device(args.device)
+    model.to(device)
+    model.fused_attention = device.type == "cuda" and sdpa is not None and \
+        args.attention == "fused"
+    BF16_ON_GPU["on"] = args.precision == "bf16"
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    if opt_state is not None:
+        opt.load_state_dict(opt_state)
+    if fit is None and args.fit_seconds:
+        fit = fit_stages(model, opt, stages, args, device, run_dir)
+    if fit:
+        stages = [(tuple(lengths), B, n, wts) for lengths, B, n, wts in fit["stages"]]
+        args.warmup, args.decay_steps = fit["warmup"], fit["decay_steps"]
+        total_steps = sum(s for _, _, s, _ in stages)
+        log(run_dir, f"stages fitted: {stages} warm-up {args.warmup} decay {args.decay_steps}")
+
     def save(tag=None):
         tmp = ckpt_path + ".tmp"
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                    "config": cfg.to_dict(), "args": vars(args)}, tmp)
+                    "config": cfg.to_dict(), "args": vars(args), "fit": fit}, tmp)
         os.replace(tmp, ckpt_path)
         export_raw(model, os.path.join(tok_dir, "tokenizer.json"), os.path.join(run_dir, "export"),
                    f"snapkv-{args.name}")
@@ -467,7 +630,7 @@ def main():
                        os.path.join(run_dir, f"export-{tag}"), f"snapkv-{args.name}")
 
     # Token streams for copy/natural rows (deterministic).
-    paras = corpus.natural_paragraphs()
+    paras = corpus.natural_paragraphs(args.natural)
     random.Random(args.seed).shuffle(paras)
     natural_ids = [t for p in paras for t in [BOS] + sp.encode(p)]
     filler_raw = corpus.generate_tasks("niah_single", 200, 1024, seed=99, split="train",
@@ -487,7 +650,21 @@ def main():
         log(run_dir, f"at step {step}, --stop-step {args.stop_step} reached: nothing to do")
         return
     stage_start = 0
-    for si, (lengths, B_max, n_steps, weights) in enumerate(stages):
+    deadline = time.time() + args.fit_seconds if fit and args.fit_seconds else None
+    for si in range(len(stages)):
+        if deadline and step == stage_start and si > 0:
+            # Rescale the stages still to run to the time left: the timed steps leave out batch
+            # assembly, which dominates the short-row stages.
+            left = deadline - time.time()
+            planned = sum(n * c for (_, _, n, _), c in zip(stages[si:], fit["per_step"][si:]))
+            g = max(left, 0.0) / planned
+            if abs(g - 1) > 0.05:
+                stages[si:] = [(ls, B, max(1, round(n * g)), w) for ls, B, n, w in stages[si:]]
+                total_steps = sum(s for _, _, s, _ in stages)
+                fit["stages"] = stages
+                log(run_dir, f"fit: {left:.0f}s left for stages {si}.., steps scaled by {g:.3f}: "
+                    f"{[s for _, _, s, _ in stages]}")
+        lengths, B_max, n_steps, weights = stages[si]
         stage_end = stage_start + n_steps
         if step >= stage_end:
             stage_start = stage_end
@@ -508,22 +685,11 @@ def main():
                     f"{stage_start}..{stage_end}")
                 continue
             B = B_max * T_max // T
-            # a length listed twice is drawn twice as often (and gets twice the pool)
-            n_pool = min(2000, max(200, (n_steps * B * lengths.count(T)) // (8 * len(lengths))))
-            seed = 1000 + si if len(lengths) == 1 else 1000 + 100 * si + T
-            # a task drawn w times as often gets a pool w times as large (as many repeats)
-            n_task = {t: min(8000, int(n_pool * max(1.0, weights.get(t, 1.0))))
-                      for t in corpus.TASKS + PSEUDO_TASKS} if weights else n_pool
-            if args.pool_max:
-                n_task = ({t: min(n, args.pool_max) for t, n in n_task.items()}
-                          if weights else min(n_pool, args.pool_max))
-            pool = make_pool(sp, T, n_task, seed=seed, split="train", snapkv=args.snapkv)
-            if weights.get("mkq", 0) > 0:
-                pool["mkq"] = make_mkq_pool(sp, T, n_task["mkq"], seed + 50, args.snapkv)
-            if weights.get("mkqh", 0) > 0:
-                pool["mkqh"] = make_mkq_pool(sp, T, n_task["mkqh"], seed + 60, args.snapkv,
-                                             hard=True)
-            eval_pools[T] = make_pool(sp, T, args.eval_n, seed=1, split="eval", snapkv=args.snapkv)
+            if (si, T) in futures:
+                pool, eval_pools[T] = futures.pop((si, T)).result()
+            else:
+                pool, eval_pools[T] = build_pools(spm_file, T, *plan[(si, T)], args.eval_n,
+                                                  args.snapkv)
             copy_f = 0.5 if T <= 128 else 0.25
             mix = (copy_f, 0.85 * (1 - copy_f) if T > 128 else 0.35, 0.0)
             batchers[T] = Batcher(sp, natural_ids, filler_ids, pool, T, args.answer_weight, mix,
@@ -537,20 +703,23 @@ def main():
         while step < stage_end:
             rng = np.random.default_rng([args.seed, step])
             T = lengths[int(rng.integers(0, len(lengths)))] if len(lengths) > 1 else T_max
-            x, y, w = batchers[T].batch(rng, B_max * T_max // T)
+            x, y, w = (t.to(device, non_blocking=True)
+                       for t in batchers[T].batch(rng, B_max * T_max // T))
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, args, total_steps)
-            loss = loss_fn(model, x, y, w)
+            with autocast(device):
+                loss = loss_fn(model, x, y, w)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
-            run_loss += float(loss)
+            # on a GPU the sum stays there: no wait for the step before the next batch is built
+            run_loss += loss.detach() if device.type == "cuda" else float(loss)
             run_n += 1
             if step % 20 == 0:
                 dt = (time.time() - t_step) / run_n
-                log(run_dir, f"step {step} T={T} loss {run_loss/run_n:.4f} lr "
+                log(run_dir, f"step {step} T={T} loss {float(run_loss)/run_n:.4f} lr "
                     f"{lr_at(step, args, total_steps):.2e} {dt:.2f}s/step")
                 run_loss, run_n, t_step = 0.0, 0, time.time()
             if step % (args.eval_every * max(1, T_max // 512)) == 0 or step == stage_end:
@@ -566,6 +735,8 @@ def main():
                 last_ckpt = time.time()
                 if stop["requested"]:
                     log(run_dir, f"stopped on request at step {step} (checkpoint saved)")
+                    if executor:
+                        executor.shutdown(wait=False, cancel_futures=True)
                     return
         save(tag=str(T_max))
         log(run_dir, f"stage {si} done at step {step}; exported {run_dir}/export-{T_max}")
