@@ -331,6 +331,17 @@ def autocast(device):
     return contextlib.nullcontext()
 
 
+def train_step(model, opt, x, y, w, device):
+    """One AdamW step on the weighted loss (gradients clipped to norm 1); returns the loss."""
+    with autocast(device):
+        loss = loss_fn(model, x, y, w)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
 @torch.no_grad()
 def evaluate(model, eval_pool, T):
     """Teacher-forced answer accuracy per task: token accuracy and exact (all answer tokens right,
@@ -442,12 +453,7 @@ def fit_stages(model, opt, stages, args, device, run_dir):
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.time()
-            with autocast(device):
-                loss = loss_fn(model, x, x, w)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            train_step(model, opt, x, x, w, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         cost[(T, B)] = (time.time() - t0) / 3
@@ -707,12 +713,7 @@ def main():
                        for t in batchers[T].batch(rng, B_max * T_max // T))
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, args, total_steps)
-            with autocast(device):
-                loss = loss_fn(model, x, y, w)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            loss = train_step(model, opt, x, y, w, device)
             step += 1
             # on a GPU the sum stays there: no wait for the step before the next batch is built
             run_loss += loss.detach() if device.type == "cuda" else float(loss)
