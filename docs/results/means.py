@@ -8,7 +8,8 @@ Options:
   --keep K    the keep of the evicting methods to report (default 0.2; methods whose policy is
               `full` report under every keep)
   --first N   only samples with index < N (puts a longer run on the samples of a shorter one)
-  --merge     read all the files as one run (runs of one task per file)
+  --merge     read all the files as one run (runs of one task per file; before --table: runs
+              of different tasks, one table)
   --table     instead: one Markdown row per method, the six-task mean (share of full) at every
               keep of the file, then the cost: the full cache's prefill tokens/s over the
               method's (prefill plus scoring, eval's `prefill t/s`, all keeps pooled), a ratio
@@ -18,6 +19,7 @@ Usage (repository root):
   python3 docs/results/means.py docs/results/codecs-25bit/rep_codecs_1k_s3.json.gz
   python3 docs/results/means.py --merge docs/results/codecs-kivi42/n30_1k_s3_*.json.gz
   python3 docs/results/means.py --table docs/results/quality/tasks_1024.json.gz
+  python3 docs/results/means.py --merge --table docs/results/quality/small8k/tasks_8191_{a,b}.json.gz
 """
 import gzip
 import json
@@ -33,9 +35,11 @@ def load(path):
         return json.load(f)
 
 
-def table(path):
-    """Markdown rows: method | mean (share) per keep | cost, from one run's per-task results."""
-    results = [r for r in load(path)["results"] if r["task"] in TASKS]
+def table(paths):
+    """Markdown rows: method | mean (share) per keep | cost, from one run's per-task results
+    (several files: runs of different tasks on the same settings, read as one)."""
+    path = " + ".join(paths)
+    results = [r for p in paths for r in load(p)["results"] if r["task"] in TASKS]
     keeps = sorted({r["keep"] for r in results if not r["keep_independent"]})
     acc, secs, toks, order = {}, {}, {}, []
     for r in results:
@@ -77,9 +81,9 @@ def main(argv):
         elif a == "--merge":
             merge = True
         elif a == "--table":
-            for path in argv:
-                print(f"# {path}")
-                table(path)
+            for run in ([argv] if merge else [[f] for f in argv]):
+                print(f"# {' + '.join(run)}")
+                table(run)
             return 0
         else:
             files.append(a)
