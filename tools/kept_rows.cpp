@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "greedy_answer.h"
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/scoring.h"
 #include "snapkv/eval/tasks.h"
@@ -37,27 +38,9 @@ namespace {
 using namespace snapkv;
 using namespace snapkv::eval;
 
-// Greedy answer as eval decodes it (stops at EOS, a newline or max_new tokens); *min_margin, when
-// given, gets the smallest top-1 minus top-2 logit over the tokens that hold a digit.
 std::string answer(LlamaSession& s, std::vector<float> logits, const Tokenizer& tok, size_t max_new,
                    float* min_margin = nullptr) {
-  std::string text;
-  for (size_t step = 0; step < max_new; ++step) {
-    const int32_t t = argmax(logits);
-    if (t == tok.eos()) break;
-    const std::string piece = tok.token_to_piece(t);
-    if (min_margin != nullptr && piece.find_first_of("0123456789") != std::string::npos) {
-      float second = -INFINITY;
-      for (size_t i = 0; i < logits.size(); ++i) {
-        if (static_cast<int32_t>(i) != t) second = std::max(second, logits[i]);
-      }
-      *min_margin = std::min(*min_margin, logits[static_cast<size_t>(t)] - second);
-    }
-    text += piece;
-    if (text.find('\n') != std::string::npos) break;
-    if (step + 1 < max_new) logits = s.decode(t);
-  }
-  return text.substr(0, text.find('\n'));
+  return tools::greedy_answer(s, std::move(logits), tok, max_new, min_margin);
 }
 
 struct Span {
