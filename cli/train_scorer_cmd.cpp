@@ -20,14 +20,15 @@ namespace {
 struct TrainScorerOptions {
   snapkv::cli::SidecarCommandOptions sidecar;  // out "" = kvzap_sidecar_path(model)
   snapkv::eval::KvzapTrainOptions train;
-  std::string teacher = "kvzip";  // --teacher: kvzip | kvzip_plus
+  std::string teacher = "kvzip";  // --teacher: kvzip | kvzip_plus | questions
 };
 
 int run_train_scorer(const TrainScorerOptions& o) {
   using namespace snapkv;
   eval::KvzapTrainOptions train = o.train;
-  train.teacher =
-      o.teacher == "kvzip_plus" ? eval::KvzapTeacher::kvzip_plus : eval::KvzapTeacher::kvzip;
+  train.teacher = o.teacher == "kvzip_plus"  ? eval::KvzapTeacher::kvzip_plus
+                  : o.teacher == "questions" ? eval::KvzapTeacher::questions
+                                             : eval::KvzapTeacher::kvzip;
   std::optional<KvzapScorer> scorer;
   cli::SidecarSteps steps;
   steps.command = "train-scorer";
@@ -55,8 +56,10 @@ snapkv::cli::RegisterCommand reg{
           "task, and --generic prompts of filler text, --context tokens each), runs each through\n"
           "a full-cache prefill and KVzip's reconstruction pass, and fits per layer and KV head\n"
           "a ridge regression from each cached key (RoPE undone, its squares, its position) to\n"
-          "the log of its KVzip score (--teacher kvzip_plus: KVzip+'s). The weights go to --out "
-          "(default: the model's path with\n"
+          "the log of its KVzip score (--teacher kvzip_plus: KVzip+'s). --teacher questions\n"
+          "learns instead each context row's share of the attention its sample's own question\n"
+          "pays the context (one prefill per sample, no reconstruction pass; the generic prompts\n"
+          "are not used). The weights go to --out (default: the model's path with\n"
           ".gguf replaced by .kvzap.gguf, where method kvzap finds them), keyed to the model's\n"
           "fingerprint: another model refuses them.");
       snapkv::cli::add_sidecar_options(sub, o->sidecar, ".kvzap.gguf");
@@ -70,8 +73,9 @@ snapkv::cli::RegisterCommand reg{
       sub.add_option("--ridge", o->train.ridge, "Ridge, relative to the mean feature energy")
           ->capture_default_str();
       sub.add_option("--teacher", o->teacher,
-                     "Scores to learn: kvzip, or kvzip_plus (KVzip+'s normalised scores)")
-          ->check(CLI::IsMember({"kvzip", "kvzip_plus"}))
+                     "Scores to learn: kvzip, kvzip_plus (KVzip+'s normalised scores), or "
+                     "questions (the train-split questions' attention on their contexts)")
+          ->check(CLI::IsMember({"kvzip", "kvzip_plus", "questions"}))
           ->capture_default_str();
       sub.add_flag("--quiet", o->sidecar.quiet, "No log lines on stderr");
       return [o] { return run_train_scorer(*o); };

@@ -7,6 +7,7 @@
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/gguf/fingerprint.h"
+#include "snapkv/kv/core/fork.h"
 #include "snapkv/model/kvzip.h"
 #include "snapkv/util/error.h"
 #include "snapkv/util/text.h"
@@ -26,6 +27,10 @@ void check_options(const KvzapTrainOptions& o, size_t n_ctx) {
   if (o.samples_per_task == 0 && o.generic_prompts == 0) {
     throw_invalid(kComponent, "kvzap training prompts", "0 samples per task and 0 generic",
                   ">= 1 prompt");
+  }
+  if (o.teacher == KvzapTeacher::questions && o.samples_per_task == 0) {
+    throw_invalid(kComponent, "kvzap training prompts for teacher questions", "0 samples per task",
+                  ">= 1 (generic prompts have no question)");
   }
   if (o.seed >> 63 != 0) throw_invalid(kComponent, "kvzap training seed", num(o.seed), "< 2^63");
 }
@@ -63,11 +68,87 @@ std::vector<std::vector<int32_t>> kvzap_training_prompts(const Tokenizer& tokeni
   return out;
 }
 
+namespace {
+
+// Teacher questions: each train-split sample's context + question prefilled once with the full
+// cache; the question rows' attention (policy snapkv's window scores, the window = the question,
+// no pooling) gives each context row but BOS its share of the question's attention on the
+// context, per KV head; the features are those of the context alone (positions as a fraction of
+// the context), as a question-agnostic compression computes them.
+void question_rows(const LlamaModel& model, const Tokenizer& tokenizer,
+                   const KvzapTrainOptions& options, const KvzapRowSink& sink,
+                   const KvzapProgress& progress) {
+  const LlamaConfig& c = model.config();
+  const RopeParams rope = model.rope_params();
+  const size_t hd = c.head_dim, f = kvzap_n_features(hd);
+  const TokenCounter count = [&](std::string_view text) {
+    return tokenizer.encode(std::string(text), false).size();
+  };
+  TaskOptions to;
+  to.context_tokens = options.context_tokens;
+  to.seed = options.seed;
+  to.split = Split::train;
+  const size_t total = all_tasks().size() * options.samples_per_task;
+  std::vector<float> keys, feat(f);
+  size_t done = 0;
+  for (const Task task : all_tasks()) {
+    for (size_t i = 0; i < options.samples_per_task; ++i) {
+      const PromptTokens prompt = tokenize_prompt(tokenizer, generate_sample(task, to, i, count));
+      std::vector<int32_t> all = prompt.context;
+      all.insert(all.end(), prompt.question.begin(), prompt.question.end());
+      const size_t n = all.size(), n_context = prompt.context.size();
+      if (n > c.n_ctx) {
+        throw_invalid(kComponent, "kvzap training prompt longer than the context", num(n),
+                      "<= " + num(c.n_ctx));
+      }
+      CacheConfig attend;  // every row but one scored by the question's queries
+      attend.policy = PolicyKind::snapkv;
+      attend.window = prompt.question.size();
+      attend.pool = PoolKind::none;
+      attend.kernel = 1;
+      attend.budget = n - 1;
+      CacheConfig full = attend;
+      full.policy = PolicyKind::full;
+      LlamaSession base(model, fork_base_config(attend, n),
+                        SessionOptions{options.prefill_chunk, {}});
+      base.prefill_shared(all);
+      const LlamaSession keep_all = base.fork(full);
+      const LlamaSession scored = base.fork(attend);
+      for (size_t l = 0; l < c.n_layers; ++l) {
+        const LayerCache& cache = keep_all.caches()[l];
+        keys.resize(cache.size() * hd);
+        for (size_t h = 0; h < c.n_kv_heads; ++h) {
+          const std::span<const int64_t> pos = cache.positions(h);
+          const std::span<const float> s = scored.caches()[l].last_scores(h);
+          SNAPKV_CHECK(s.size() == n && pos.size() == n);
+          cache.read_keys(h, keys.data());
+          kvzap_unrotate(keys.data(), pos.data(), n, hd, rope);
+          double sum = 0.0;
+          for (size_t r = 1; r < n_context; ++r) sum += std::max(static_cast<double>(s[r]), 0.0);
+          for (size_t r = 1; r < n_context; ++r) {
+            kvzap_features(feat.data(), keys.data() + r * hd, pos[r], n_context, hd);
+            const double share = sum > 0.0 ? std::max(static_cast<double>(s[r]), 0.0) / sum : 0.0;
+            const double target = std::clamp(std::log(std::max(share, 1e-30)), kKvzapLogFloor, 0.0);
+            sink(l, h, feat.data(), target);
+          }
+        }
+      }
+      if (progress) progress(++done, total);
+    }
+  }
+}
+
+}  // namespace
+
 void kvzap_training_rows(const LlamaModel& model, const Tokenizer& tokenizer,
                          const KvzapTrainOptions& options, const KvzapRowSink& sink,
                          const KvzapProgress& progress) {
   const LlamaConfig& c = model.config();
   check_options(options, c.n_ctx);
+  if (options.teacher == KvzapTeacher::questions) {
+    question_rows(model, tokenizer, options, sink, progress);
+    return;
+  }
   const std::vector<std::vector<int32_t>> prompts = kvzap_training_prompts(tokenizer, options);
   const RopeParams rope = model.rope_params();
   const size_t hd = c.head_dim, f = kvzap_n_features(hd);

@@ -1,5 +1,6 @@
 // `snapkv train-scorer` end to end on the eval tests' tiny model: the sidecar it writes beside the
-// model is the same bytes for the same seed (other bytes with --teacher kvzip_plus), `compress
+// model is the same bytes for the same seed (other bytes with --teacher kvzip_plus or questions),
+// `compress
 // --method kvzap` then uses it, and outputs that would destroy an input or a device are refused
 // before any work.
 #include <gtest/gtest.h>
@@ -51,6 +52,20 @@ TEST(TrainScorerCli, WritesADeterministicSidecarThatKvzapUses) {
                                  dir);
   ASSERT_EQ(plus.rc, 0) << plus.err;
   EXPECT_NE(read_text(dir.file("plus.gguf")), first);
+  // --teacher questions learns the questions' attention: other weights again; with no task
+  // samples it has nothing to learn from and says so.
+  const CliResult q = run_cli("train-scorer --model '" + model + "' -o '" + dir.file("q.gguf") +
+                                  "' --teacher questions" + opts,
+                              dir);
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_NE(read_text(dir.file("q.gguf")), first);
+  EXPECT_NE(read_text(dir.file("q.gguf")), read_text(dir.file("plus.gguf")));
+  const CliResult q0 = run_cli("train-scorer --model '" + model + "' -o '" + dir.file("q0.gguf") +
+                                   "' --teacher questions --samples 0",
+                               dir);
+  EXPECT_NE(q0.rc, 0);
+  EXPECT_NE(q0.err.find("generic prompts have no question"), std::string::npos) << q0.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("q0.gguf")));
   const CliResult bad =
       run_cli("train-scorer --model '" + model + "' --teacher snapkv" + opts, dir);
   EXPECT_NE(bad.rc, 0);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "eval/tiny_model.h"
+#include "snapkv/eval/harness.h"
 #include "snapkv/eval/kvzap_train.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/gguf/fingerprint.h"
@@ -109,6 +110,62 @@ TEST(KvzapTrain, TeacherKvzipPlusLearnsTheNormalisedScores) {
   const std::vector<uint8_t> plain = row_bytes(o);
   o.teacher = KvzapTeacher::kvzip_plus;
   EXPECT_NE(plain, row_bytes(o));
+}
+
+TEST(KvzapTrain, TeacherQuestionsGivesEachContextRowItsShare) {
+  const Fixture& f = fixture();
+  KvzapTrainOptions o = small(4);
+  o.teacher = KvzapTeacher::questions;
+  const size_t n_kv = f.model.config().n_kv_heads, n_layers = f.model.config().n_layers;
+  const size_t pos_feature = 2 * f.model.config().head_dim;  // position / context length
+  // One train-split sample per task, in order; the generic prompts are not used.
+  TaskOptions to;
+  to.context_tokens = o.context_tokens;
+  to.seed = o.seed;
+  to.split = Split::train;
+  const TokenCounter count = [&](std::string_view t) {
+    return f.tokenizer.encode(std::string(t), false).size();
+  };
+  std::vector<size_t> n_context;
+  for (const Task task : all_tasks()) {
+    n_context.push_back(
+        tokenize_prompt(f.tokenizer, generate_sample(task, to, 0, count)).context.size());
+  }
+  // Rows come per sample, layer, KV head and context row 1 .. n_context - 1: the shares of one
+  // (sample, layer, head) sum to 1 (up to the floor's clamp) and the position feature runs over
+  // the context alone.
+  size_t sample = 0, row = 0, block = 0;
+  double share_sum = 0.0;
+  std::vector<double> sums;
+  bool positions_ok = true;
+  kvzap_training_rows(f.model, f.tokenizer, o, [&](size_t, size_t, const float* x, double t) {
+    ASSERT_LT(sample, n_context.size());
+    ASSERT_LE(t, 0.0);
+    ASSERT_GE(t, kKvzapLogFloor);
+    const size_t n = n_context[sample];
+    const double want = static_cast<double>(row + 1) / static_cast<double>(n);
+    if (std::abs(x[pos_feature] - want) > 1e-6) positions_ok = false;
+    share_sum += std::exp(t);
+    if (++row == n - 1) {
+      sums.push_back(share_sum);
+      share_sum = 0.0;
+      row = 0;
+      if (++block == n_layers * n_kv) {
+        block = 0;
+        ++sample;
+      }
+    }
+  });
+  EXPECT_EQ(sample, n_context.size());
+  EXPECT_TRUE(positions_ok);
+  ASSERT_EQ(sums.size(), n_context.size() * n_layers * n_kv);
+  for (const double s : sums) {
+    EXPECT_GT(s, 1.0 - 1e-9);
+    EXPECT_LT(s, 1.0 + 1024 * std::exp(kKvzapLogFloor));
+  }
+  EXPECT_EQ(row_bytes(o), row_bytes(o));
+  o.samples_per_task = 0;  // the generic prompts alone: no question to learn from
+  EXPECT_THROW(train_kvzap(f.model, f.tokenizer, o), std::invalid_argument);
 }
 
 TEST(KvzapTrain, FitBeatsTheBestConstantOnItsRows) {

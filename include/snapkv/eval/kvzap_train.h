@@ -22,9 +22,11 @@
 
 namespace snapkv::eval {
 
-// Whose scores the scorer learns: KVzip's reconstruction pass (policy kvzip) or the same pass
-// with KVzip+'s normalisation (policy kvzip_plus).
-enum class KvzapTeacher { kvzip, kvzip_plus };
+// Whose scores the scorer learns: KVzip's reconstruction pass (policy kvzip), the same pass
+// with KVzip+'s normalisation (policy kvzip_plus), or the attention of each train-split sample's
+// own question on its context (questions: each context row's share of it, per KV head; the
+// generic prompts have no question and are not used).
+enum class KvzapTeacher { kvzip, kvzip_plus, questions };
 
 struct KvzapTrainOptions {
   uint64_t seed = 0;             // tasks' train-split seed (< 2^63) and the generic text's
