@@ -35,18 +35,28 @@ void check_options(const KvzapTrainOptions& o, size_t n_ctx) {
   if (o.seed >> 63 != 0) throw_invalid(kComponent, "kvzap training seed", num(o.seed), "< 2^63");
 }
 
+// The train split of the tasks at the training context and seed.
+TaskOptions train_split(const KvzapTrainOptions& options) {
+  TaskOptions to;
+  to.context_tokens = options.context_tokens;
+  to.seed = options.seed;
+  to.split = Split::train;
+  return to;
+}
+
+TokenCounter token_counter(const Tokenizer& tokenizer) {
+  return [&tokenizer](std::string_view text) {
+    return tokenizer.encode(std::string(text), false).size();
+  };
+}
+
 }  // namespace
 
 std::vector<std::vector<int32_t>> kvzap_training_prompts(const Tokenizer& tokenizer,
                                                          const KvzapTrainOptions& options) {
   std::vector<std::vector<int32_t>> out;
-  const TokenCounter count = [&](std::string_view text) {
-    return tokenizer.encode(std::string(text), false).size();
-  };
-  TaskOptions to;
-  to.context_tokens = options.context_tokens;
-  to.seed = options.seed;
-  to.split = Split::train;
+  const TokenCounter count = token_counter(tokenizer);
+  const TaskOptions to = train_split(options);
   for (const Task task : all_tasks()) {
     for (size_t i = 0; i < options.samples_per_task; ++i) {
       out.push_back(tokenize_prompt(tokenizer, generate_sample(task, to, i, count)).context);
@@ -81,13 +91,8 @@ void question_rows(const LlamaModel& model, const Tokenizer& tokenizer,
   const LlamaConfig& c = model.config();
   const RopeParams rope = model.rope_params();
   const size_t hd = c.head_dim, f = kvzap_n_features(hd);
-  const TokenCounter count = [&](std::string_view text) {
-    return tokenizer.encode(std::string(text), false).size();
-  };
-  TaskOptions to;
-  to.context_tokens = options.context_tokens;
-  to.seed = options.seed;
-  to.split = Split::train;
+  const TokenCounter count = token_counter(tokenizer);
+  const TaskOptions to = train_split(options);
   const size_t total = all_tasks().size() * options.samples_per_task;
   std::vector<float> keys, feat(f);
   size_t done = 0;
