@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "greedy_answer.h"
+#include "sample_tools.h"
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/scoring.h"
 #include "snapkv/eval/tasks.h"
@@ -38,10 +38,7 @@ namespace {
 using namespace snapkv;
 using namespace snapkv::eval;
 
-std::string answer(LlamaSession& s, std::vector<float> logits, const Tokenizer& tok, size_t max_new,
-                   float* min_margin = nullptr) {
-  return tools::greedy_answer(s, std::move(logits), tok, max_new, min_margin);
-}
+using tools::greedy_answer;
 
 struct Span {
   size_t begin = 0, end = 0;
@@ -56,14 +53,14 @@ int layer_shared_means(const LlamaModel& model, const Tokenizer& tok, size_t con
   options.context_tokens = context;
   options.seed = seed;
   const std::vector<double> keeps = {0.05, 0.1, 0.2};
-  const TokenCounter counter = [&tok](std::string_view t) { return tok.encode(t, false).size(); };
   const size_t n_kv = model.config().n_kv_heads;
   std::vector<double> mean(7, 0.0);  // full, snapkv x 3 keeps, shared x 3 keeps
   for (const Task task : all_tasks()) {
     std::vector<double> acc(7, 0.0);
     for (size_t i = 0; i < n_samples; ++i) {
-      const Sample sample = generate_sample(task, options, i, counter);
-      const PromptTokens prompt = tokenize_prompt(tok, sample);
+      const tools::TaskPrompt task_prompt = tools::task_prompt(tok, task, options, i);
+      const Sample& sample = task_prompt.sample;
+      const PromptTokens& prompt = task_prompt.prompt;
       std::vector<int32_t> all = prompt.context;
       all.insert(all.end(), prompt.question.begin(), prompt.question.end());
       const size_t n = all.size();
@@ -75,7 +72,7 @@ int layer_shared_means(const LlamaModel& model, const Tokenizer& tok, size_t con
       CacheConfig full = cfg;
       full.policy = PolicyKind::full;
       LlamaSession fs = base.fork(full);
-      acc[0] += string_match_all(answer(fs, logits, tok, max_new), sample.answers);
+      acc[0] += string_match_all(greedy_answer(fs, logits, tok, max_new), sample.answers);
       for (size_t k = 0; k < keeps.size(); ++k) {
         CacheConfig c = cfg;
         c.budget = std::max(static_cast<size_t>(std::ceil(keeps[k] * static_cast<double>(n))),
@@ -104,13 +101,13 @@ int layer_shared_means(const LlamaModel& model, const Tokenizer& tok, size_t con
           }
           rs.layers.push_back(std::move(v));
         }
-        acc[1 + k] += string_match_all(answer(snap, logits, tok, max_new), sample.answers);
+        acc[1 + k] += string_match_all(greedy_answer(snap, logits, tok, max_new), sample.answers);
         CacheConfig shared = c;
         shared.policy = PolicyKind::kvzip;
         shared.pool = PoolKind::none;
         shared.kernel = 1;
         LlamaSession ss = base.fork(shared, &rs);
-        acc[4 + k] += string_match_all(answer(ss, logits, tok, max_new), sample.answers);
+        acc[4 + k] += string_match_all(greedy_answer(ss, logits, tok, max_new), sample.answers);
       }
     }
     const auto pct = [&](size_t j) { return 100.0 * acc[j] / static_cast<double>(n_samples); };
@@ -159,21 +156,17 @@ int main(int argc, char** argv) {
     CacheConfig cfg;
     if (argc > 7) cfg.window = std::strtoul(argv[7], nullptr, 10);
 
-    const TokenCounter counter = [&tok](std::string_view t) { return tok.encode(t, false).size(); };
-    const Sample sample = generate_sample(task, options, index, counter);
-    const PromptTokens prompt = tokenize_prompt(tok, sample);
+    const tools::TaskPrompt task_prompt = tools::task_prompt(tok, task, options, index);
+    const Sample& sample = task_prompt.sample;
+    const PromptTokens& prompt = task_prompt.prompt;
     std::vector<int32_t> all = prompt.context;
     all.insert(all.end(), prompt.question.begin(), prompt.question.end());
     const size_t n = all.size(), n_context = prompt.context.size();
 
     // Character offsets of the tokens (BOS has none), to find the needle sentence and its digits.
-    std::vector<size_t> offset(n + 1, 0);
-    std::string text;
-    for (size_t i = 0; i < n; ++i) {
-      offset[i] = text.size();
-      if (i > 0) text += tok.token_to_piece(all[i]);
-    }
-    offset[n] = text.size();
+    const tools::TokenText token_text = tools::token_text(tok, all);
+    const std::string& text = token_text.text;
+    const std::vector<size_t>& offset = token_text.offset;
     const std::string& ref = sample.answers.front();
     const size_t at = text.find(ref);
     if (at == std::string::npos || at == 0 || at >= offset[n_context]) {
@@ -210,7 +203,7 @@ int main(int argc, char** argv) {
       full.policy = PolicyKind::full;
       LlamaSession s = base.fork(full);
       float margin = INFINITY;
-      const std::string a = answer(s, logits, tok, max_new, &margin);
+      const std::string a = greedy_answer(s, logits, tok, max_new, &margin);
       std::printf("full: '%s' (reference %s), smallest digit margin %.2f\n", a.c_str(), ref.c_str(),
                   static_cast<double>(margin));
     }
@@ -241,7 +234,7 @@ int main(int argc, char** argv) {
             in_digits, digits.end - digits.begin, window, question, rest);
       }
     }
-    std::printf("snapkv: '%s'\n", answer(snap, logits, tok, max_new).c_str());
+    std::printf("snapkv: '%s'\n", greedy_answer(snap, logits, tok, max_new).c_str());
 
     // Forced selections through kvzip's given scores: SnapKV's pooled scores of each head scaled
     // into [0, 0.5], the forced rows (and the sinks) at 1.
@@ -268,7 +261,7 @@ int main(int argc, char** argv) {
       forced.pool = PoolKind::none;
       forced.kernel = 1;
       LlamaSession s = base.fork(forced, &rs);
-      std::printf("%s: '%s'\n", name.c_str(), answer(s, logits, tok, max_new).c_str());
+      std::printf("%s: '%s'\n", name.c_str(), greedy_answer(s, logits, tok, max_new).c_str());
     };
     const auto forcing = [&](Span span, size_t skip_l, size_t skip_h) {
       return [&, span, skip_l, skip_h](size_t l, size_t h) {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "greedy_answer.h"
+#include "sample_tools.h"
 #include "snapkv/eval/harness.h"
 #include "snapkv/eval/tasks.h"
 #include "snapkv/kv/core/config.h"
@@ -117,20 +117,16 @@ int main(int argc, char** argv) {
     const double force_keep =
         argc > 7 && std::string(argv[6]) == "--force" ? std::strtod(argv[7], nullptr) : 0.0;
 
-    const TokenCounter counter = [&tok](std::string_view t) { return tok.encode(t, false).size(); };
-    const Sample sample = generate_sample(task, options, index, counter);
-    const PromptTokens prompt = tokenize_prompt(tok, sample);
+    const tools::TaskPrompt task_prompt = tools::task_prompt(tok, task, options, index);
+    const Sample& sample = task_prompt.sample;
+    const PromptTokens& prompt = task_prompt.prompt;
     const std::vector<int32_t>& context = prompt.context;
     const size_t n = context.size();
 
     // Rows whose token holds a digit of the first answer (its first occurrence in the context).
-    std::string text;
-    std::vector<size_t> offset(n + 1, 0);
-    for (size_t i = 0; i < n; ++i) {
-      offset[i] = text.size();
-      if (i > 0) text += tok.token_to_piece(context[i]);
-    }
-    offset[n] = text.size();
+    const tools::TokenText token_text = tools::token_text(tok, context);
+    const std::string& text = token_text.text;
+    const std::vector<size_t>& offset = token_text.offset;
     std::vector<size_t> digits;
     const std::string& ref = sample.answers.front();
     const size_t at = text.find(ref);

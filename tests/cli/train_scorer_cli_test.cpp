@@ -1,8 +1,7 @@
 // `snapkv train-scorer` end to end on the eval tests' tiny model: the sidecar it writes beside the
 // model is the same bytes for the same seed (other bytes with --teacher kvzip_plus or questions),
-// `compress
-// --method kvzap` then uses it, and outputs that would destroy an input or a device are refused
-// before any work.
+// `compress --method kvzap` then uses it, and outputs that would destroy an input or a device are
+// refused before any work.
 #include <gtest/gtest.h>
 
 #include <filesystem>
